@@ -1,0 +1,227 @@
+"""The ``sgdsweep`` command.
+
+User verbs: ``run`` (validate, then run the Snakemake workflow), ``validate`` and ``plan``.
+Workflow verbs (called by the rules in ``workflow/rules/``): ``simulate-shard``, ``aggregate``,
+``fit``, ``report``; ``cluster-daemon`` runs the shared local Dask cluster of a workflow run.
+
+Exit codes: 0 success, 1 a failed run, 2 bad input (config, arguments, environment).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from .errors import SgdsweepError, UsageError
+
+log = logging.getLogger("sgdsweep")
+
+
+def _setup_logging(log_file: str | None) -> None:
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if log_file:
+        Path(log_file).parent.mkdir(parents=True, exist_ok=True)
+        handlers.append(logging.FileHandler(log_file, mode="w"))
+    fmt = logging.Formatter("%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    for h in handlers:
+        h.setFormatter(fmt)
+    root = logging.getLogger("sgdsweep")
+    root.handlers[:] = handlers
+    root.setLevel(logging.INFO)
+    root.propagate = False
+
+
+def _read_json(path: str) -> dict:
+    try:
+        return json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise UsageError(f"file not found: {path}") from None
+    except ValueError as exc:
+        raise UsageError(f"{path} is not valid JSON ({exc})") from None
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from .config import load_sweep
+
+    sweep = load_sweep(args.config)
+    swept = [c for c in sweep.coords if len({p.params.get(c) for p in sweep.points}) > 1]
+    print(f"{args.config}: valid. Sweep '{sweep.name}': {len(sweep.points)} points in "
+          f"{len(sweep.shards)} shard(s); swept axes: {', '.join(swept) or 'none'}; "
+          f"results in {sweep.directory}/")
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from .config import load_sweep
+    from .plan import pending_points
+
+    sweep = load_sweep(args.config)
+    pending = pending_points(sweep)
+    n_todo = sum(len(v) for v in pending.values())
+    print(f"sweep '{sweep.name}': {len(sweep.points)} points, {len(sweep.points) - n_todo} stored, "
+          f"{n_todo} to simulate (new or changed parameters)")
+    by_hash = {p.hash: p for p in sweep.points}
+    for shard, hashes in pending.items():
+        print(f"  shard {shard}: {len(hashes)} of {len(sweep.shards[shard])} points to simulate")
+        if args.verbose:
+            for h in hashes:
+                p = by_hash[h].params
+                print(f"    {h}  " + ", ".join(f"{c}={p[c]}" for c in sweep.coords if c in p))
+    return 0
+
+
+def _snakefile() -> Path:
+    from .paths import workflow_root
+
+    return workflow_root() / "Snakefile"
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .config import load_sweep
+
+    sweep = load_sweep(args.config)  # fail fast, with our message, before Snakemake starts
+    cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(_snakefile()), "--configfile",
+           str(args.config), "--cores", str(args.cores)]
+    if args.dry_run:
+        cmd.append("--dry-run")
+    cmd += args.snakemake_args
+    log.info("sweep '%s': %d points; running %s", sweep.name, len(sweep.points), " ".join(cmd))
+    return subprocess.call(cmd)
+
+
+def cmd_simulate_shard(args: argparse.Namespace) -> int:
+    from .execute import run_shard
+
+    run_shard(Path(args.spec), Path(args.receipt), _read_json(args.execution), Path(args.cluster_dir))
+    return 0
+
+
+def cmd_aggregate(args: argparse.Namespace) -> int:
+    from .aggregate import build_ensemble, write_ensemble
+
+    ds = build_ensemble(_read_json(args.sweep_spec))
+    write_ensemble(ds, args.out)
+    log.info("ensemble with %d points written to %s", ds.sizes["point"], args.out)
+    return 0
+
+
+def cmd_fit(args: argparse.Namespace) -> int:
+    import xarray as xr
+
+    from .fit import fit_ensemble
+    from .paths import atomic_write_text
+
+    fits = fit_ensemble(xr.open_zarr(args.ensemble).load(), _read_json(args.spec))
+    atomic_write_text(args.out, json.dumps(fits, indent=1) + "\n")
+    pl = fits.get("power_law", {}).get("params", {})
+    for name in ("a", "b"):
+        if pl.get(name):
+            q = pl[name]
+            log.info("fit %s = %.4f [%.4f, %.4f] (exact theory %.4f, inside: %s)", name, q["estimate"],
+                     *q["interval"], q["theory"], q["theory_inside"])
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    import xarray as xr
+
+    from .paths import atomic_write_text
+    from .report import build_report
+
+    text = build_report(xr.open_zarr(args.ensemble).load(), _read_json(args.fits), _read_json(args.spec))
+    atomic_write_text(args.out, text)
+    log.info("report written to %s", args.out)
+    return 0
+
+
+def cmd_cluster_daemon(args: argparse.Namespace) -> int:
+    from .cluster import serve
+
+    serve(Path(args.state), args.workers, args.run_id)
+    return 0
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sgdsweep", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("run", help="validate a config and run its sweep through Snakemake")
+    p.add_argument("config", nargs="?", default="config/config.yaml", help="sweep config (YAML)")
+    p.add_argument("--cores", type=_positive_int, default=os.cpu_count() or 1, help="Snakemake cores")
+    p.add_argument("-n", "--dry-run", action="store_true", help="only show what would run")
+    p.add_argument("snakemake_args", nargs=argparse.REMAINDER, help="after --: passed to snakemake")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("validate", help="check a config and print its size")
+    p.add_argument("config")
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("plan", help="list the points a run would simulate")
+    p.add_argument("config")
+    p.add_argument("-v", "--verbose", action="store_true", help="list every point")
+    p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("simulate-shard", help="(workflow) simulate one shard's missing points")
+    p.add_argument("spec")
+    p.add_argument("--receipt", required=True)
+    p.add_argument("--execution", required=True)
+    p.add_argument("--cluster-dir", required=True)
+    p.add_argument("--log")
+    p.set_defaults(func=cmd_simulate_shard)
+
+    p = sub.add_parser("aggregate", help="(workflow) build ensemble.zarr from the point stores")
+    p.add_argument("sweep_spec")
+    p.add_argument("--out", required=True)
+    p.add_argument("--log")
+    p.set_defaults(func=cmd_aggregate)
+
+    p = sub.add_parser("fit", help="(workflow) fit scaling laws to an ensemble")
+    p.add_argument("ensemble")
+    p.add_argument("--spec", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--log")
+    p.set_defaults(func=cmd_fit)
+
+    p = sub.add_parser("report", help="(workflow) write the HTML report")
+    p.add_argument("--ensemble", required=True)
+    p.add_argument("--fits", required=True)
+    p.add_argument("--spec", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--log")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("cluster-daemon", help="(internal) serve a workflow run's local Dask cluster")
+    p.add_argument("--state", required=True)
+    p.add_argument("--workers", type=_positive_int, required=True)
+    p.add_argument("--run-id", required=True)
+    p.set_defaults(func=cmd_cluster_daemon)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    if getattr(args, "snakemake_args", None) and args.snakemake_args[0] == "--":
+        args.snakemake_args = args.snakemake_args[1:]
+    _setup_logging(getattr(args, "log", None))
+    try:
+        return int(args.func(args) or 0)
+    except SgdsweepError as exc:
+        print(f"sgdsweep: error: {exc}", file=sys.stderr)
+        return exc.exit_code

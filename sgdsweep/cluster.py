@@ -1,0 +1,202 @@
+"""Which Dask cluster runs the simulations, and its lifetime.
+
+Three cases, in order of precedence:
+
+1. ``SGDSWEEP_SCHEDULER`` (environment) or ``execution.scheduler`` (config) names an existing
+   scheduler: connect to it; nothing is started or stopped.
+2. Inside a workflow run (``SGDSWEEP_RUN_ID`` set by the Snakefile to the Snakemake process id):
+   the first shard job that needs workers starts one *shared* local cluster in a small daemon
+   process (``python -m sgdsweep cluster-daemon``); later shard jobs of the same run connect to
+   it. The Snakefile's ``onsuccess``/``onerror`` handlers stop it; the daemon also exits by
+   itself when the Snakemake process is gone (e.g. after ``kill -9``). So a run starts at most
+   one cluster, and none at all when nothing needs simulating.
+3. Otherwise (a shard job run by hand): a private ``LocalCluster`` for the duration of the job.
+
+Local clusters bind the scheduler and the dashboard to 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from .errors import SgdsweepError, UsageError
+from .paths import atomic_write_text
+
+SCHEDULER_ENV = "SGDSWEEP_SCHEDULER"
+RUN_ID_ENV = "SGDSWEEP_RUN_ID"
+_ADDRESS = re.compile(r"^(tcp|tls|inproc|ucx)://\S+$")
+STATE_FILE = "cluster.json"
+START_TIMEOUT_S = 120.0
+
+log = logging.getLogger("sgdsweep.cluster")
+
+
+def scheduler_address(execution: Mapping[str, Any]) -> str | None:
+    """The existing scheduler to use, or None to use a local cluster.
+
+    Raises:
+        UsageError: ``SGDSWEEP_SCHEDULER`` is set but is not a scheduler address.
+    """
+    env = os.environ.get(SCHEDULER_ENV)
+    if env is not None and env.strip():
+        if not _ADDRESS.match(env.strip()):
+            raise UsageError(f"environment variable {SCHEDULER_ENV}={env!r} is not a Dask scheduler "
+                             "address; expected e.g. tcp://127.0.0.1:8786 (or unset it to start a "
+                             "local cluster)")
+        return env.strip()
+    return execution.get("scheduler")
+
+
+def worker_count(execution: Mapping[str, Any]) -> int:
+    """Worker processes of a local cluster (``auto`` = CPU cores available to this process)."""
+    workers = execution.get("workers", "auto")
+    if workers == "auto":
+        try:
+            return max(1, len(os.sched_getaffinity(0)))
+        except AttributeError:  # pragma: no cover - non-Linux
+            return max(1, os.cpu_count() or 1)
+    return int(workers)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # pragma: no cover
+        return True
+    return True
+
+
+def _read_state(cluster_dir: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((cluster_dir / STATE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+@contextlib.contextmanager
+def _locked(cluster_dir: Path) -> Iterator[None]:
+    cluster_dir.mkdir(parents=True, exist_ok=True)
+    with open(cluster_dir / "cluster.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def ensure_shared_cluster(cluster_dir: Path, run_id: str, workers: int) -> str:
+    """Address of the run's shared local cluster, starting it if this run has none yet."""
+    cluster_dir = Path(cluster_dir)
+    with _locked(cluster_dir):
+        state = _read_state(cluster_dir)
+        if state and state.get("run_id") == run_id and _pid_alive(int(state["pid"])):
+            return state["address"]
+        log_path = cluster_dir / "daemon.log"
+        with open(log_path, "ab") as log_fh:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "sgdsweep", "cluster-daemon", "--state", str(cluster_dir / STATE_FILE),
+                 "--workers", str(workers), "--run-id", run_id],
+                stdin=subprocess.DEVNULL, stdout=log_fh, stderr=log_fh, start_new_session=True)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            state = _read_state(cluster_dir)
+            if state and state.get("run_id") == run_id and state.get("pid") == proc.pid:
+                log.info("Dask dashboard: %s (scheduler %s, %d workers)", state["dashboard"],
+                         state["address"], workers)
+                return state["address"]
+            if proc.poll() is not None:
+                raise SgdsweepError(f"the local Dask cluster failed to start (exit {proc.returncode}); "
+                                    f"see {log_path}")
+            time.sleep(0.1)
+        proc.kill()
+        raise SgdsweepError(f"the local Dask cluster did not start within {START_TIMEOUT_S:.0f} s; "
+                            f"see {log_path}")
+
+
+def stop_shared_cluster(cluster_dir: Path, run_id: str) -> bool:
+    """Stop the run's shared cluster if it has one; return whether one was stopped."""
+    cluster_dir = Path(cluster_dir)
+    state = _read_state(cluster_dir)
+    if not state or state.get("run_id") != run_id:
+        return False
+    pid = int(state["pid"])
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 20
+    while _pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if _pid_alive(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+    with contextlib.suppress(FileNotFoundError):
+        (cluster_dir / STATE_FILE).unlink()
+    return True
+
+
+def serve(state_path: Path, workers: int, run_id: str) -> None:
+    """Run a local cluster until SIGTERM/SIGINT or until process ``run_id`` is gone."""
+    from distributed import LocalCluster
+
+    stop = False
+
+    def _stop(signum, frame):  # noqa: ANN001, ARG001
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    watch = int(run_id) if run_id.isdigit() else None
+    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                           scheduler_port=0, dashboard_address="127.0.0.1:0", silence_logs=logging.WARNING)
+    try:
+        atomic_write_text(state_path, json.dumps({
+            "address": cluster.scheduler_address, "dashboard": cluster.dashboard_link,
+            "pid": os.getpid(), "run_id": run_id, "workers": workers}))
+        while not stop and (watch is None or _pid_alive(watch)):
+            time.sleep(0.25)
+    finally:
+        cluster.close(timeout=20)
+        state = None
+        with contextlib.suppress(OSError, ValueError):
+            state = json.loads(Path(state_path).read_text())
+        if state and state.get("pid") == os.getpid():
+            with contextlib.suppress(FileNotFoundError):
+                Path(state_path).unlink()
+
+
+@contextlib.contextmanager
+def dask_client(execution: Mapping[str, Any], cluster_dir: Path) -> Iterator[Any]:
+    """A connected ``distributed.Client`` per the rules in the module docstring."""
+    from distributed import Client, LocalCluster
+
+    address = scheduler_address(execution)
+    if address is None and os.environ.get(RUN_ID_ENV):
+        address = ensure_shared_cluster(cluster_dir, os.environ[RUN_ID_ENV], worker_count(execution))
+    if address is not None:
+        try:
+            client = Client(address, timeout="30s")
+        except OSError as exc:
+            raise SgdsweepError(f"cannot connect to the Dask scheduler at {address} ({exc}); check "
+                                f"that it runs, or unset {SCHEDULER_ENV} / execution.scheduler") from None
+        with client:
+            yield client
+        return
+    workers = worker_count(execution)
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      scheduler_port=0, dashboard_address="127.0.0.1:0",
+                      silence_logs=logging.WARNING) as cluster, Client(cluster) as client:
+        log.info("Dask dashboard: %s (private cluster, %d workers)", cluster.dashboard_link, workers)
+        yield client

@@ -1,0 +1,177 @@
+"""From a YAML config to a frozen :class:`Sweep`: validation, defaults, points, identity.
+
+Every check runs here, before any job starts: the schema (types, ranges, unknown keys), the
+grid (duplicates, zip groups), and per point the model's own constraints (noise type supported,
+P > N, batch_size <= P) and the burn-in (resolved from the problem's slowest relaxation time
+when ``auto``, and required to be shorter than ``steps``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from . import grid as gridmod
+from .errors import ConfigError
+from .identity import content_hash
+from .models import get_model
+from .paths import sweep_dir
+from .schema import read_yaml, validate_and_fill
+
+#: Axes every sweep must set (in the grid or in every explicit point).
+REQUIRED_AXES = ("lr", "batch_size", "samples_per_param")
+#: Keys that vary inside a shard; every other parameter is shared by a shard's points.
+IN_SHARD_KEYS = ("lr", "batch_size", "momentum")
+#: Config sections that determine simulation results (fit/report/execution do not).
+SIMULATION_SECTIONS = ("seed", "model", "dynamics", "grid", "points")
+
+
+@dataclass(frozen=True)
+class Point:
+    """One parameter point of a sweep.
+
+    Attributes:
+        hash: content hash of ``params`` (the point's identity and store name).
+        params: fully resolved parameters (every key that can change the result).
+        burn_in: burn-in in steps, resolved from ``params['burn_in']``.
+        shard: id of the shard the point belongs to.
+    """
+
+    hash: str
+    params: Mapping[str, Any]
+    burn_in: int
+    shard: str
+
+    def spec(self) -> dict[str, Any]:
+        """JSON-ready description, as passed to simulation tasks."""
+        return {"hash": self.hash, "params": dict(self.params), "burn_in": self.burn_in}
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A validated sweep: its config (defaults filled), its points and coordinates."""
+
+    config: Mapping[str, Any]
+    points: tuple[Point, ...]
+    coords: tuple[str, ...]
+    _shards: dict[str, list[Point]] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def name(self) -> str:
+        return self.config["sweep"]
+
+    @property
+    def directory(self) -> Path:
+        """``<results_dir>/<sweep>``."""
+        return sweep_dir(self.config["results_dir"], self.name)
+
+    @property
+    def shards(self) -> dict[str, list[Point]]:
+        """Shard id → its points, in sweep order."""
+        if not self._shards:
+            for p in self.points:
+                self._shards.setdefault(p.shard, []).append(p)
+        return self._shards
+
+    def simulation_config(self) -> dict[str, Any]:
+        """The sections of the config that determine simulation results."""
+        return {k: self.config[k] for k in SIMULATION_SECTIONS if k in self.config}
+
+    @property
+    def config_hash(self) -> str:
+        """Hash of the whole resolved config."""
+        return content_hash(self.config)
+
+    @property
+    def sweep_hash(self) -> str:
+        """Hash of the simulation-relevant config (unchanged by fit/report/execution edits)."""
+        return content_hash(self.simulation_config())
+
+
+def _describe(gp: Mapping[str, Any]) -> str:
+    return "point " + ", ".join(f"{k}={v}" for k, v in gp.items())
+
+
+def _resolve_burn_in(params: Mapping[str, Any], model, where: str) -> int:
+    steps = params["steps"]
+    if params["burn_in"] != "auto":
+        burn = int(params["burn_in"])
+        if burn >= steps:
+            raise ConfigError("dynamics.burn_in", burn, f"an integer below dynamics.steps = {steps}",
+                              f"Nothing would be measured at {where}.")
+        return burn
+    data = model.make_data(model.data_params(params))
+    tau = model.relaxation_steps(data, params["lr"], params["momentum"])
+    if math.isinf(tau):
+        return steps // 2  # unstable in the mean: the replicas will diverge and be flagged
+    burn = int(math.ceil(params["burn_in_relaxations"] * tau))
+    if burn >= steps:
+        raise ConfigError(
+            "dynamics.burn_in", "auto", f"a burn-in shorter than dynamics.steps = {steps}",
+            f"At {where} the auto burn-in is {burn} steps ({params['burn_in_relaxations']} slowest "
+            f"relaxation times of {tau:.0f} steps each). Raise dynamics.steps to at least "
+            f"{2 * burn}, use larger lr values, or set dynamics.burn_in explicitly.")
+    return burn
+
+
+def build_sweep(raw: Mapping[str, Any]) -> Sweep:
+    """Validate a config mapping and build its :class:`Sweep`.
+
+    Raises:
+        ConfigError: naming the key, the value given and what is allowed.
+    """
+    if not isinstance(raw, Mapping):
+        raise ConfigError("<config>", raw, "a YAML mapping of keys to values")
+    raw_grid = raw.get("grid") if isinstance(raw.get("grid"), Mapping) else {}
+    for section in ("model", "dynamics"):
+        sec = raw.get(section)
+        if isinstance(sec, Mapping):
+            for key in gridmod.EXTRA_GRID_KEYS:
+                if key in sec and key in raw_grid:
+                    raise ConfigError(f"grid.{key}", raw_grid[key], f"one place for '{key}'",
+                                      f"It is set in both {section} and grid; keep one.")
+    cfg = validate_and_fill(dict(raw))
+    model = get_model(cfg["model"]["kind"])
+    expanded = gridmod.expand(cfg["grid"], cfg.get("points", []))
+    if not expanded:
+        raise ConfigError("grid", cfg["grid"], "at least one point", "The sweep is empty.")
+
+    base = {"model": cfg["model"]["kind"], "seed": cfg["seed"]}
+    base.update({k: v for k, v in cfg["model"].items() if k != "kind"})
+    base.update(cfg["dynamics"])
+    points: list[Point] = []
+    seen: dict[str, int] = {}
+    for i, gp in enumerate(expanded):
+        where = _describe(gp)
+        for axis in model.NOT_APPLICABLE:
+            if axis in gp:
+                raise ConfigError(f"grid.{axis}", gp[axis], f"no {axis} for model.kind {base['model']}",
+                                  f"'{axis}' applies to another model; remove it.")
+        for axis in REQUIRED_AXES:
+            if axis not in gp:
+                raise ConfigError(f"grid.{axis}", None, "a value or a list of values",
+                                  f"Every sweep sets '{axis}'; add it to grid (or to every point).")
+        params = {k: gridmod.coerce(k, v) for k, v in {**base, **gp}.items()}
+        model.check_point(params, where)
+        burn = _resolve_burn_in(params, model, where)
+        h = content_hash(params)
+        if h in seen:
+            raise ConfigError("points" if i >= seen[h] else "grid", dict(gp), "distinct points",
+                              f"{where} appears twice in the sweep; remove the duplicate.")
+        seen[h] = i
+        shard = content_hash({k: v for k, v in params.items() if k not in IN_SHARD_KEYS})
+        points.append(Point(hash=h, params=params, burn_in=burn, shard=shard))
+
+    coords = tuple(a for a in gridmod.AXES if a not in model.NOT_APPLICABLE) + tuple(
+        k for k in gridmod.EXTRA_GRID_KEYS if any(k in gp for gp in expanded))
+    return Sweep(config=cfg, points=tuple(points), coords=coords)
+
+
+def load_sweep(path: str | Path, overrides: Mapping[str, Any] | None = None) -> Sweep:
+    """Read a YAML config file (safely), apply top-level ``overrides`` and build the sweep."""
+    raw = read_yaml(path)
+    if overrides:
+        raw.update(overrides)
+    return build_sweep(raw)

@@ -1,0 +1,43 @@
+"""Error types of sgdsweep.
+
+Every user-facing error names the thing that is wrong, what was given, what is allowed and,
+where possible, how to fix it. The command line turns them into one message and a non-zero
+exit code (2 for bad input, 1 for a failed run).
+"""
+
+from __future__ import annotations
+
+
+class SgdsweepError(Exception):
+    """Base class of the errors sgdsweep reports to its users."""
+
+    exit_code = 1
+
+
+class ConfigError(SgdsweepError, ValueError):
+    """The sweep configuration is invalid.
+
+    Attributes:
+        key: dotted path of the offending key (``grid.lr[2]``), or ``"<config>"``.
+        given: the value that was given (``None`` when the key is missing).
+        allowed: what is allowed, in words.
+    """
+
+    exit_code = 2
+
+    def __init__(self, key: str, given: object, allowed: str, hint: str = "") -> None:
+        self.key, self.given, self.allowed, self.hint = key, given, allowed, hint
+        msg = f"config key '{key}': got {given!r}; allowed: {allowed}"
+        if hint:
+            msg += f". {hint}"
+        super().__init__(msg)
+
+
+class UsageError(SgdsweepError):
+    """A command-line argument, environment variable or path is invalid."""
+
+    exit_code = 2
+
+
+class StoreError(SgdsweepError):
+    """A stored result is missing, incomplete or corrupt."""

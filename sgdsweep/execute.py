@@ -1,0 +1,92 @@
+"""Run one shard: find the points not yet stored, simulate them as Dask tasks, log progress.
+
+The shard's points that already have a complete store are skipped (that is what makes an added
+axis value cost only the new points). The rest are grouped into tasks of up to
+``execution.points_per_task`` points that share batch_size and steps (one vectorised kernel
+call each) and submitted to the cluster from :func:`sgdsweep.cluster.dask_client`. A progress
+line (points and replica-steps done, rate, time left) is logged as tasks finish. The receipt
+written at the end records what was simulated and how long it took.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from itertools import groupby
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from .cluster import dask_client
+from .paths import atomic_write_text
+from .simulate import simulate_points
+from .store import is_complete, point_path
+
+log = logging.getLogger("sgdsweep.execute")
+
+
+def make_batches(points: Sequence[Mapping[str, Any]], points_per_task: int) -> list[list[Mapping[str, Any]]]:
+    """Group points by (batch_size, steps), keeping sweep order, in chunks of ``points_per_task``."""
+    def key(p: Mapping[str, Any]) -> tuple[int, int]:
+        return int(p["params"]["batch_size"]), int(p["params"]["steps"])
+
+    batches: list[list[Mapping[str, Any]]] = []
+    for _, group in groupby(sorted(points, key=key), key=key):
+        group = list(group)
+        for i in range(0, len(group), points_per_task):
+            batches.append(group[i : i + points_per_task])
+    return batches
+
+
+def _cost(batch: Sequence[Mapping[str, Any]]) -> int:
+    return sum(int(p["params"]["replicas"]) * int(p["params"]["steps"]) for p in batch)
+
+
+def _fmt_time(seconds: float) -> str:
+    seconds = max(0, int(round(seconds)))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def run_shard(spec_path: Path, receipt_path: Path, execution: Mapping[str, Any], cluster_dir: Path) -> dict:
+    """Simulate the shard described by ``spec_path`` and write its receipt.
+
+    Returns:
+        The receipt: shard id, all point hashes, which were simulated, replica-steps, seconds.
+    """
+    t0 = time.perf_counter()
+    spec = json.loads(Path(spec_path).read_text())
+    shard, points_dir, points = spec["shard"], spec["points_dir"], spec["points"]
+    todo = [p for p in points if not is_complete(point_path(points_dir, p["hash"]))]
+    n_cached = len(points) - len(todo)
+    log.info("shard %s: %d points, %d already stored, %d to simulate", shard, len(points), n_cached, len(todo))
+    batches = make_batches(todo, int(execution.get("points_per_task", 8)))
+    total = sum(_cost(b) for b in batches)
+    done_steps = 0
+    done_points = 0
+    if batches:
+        from distributed import as_completed
+
+        with dask_client(execution, cluster_dir) as client:
+            futures = {}
+            for i, batch in enumerate(batches):
+                fut = client.submit(simulate_points, batch, points_dir, key=f"simulate-{shard}-{i}",
+                                    retries=2, pure=False)
+                futures[fut] = batch
+            t_sim = time.perf_counter()
+            for fut in as_completed(futures):
+                fut.result()  # re-raises a task's exception here
+                batch = futures[fut]
+                done_steps += _cost(batch)
+                done_points += len(batch)
+                elapsed = time.perf_counter() - t_sim
+                rate = done_steps / elapsed if elapsed > 0 else float("nan")
+                eta = (total - done_steps) / rate if rate > 0 else float("nan")
+                log.info("shard %s: %d/%d points done (%d stored before) | %.3g/%.3g replica-steps | "
+                         "%.3g replica-steps/s | %s elapsed, %s left", shard, done_points + n_cached,
+                         len(points), n_cached, done_steps, total, rate, _fmt_time(elapsed), _fmt_time(eta))
+    seconds = time.perf_counter() - t0
+    receipt = {"shard": shard, "points": [p["hash"] for p in points],
+               "simulated": [p["hash"] for p in todo], "replica_steps": total, "seconds": seconds}
+    atomic_write_text(receipt_path, json.dumps(receipt, indent=1) + "\n")
+    log.info("shard %s: simulated %d points in %.1f s", shard, len(todo), seconds)
+    return receipt

@@ -1,0 +1,142 @@
+"""The configuration schema: loading it, validating against it, filling its defaults.
+
+The schema lives in ``workflow/schemas/config.schema.yaml`` (a copy ships in the wheel). Errors
+are turned into :class:`~sgdsweep.errors.ConfigError` naming the key, the value given and what
+is allowed, with a "did you mean" for misspelled keys.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import functools
+from pathlib import Path
+from typing import Any, Iterable
+
+import jsonschema
+import yaml
+from jsonschema import validators
+from jsonschema.exceptions import ValidationError, best_match
+
+from .errors import ConfigError
+from .paths import workflow_root
+
+
+@functools.lru_cache(maxsize=1)
+def load_schema() -> dict[str, Any]:
+    """The config JSON schema as a dict (read once)."""
+    path = workflow_root() / "workflow" / "schemas" / "config.schema.yaml"
+    with open(path, encoding="utf-8") as fh:
+        return yaml.safe_load(fh)
+
+
+def _extend_with_default(validator_class: type) -> type:
+    """A validator class that also fills each property's ``default`` into the instance."""
+    validate_properties = validator_class.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):  # noqa: ANN001
+        if isinstance(instance, dict):
+            for name, subschema in properties.items():
+                if "default" in subschema and name not in instance:
+                    instance[name] = copy.deepcopy(subschema["default"])
+        yield from validate_properties(validator, properties, instance, schema)
+
+    return validators.extend(validator_class, {"properties": set_defaults})
+
+
+_DefaultFillingValidator = _extend_with_default(jsonschema.Draft202012Validator)
+
+
+def key_path(parts: Iterable[object]) -> str:
+    """``['grid', 'lr', 2]`` → ``'grid.lr[2]'``; an empty path is ``'<config>'``."""
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "<config>"
+
+
+def _constraint_words(error: ValidationError) -> str:
+    """What the failed keyword allows, in words."""
+    schema, kw = error.schema, error.validator
+    if kw == "enum":
+        return "one of " + ", ".join(repr(v) for v in error.validator_value)
+    if kw == "const":
+        return repr(error.validator_value)
+    if kw == "type":
+        return f"a value of type {error.validator_value}"
+    if kw in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
+        parts = []
+        if "minimum" in schema:
+            parts.append(f">= {schema['minimum']}")
+        if "exclusiveMinimum" in schema:
+            parts.append(f"> {schema['exclusiveMinimum']}")
+        if "maximum" in schema:
+            parts.append(f"<= {schema['maximum']}")
+        if "exclusiveMaximum" in schema:
+            parts.append(f"< {schema['exclusiveMaximum']}")
+        return "a number " + " and ".join(parts)
+    if kw == "minItems":
+        return f"a list of at least {error.validator_value} value(s)"
+    if kw == "minLength":
+        return f"a string of at least {error.validator_value} character(s)"
+    if kw == "pattern":
+        return f"a string matching {error.validator_value!r}"
+    if kw == "minProperties":
+        return f"a mapping with at least {error.validator_value} key(s)"
+    if kw == "oneOf":
+        return "a single value or a non-empty list of values"
+    return error.message
+
+
+def _to_config_error(error: ValidationError) -> ConfigError:
+    path = list(error.absolute_path)
+    key = key_path(path)
+    if error.validator == "additionalProperties":
+        allowed = sorted(error.schema.get("properties", {}))
+        unexpected = sorted(set(error.instance) - set(allowed))
+        name = unexpected[0]
+        close = difflib.get_close_matches(name, allowed, n=1, cutoff=0.5)
+        hint = f"Did you mean '{close[0]}'?" if close else "Remove it or check its spelling."
+        return ConfigError(key_path(path + [name]), error.instance[name],
+                           "known keys: " + ", ".join(allowed), f"Unknown key. {hint}")
+    if error.validator == "required":
+        return ConfigError(key, None, f"the key(s) {error.validator_value}", "A required key is missing.")
+    description = error.schema.get("description", "")
+    allowed = _constraint_words(error)
+    if description and error.validator not in ("additionalProperties",):
+        allowed = f"{allowed} ({description})"
+    return ConfigError(key, error.instance, allowed)
+
+
+def validate_and_fill(raw: dict[str, Any]) -> dict[str, Any]:
+    """Validate ``raw`` against the schema; return a deep copy with every default filled in.
+
+    Raises:
+        ConfigError: for the most relevant schema violation.
+    """
+    if not isinstance(raw, dict):
+        raise ConfigError("<config>", raw, "a YAML mapping of keys to values (e.g. 'grid: {...}')")
+    filled = copy.deepcopy(raw)
+    validator = _DefaultFillingValidator(load_schema())
+    error = best_match(validator.iter_errors(filled))
+    if error is not None:
+        raise _to_config_error(error)
+    return filled
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML config file safely (``yaml.safe_load``), with clear errors."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError("<config file>", str(path), "an existing YAML file",
+                          "Check the path (it is relative to the working directory).")
+    try:
+        with open(p, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh)
+    except yaml.YAMLError as exc:
+        raise ConfigError("<config file>", str(path), "valid YAML", f"YAML parse error: {exc}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError("<config>", data, "a YAML mapping of keys to values")
+    return data

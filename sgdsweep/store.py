@@ -1,0 +1,107 @@
+"""Per-point result stores: one Zarr (format 3) group per point, written atomically.
+
+A point store is written into a temporary directory next to its final path and renamed into
+place only when complete, so a killed run leaves either a complete store or nothing under the
+final name. The group's attributes hold the point's identity (hash, parameters) and its scalar
+summary; arrays hold per-replica values and matrices, with ``dimension_names`` so that
+``xarray.open_zarr`` opens a point store too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import zarr
+
+from .errors import StoreError
+
+#: Attribute that marks a store as complete (set last, before the rename).
+COMPLETE_ATTR = "sgdsweep_complete"
+#: Version of the point-store layout.
+STORE_VERSION = 1
+
+
+def point_path(points_dir: str | Path, point_hash: str) -> Path:
+    """Final path of a point's store."""
+    return Path(points_dir) / f"{point_hash}.zarr"
+
+
+def write_point(path: str | Path, arrays: Mapping[str, tuple[tuple[str, ...], np.ndarray]],
+                attrs: Mapping[str, Any]) -> bool:
+    """Write a point store atomically.
+
+    Args:
+        path: final path (``<hash>.zarr``).
+        arrays: name → (dimension names, array).
+        attrs: JSON-serialisable group attributes (identity and summary).
+
+    Returns:
+        True if this call placed the store, False if a complete store was already there (it is
+        kept: results are content-addressed, so an existing complete store is the same point).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if is_complete(path):
+        return False
+    tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:8]}"
+    try:
+        group = zarr.open_group(str(tmp), mode="w", zarr_format=3)
+        for name, (dims, data) in arrays.items():
+            data = np.asarray(data)
+            group.create_array(name, data=data, chunks=data.shape or "auto",
+                               dimension_names=list(dims), compressors=None)
+        group.attrs.update({**json.loads(json.dumps(dict(attrs))),
+                            "store_version": STORE_VERSION, COMPLETE_ATTR: True})
+        if path.exists():  # an incomplete leftover of a killed run
+            shutil.rmtree(path)
+        try:
+            os.rename(tmp, path)
+        except OSError:
+            if is_complete(path):  # another task placed the same point meanwhile
+                return False
+            raise
+        return True
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def read_attrs(path: str | Path) -> dict[str, Any]:
+    """The group attributes of a complete point store.
+
+    Raises:
+        StoreError: if the store is missing, unreadable or incomplete.
+    """
+    try:
+        meta = json.loads((Path(path) / "zarr.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise StoreError(f"point store {path} is missing or unreadable ({exc}); "
+                         "rerun the workflow to recompute it") from None
+    attrs = meta.get("attributes", {})
+    if attrs.get(COMPLETE_ATTR) is not True:
+        raise StoreError(f"point store {path} is incomplete; rerun the workflow to recompute it")
+    return attrs
+
+
+def read_array(path: str | Path, name: str) -> np.ndarray:
+    """One array of a point store."""
+    try:
+        return zarr.open_array(str(Path(path) / name), mode="r")[...]
+    except Exception as exc:  # zarr raises several types for missing/corrupt data
+        raise StoreError(f"array {name!r} of point store {path} is unreadable ({exc}); "
+                         "delete the store and rerun the workflow") from None
+
+
+def is_complete(path: str | Path) -> bool:
+    """Whether ``path`` holds a complete point store (metadata readable and marked complete)."""
+    try:
+        read_attrs(path)
+    except StoreError:
+        return False
+    return True

@@ -1,0 +1,168 @@
+"""Exact discrete-time stationary statistics of SGD on finite-data linear regression.
+
+physics.md §2. Write δ = w − ŵ, A_B = X_BᵀX_B/S and b_B = X_Bᵀr_B/S for a minibatch B. Then
+exactly (heavy-ball momentum μ, learning rate λ)::
+
+    δ_{t+1} = ((1 + μ) I − λ A_t) δ_t − μ δ_{t−1} + λ b_t
+
+With the state z_t = (δ_t, δ_{t−1}), Z = E[z zᵀ] = [[M, K], [Kᵀ, M]] and
+B̄ = [[(1 + μ) I − λH, −μ I], [I, 0]], stationarity reads::
+
+    Z = B̄ Z B̄ᵀ + λ² [[E[A M A] − H M H + C, 0], [0, 0]]
+
+(cross terms vanish because E[δ] = 0 and z_t is independent of batch t). The batch moments are
+``F(M) = (1/P) Σ x xᵀ M x xᵀ`` and
+
+- with replacement (``minibatch_replace``): E[AMA] = F/S + (1 − 1/S) HMH, C = G/S;
+- without replacement (``minibatch``): E[AMA] = F/S + (1 − 1/S)(P·HMH − F)/(P − 1),
+  C = G (P − S)/(S (P − 1));
+
+where G = (1/P) Σ r² x xᵀ. For μ = 0 the system reduces to the N×N equation
+``M = (I − λH) M (I − λH) + λ² (E[AMA] − HMH + C)``. It includes the multiplicative noise and
+the discreteness; the continuous-time λC/(2H) and the isotropic λσ_ε²/(2S) are its limits.
+
+The linear system is solved directly (dense) up to ``DIRECT_MAX_UNKNOWNS`` unknowns and
+matrix-free with GMRES beyond.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse.linalg as spla
+
+from ..models.linear import LinearData
+
+#: Largest number of unknowns (N² or 4N²) solved with a dense factorisation.
+DIRECT_MAX_UNKNOWNS = 6400
+
+#: Name of the formula, stored in the ``attrs`` of theory columns.
+FORMULA = (
+    "exact discrete-time stationary second moment of w - w_hat for minibatch SGD on finite-data "
+    "linear regression with heavy-ball momentum: the linear system Z = B Z B^T + lr^2 "
+    "[[E(AMA) - HMH + C, 0], [0, 0]] (sgdsweep.theory.linear, physics.md section 2)"
+)
+
+
+def _check_noise(noise: str) -> bool:
+    """True for sampling without replacement."""
+    if noise == "minibatch":
+        return True
+    if noise == "minibatch_replace":
+        return False
+    raise ValueError(f"noise {noise!r}: the exact linear-regression theory covers "
+                     "'minibatch' and 'minibatch_replace'")
+
+
+def noise_covariance(data: LinearData, batch_size: int, noise: str) -> np.ndarray:
+    """Per-step gradient-noise covariance C = Cov[g_B − ∇L] at the minimiser, shape (N, N)."""
+    without = _check_noise(noise)
+    p, s = data.n_samples, batch_size
+    g = (data.x * data.residual[:, None] ** 2).T @ data.x / p
+    return g * (p - s) / (s * (p - 1)) if without else g / s
+
+
+def _fluctuation_op(data: LinearData, batch_size: int, noise: str):
+    """The map M ↦ E[(A − H) M (A − H)] = E[AMA] − HMH (matrix-free)."""
+    without = _check_noise(noise)
+    x, h, p, s = data.x, data.hessian, data.n_samples, batch_size
+
+    def apply(m: np.ndarray) -> np.ndarray:
+        q = np.einsum("pi,ij,pj->p", x, m, x)
+        f = (x * q[:, None]).T @ x / p
+        hmh = h @ m @ h
+        if without:
+            eama = f / s + (1.0 - 1.0 / s) * (p * hmh - f) / (p - 1)
+        else:
+            eama = f / s + (1.0 - 1.0 / s) * hmh
+        return eama - hmh
+
+    return apply
+
+
+def _fluctuation_matrix(data: LinearData, batch_size: int, noise: str) -> np.ndarray:
+    """Dense N²×N² matrix of :func:`_fluctuation_op` acting on row-major vec(M)."""
+    without = _check_noise(noise)
+    x, h, p, s = data.x, data.hessian, data.n_samples, batch_size
+    n = data.n_inputs
+    xx = (x[:, :, None] * x[:, None, :]).reshape(p, n * n)
+    f4 = xx.T @ xx / p
+    hh = np.kron(h, h)
+    if without:
+        eama = f4 / s + (1.0 - 1.0 / s) * (p * hh - f4) / (p - 1)
+    else:
+        eama = f4 / s + (1.0 - 1.0 / s) * hh
+    return eama - hh
+
+
+def _mean_update(data: LinearData, lr: float, momentum: float) -> np.ndarray:
+    n = data.n_inputs
+    eye = np.eye(n)
+    if momentum == 0.0:
+        return eye - lr * data.hessian
+    top = np.hstack([(1.0 + momentum) * eye - lr * data.hessian, -momentum * eye])
+    bottom = np.hstack([eye, np.zeros((n, n))])
+    return np.vstack([top, bottom])
+
+
+def stationary_second_moment(data: LinearData, lr: float, batch_size: int, momentum: float = 0.0,
+                             noise: str = "minibatch") -> np.ndarray:
+    """Exact stationary E[(w − ŵ)(w − ŵ)ᵀ] of SGD, shape (N, N).
+
+    Args:
+        data: the data set.
+        lr: learning rate λ (> 0).
+        batch_size: minibatch size S (1 <= S <= P).
+        momentum: heavy-ball μ in [0, 1).
+        noise: ``minibatch`` (without replacement) or ``minibatch_replace``.
+
+    Returns:
+        M, symmetric. All entries are ``inf`` when no stationary state exists (the second
+        moment diverges: λ beyond the stability limit of the noisy dynamics).
+    """
+    n = data.n_inputs
+    c = noise_covariance(data, batch_size, noise)
+    b = _mean_update(data, lr, momentum)
+    d = b.shape[0]  # n or 2n
+    rhs = np.zeros((d, d))
+    rhs[:n, :n] = lr * lr * c
+    unknowns = d * d
+    if unknowns <= DIRECT_MAX_UNKNOWNS:
+        op = np.eye(unknowns) - np.kron(b, b)
+        fl = _fluctuation_matrix(data, batch_size, noise)
+        if d == n:
+            op -= lr * lr * fl
+        else:  # embed the N²×N² block acting on the top-left block of Z
+            idx = (np.arange(n)[:, None] * d + np.arange(n)[None, :]).ravel()
+            op[np.ix_(idx, idx)] -= lr * lr * fl
+        z = np.linalg.solve(op, rhs.ravel()).reshape(d, d)
+    else:
+        fl_op = _fluctuation_op(data, batch_size, noise)
+
+        def matvec(v: np.ndarray) -> np.ndarray:
+            zz = v.reshape(d, d)
+            out = zz - b @ zz @ b.T
+            out[:n, :n] -= lr * lr * fl_op(zz[:n, :n])
+            return out.ravel()
+
+        lin = spla.LinearOperator((unknowns, unknowns), matvec=matvec, dtype=float)
+        sol, info = spla.gmres(lin, rhs.ravel(), rtol=1e-12, atol=0.0, restart=200, maxiter=2000)
+        if info != 0:
+            raise RuntimeError(f"GMRES did not converge (info={info}) for lr={lr}, "
+                               f"batch_size={batch_size}, momentum={momentum}")
+        z = sol.reshape(d, d)
+    m = z[:n, :n]
+    m = 0.5 * (m + m.T)
+    if not np.all(np.isfinite(m)) or np.any(np.linalg.eigvalsh(m) < -1e-12 * abs(np.trace(m))):
+        # a negative "second moment" means the linear system has no stationary solution
+        return np.full((n, n), np.inf)
+    return m
+
+
+def weight_var(m: np.ndarray) -> float:
+    """Mean per-coordinate variance Tr(M)/N."""
+    return float(np.trace(m) / m.shape[0])
+
+
+def training_loss(data: LinearData, m: np.ndarray) -> float:
+    """Stationary E[L(w)] = L(ŵ) + ½ Tr(H M) (exact for the quadratic loss)."""
+    return float(data.loss_min + 0.5 * np.sum(data.hessian * m))

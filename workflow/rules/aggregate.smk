@@ -1,0 +1,13 @@
+# All point stores of the sweep → one xarray/Zarr ensemble.
+
+
+rule aggregate:
+    input:
+        sweep=str(PLAN.sweep_spec),
+        receipts=expand(str(PLAN.root / "shards" / "{shard}.json"), shard=SHARDS),
+    output:
+        ensemble=directory(str(PLAN.ensemble)),
+    log:
+        str(PLAN.root / "logs" / "aggregate.log"),
+    shell:
+        "python -m sgdsweep aggregate {input.sweep} --out {output.ensemble} --log {log}"

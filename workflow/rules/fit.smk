@@ -1,0 +1,13 @@
+# Scaling-law fits on the ensemble.
+
+
+rule fit:
+    input:
+        ensemble=str(PLAN.ensemble),
+        spec=str(PLAN.fit_spec),
+    output:
+        fits=str(PLAN.fits),
+    log:
+        str(PLAN.root / "logs" / "fit.log"),
+    shell:
+        "python -m sgdsweep fit {input.ensemble} --spec {input.spec} --out {output.fits} --log {log}"
