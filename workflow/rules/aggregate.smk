@@ -9,5 +9,7 @@ rule aggregate:
         ensemble=directory(str(PLAN.ensemble)),
     log:
         str(PLAN.root / "logs" / "aggregate.log"),
+    conda:
+        "../../envs/sgdsweep.yaml"
     shell:
         "python -m sgdsweep aggregate {input.sweep} --out {output.ensemble} --log {log}"

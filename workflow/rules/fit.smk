@@ -9,5 +9,7 @@ rule fit:
         fits=str(PLAN.fits),
     log:
         str(PLAN.root / "logs" / "fit.log"),
+    conda:
+        "../../envs/sgdsweep.yaml"
     shell:
         "python -m sgdsweep fit {input.ensemble} --spec {input.spec} --out {output.fits} --log {log}"

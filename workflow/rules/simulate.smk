@@ -11,8 +11,8 @@ rule simulate:
     params:
         execution=str(PLAN.execution_spec),
         cluster_dir=str(PLAN.cluster_dir),
-    resources:
-        dask_clients=1,
+    conda:
+        "../../envs/sgdsweep.yaml"
     shell:
         "python -m sgdsweep simulate-shard {input.spec} --receipt {output.receipt}"
         " --execution {params.execution} --cluster-dir {params.cluster_dir} --log {log}"
