@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import uuid
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -114,14 +115,14 @@ def build_ensemble(sweep_spec: dict[str, Any]) -> xr.Dataset:
         data_vars[k][2]["approximation"] = "none (exact for the finite data set and sampling scheme)"
 
     coord_vars: dict[str, Any] = {
-        "point": ("point", np.array([e["hash"] for e in entries], dtype="U"), _attrs(COORDS, "point")),
+        "point": ("point", np.array([e["hash"] for e in entries], dtype=object), _attrs(COORDS, "point")),
         "replica": ("replica", np.arange(n_rep), _attrs(COORDS, "replica")),
-        "shard": ("point", np.array([e["shard"] for e in entries], dtype="U"), _attrs(COORDS, "shard")),
+        "shard": ("point", np.array([e["shard"] for e in entries], dtype=object), _attrs(COORDS, "shard")),
     }
     for c, values in coords.items():
         arr = np.asarray(values)
         if arr.dtype.kind in "OU":
-            arr = arr.astype("U")
+            arr = arr.astype(object)  # variable-length UTF-8 strings in Zarr 3
         coord_vars[c] = ("point", arr, _attrs(COORDS, c))
     ds = xr.Dataset(data_vars=data_vars, coords=coord_vars)
     ds.attrs.update({
@@ -142,7 +143,9 @@ def write_ensemble(ds: xr.Dataset, path: str | Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
     try:
-        ds.to_zarr(tmp, mode="w", zarr_format=3, consolidated=True)
+        with warnings.catch_warnings():  # consolidated metadata: not in the v3 spec, read by xarray
+            warnings.filterwarnings("ignore", message="Consolidated metadata", category=UserWarning)
+            ds.to_zarr(tmp, mode="w", zarr_format=3, consolidated=True)
         old = None
         if path.exists():
             old = path.with_name(f".{path.name}.old-{uuid.uuid4().hex[:8]}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import difflib
 import functools
+import re
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -45,6 +46,26 @@ def _extend_with_default(validator_class: type) -> type:
 
 
 _DefaultFillingValidator = _extend_with_default(jsonschema.Draft202012Validator)
+
+#: Names from the papers and other tools, mapped to sgdsweep's one name per concept.
+ALIASES = {
+    "learning_rate": "lr", "eta": "lr", "alpha": "lr", "step_size": "lr", "epsilon": "lr",
+    "batch": "batch_size", "batchsize": "batch_size", "minibatch_size": "batch_size",
+    "mu": "momentum", "beta": "momentum",
+    "p_over_n": "samples_per_param", "alpha_data": "samples_per_param", "n_samples": "samples_per_param",
+    "width": "hidden_width", "n_hidden": "hidden_width", "hidden": "hidden_width",
+    "noise_type": "noise", "sigma": "label_noise", "n": "n_inputs", "dim": "n_inputs",
+    "n_steps": "steps", "iterations": "steps", "n_replicas": "replicas", "burnin": "burn_in",
+}
+
+
+def suggest(name: str, allowed: list[str]) -> str | None:
+    """The allowed key that ``name`` most likely meant, if any."""
+    alias = ALIASES.get(name.lower())
+    if alias in allowed:
+        return alias
+    close = difflib.get_close_matches(name, allowed, n=1, cutoff=0.5)
+    return close[0] if close else None
 
 
 def key_path(parts: Iterable[object]) -> str:
@@ -88,24 +109,71 @@ def _constraint_words(error: ValidationError) -> str:
     return error.message
 
 
+def _branch_errors(error: ValidationError) -> list[ValidationError] | None:
+    """For a failed ``oneOf`` "value or list of values": the errors of the branch that fits the
+    instance's shape (the list branch for a list, the scalar branch otherwise)."""
+    branches = error.validator_value
+    want_array = isinstance(error.instance, list)
+    chosen = [i for i, b in enumerate(branches) if (b.get("type") == "array") == want_array]
+    if len(chosen) != 1:
+        return None
+    errs = [e for e in error.context if e.relative_schema_path and e.relative_schema_path[0] == chosen[0]]
+    return errs or None
+
+
 def _to_config_error(error: ValidationError) -> ConfigError:
+    if error.validator == "oneOf" and error.context:
+        branch = _branch_errors(error)
+        if branch:
+            return _to_config_error(best_match(branch))
+        words = " or ".join(dict.fromkeys(_constraint_words(e) for e in error.context))
+        desc = " ".join((error.schema.get("description") or "").split())
+        return ConfigError(key_path(error.absolute_path), error.instance,
+                           words + (f" ({desc})" if desc else ""))
     path = list(error.absolute_path)
     key = key_path(path)
     if error.validator == "additionalProperties":
         allowed = sorted(error.schema.get("properties", {}))
         unexpected = sorted(set(error.instance) - set(allowed))
         name = unexpected[0]
-        close = difflib.get_close_matches(name, allowed, n=1, cutoff=0.5)
-        hint = f"Did you mean '{close[0]}'?" if close else "Remove it or check its spelling."
+        close = suggest(name, allowed)
+        hint = f"Did you mean '{close}'?" if close else "Remove it or check its spelling."
         return ConfigError(key_path(path + [name]), error.instance[name],
                            "known keys: " + ", ".join(allowed), f"Unknown key. {hint}")
     if error.validator == "required":
         return ConfigError(key, None, f"the key(s) {error.validator_value}", "A required key is missing.")
-    description = error.schema.get("description", "")
+    description = " ".join(error.schema.get("description", "").split())
     allowed = _constraint_words(error)
     if description and error.validator not in ("additionalProperties",):
         allowed = f"{allowed} ({description})"
     return ConfigError(key, error.instance, allowed)
+
+
+#: Numeric keys whose values YAML 1.1 (PyYAML, Snakemake) may hand over as strings: ``1e-1`` has
+#: no dot, so PyYAML reads it as the string "1e-1". YAML 1.2 and every physicist read a number.
+NUMBER_KEYS = frozenset({"lr", "momentum", "samples_per_param", "label_noise", "burn_in_relaxations",
+                         "divergence_threshold", "confidence"})
+_EXPONENT_FLOAT = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)[eE][-+]?\d+$")
+
+
+def _as_number(value: Any) -> Any:
+    if isinstance(value, str) and _EXPONENT_FLOAT.match(value.strip()):
+        return float(value)
+    return value
+
+
+def normalise_numbers(node: Any) -> Any:
+    """Copy of ``node`` where numeric keys' values written like ``1e-1`` are floats."""
+    if isinstance(node, dict):
+        out = {}
+        for k, v in node.items():
+            if k in NUMBER_KEYS:
+                v = [_as_number(x) for x in v] if isinstance(v, list) else _as_number(v)
+            out[k] = normalise_numbers(v)
+        return out
+    if isinstance(node, list):
+        return [normalise_numbers(v) for v in node]
+    return node
 
 
 def validate_and_fill(raw: dict[str, Any]) -> dict[str, Any]:
@@ -116,7 +184,7 @@ def validate_and_fill(raw: dict[str, Any]) -> dict[str, Any]:
     """
     if not isinstance(raw, dict):
         raise ConfigError("<config>", raw, "a YAML mapping of keys to values (e.g. 'grid: {...}')")
-    filled = copy.deepcopy(raw)
+    filled = normalise_numbers(copy.deepcopy(raw))
     validator = _DefaultFillingValidator(load_schema())
     error = best_match(validator.iter_errors(filled))
     if error is not None:

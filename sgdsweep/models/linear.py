@@ -78,17 +78,17 @@ def check_point(params: Mapping[str, Any], where: str) -> None:
     ``where`` names the point in messages (``"grid point lr=0.1, batch_size=4"``).
     """
     if params["noise"] not in NOISE_TYPES:
-        raise ConfigError("noise", params["noise"], "for model.kind linear: " + ", ".join(NOISE_TYPES),
+        raise ConfigError("grid.noise", params["noise"], "for model.kind linear: " + ", ".join(NOISE_TYPES),
                           f"At {where}.")
     p, n = n_samples(params), params["n_inputs"]
     if p <= n:
         raise ConfigError(
-            "samples_per_param", params["samples_per_param"],
+            "grid.samples_per_param", params["samples_per_param"],
             f"a value with P = round(N·samples_per_param) > N = {n} (got P = {p})",
             "With P <= N the data are interpolated: the minimiser is not unique and there are "
             f"no stationary fluctuations. At {where}.")
     if params["batch_size"] > p:
-        raise ConfigError("batch_size", params["batch_size"],
+        raise ConfigError("grid.batch_size", params["batch_size"],
                           f"at most the number of samples P = {p}", f"At {where}.")
 
 

@@ -1,0 +1,68 @@
+"""Shared fixtures: a tiny valid config and helpers to run the real workflow."""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+
+TINY: dict[str, Any] = {
+    "sweep": "tiny",
+    "seed": 3,
+    "model": {"kind": "linear", "n_inputs": 4, "label_noise": 0.5},
+    "dynamics": {"steps": 3000, "replicas": 8},
+    "grid": {"lr": [0.2, 0.4], "batch_size": [2, 4], "samples_per_param": 10},
+    "execution": {"workers": 2, "points_per_task": 2},
+}
+
+
+def tiny_config(**sections: Any) -> dict[str, Any]:
+    """A deep copy of :data:`TINY` with top-level sections replaced or updated."""
+    cfg = copy.deepcopy(TINY)
+    for key, value in sections.items():
+        if isinstance(value, dict) and isinstance(cfg.get(key), dict):
+            cfg[key].update(value)
+        else:
+            cfg[key] = value
+    return cfg
+
+
+def write_yaml(path: Path, data: Any) -> Path:
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def run_snakemake(workdir: Path, configfile: Path | None = None, *extra: str,
+                  env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run the real ``snakemake`` on the repository's Snakefile in ``workdir``."""
+    cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"),
+           "--directory", str(workdir), "--cores", "2"]
+    if configfile is not None:
+        cmd += ["--configfile", str(configfile)]
+    cmd += list(extra)
+    full_env = {**os.environ, **(env or {})}
+    full_env.pop("SGDSWEEP_RUN_ID", None)
+    full_env.pop("SGDSWEEP_SCHEDULER", None) if env is None or "SGDSWEEP_SCHEDULER" not in env else None
+    return subprocess.run(cmd, cwd=workdir, env=full_env, capture_output=True, text=True, timeout=timeout)
+
+
+def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+            timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run ``python -m sgdsweep ARGS`` in a subprocess."""
+    full_env = {**os.environ, **(env or {})}
+    full_env["PYTHONPATH"] = str(REPO) + os.pathsep + full_env.get("PYTHONPATH", "")
+    return subprocess.run([sys.executable, "-m", "sgdsweep", *args], cwd=cwd, env=full_env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def tiny() -> dict[str, Any]:
+    return tiny_config()

@@ -1,0 +1,162 @@
+"""Config validation: defaults, grid expansion, and a catalogue of bad configs."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from sgdsweep.config import build_sweep, load_sweep
+from sgdsweep.errors import ConfigError
+
+from conftest import REPO, TINY, tiny_config, write_yaml
+
+
+def test_default_config_is_valid_and_has_16_points():
+    sweep = load_sweep(REPO / "config" / "config.yaml")
+    assert len(sweep.points) == 16
+    assert {p.params["lr"] for p in sweep.points} == {0.05, 0.1, 0.2, 0.4}
+    assert {p.params["batch_size"] for p in sweep.points} == {2, 4, 8, 16}
+    assert all(p.params["replicas"] >= 64 for p in sweep.points)
+    assert len(sweep.shards) == 1  # one data set: one Snakemake job
+
+
+def test_defaults_are_filled():
+    sweep = build_sweep({"grid": {"lr": 0.1, "batch_size": 4, "samples_per_param": 8}})
+    cfg = sweep.config
+    assert cfg["sweep"] == "default" and cfg["results_dir"] == "results" and cfg["seed"] == 0
+    assert cfg["model"] == {"kind": "linear", "n_inputs": 20, "label_noise": 0.5}
+    assert cfg["dynamics"]["burn_in"] == "auto" and cfg["dynamics"]["replicas"] == 64
+    assert cfg["grid"]["momentum"] == 0.0 and cfg["grid"]["noise"] == "minibatch"
+    assert cfg["fit"]["power_law"] == {"enabled": True, "confidence": 0.95}
+    assert cfg["execution"]["scheduler"] is None
+    (point,) = sweep.points
+    assert point.burn_in > 0 and point.params["momentum"] == 0.0
+
+
+def test_cartesian_product_zip_and_points():
+    cfg = tiny_config(grid={"lr": [0.1, 0.2, 0.3], "batch_size": [2, 4, 8], "momentum": [0.0, 0.5],
+                            "zip": [["lr", "batch_size"]]})
+    sweep = build_sweep(cfg)
+    pairs = {(p.params["lr"], p.params["batch_size"], p.params["momentum"]) for p in sweep.points}
+    assert pairs == {(lr, s, m) for lr, s in [(0.1, 2), (0.2, 4), (0.3, 8)] for m in (0.0, 0.5)}
+    cfg = tiny_config(grid={"lr": 0.1, "batch_size": 2},
+                      points=[{"lr": 0.3, "batch_size": 4}, {"momentum": 0.5}])
+    got = [(p.params["lr"], p.params["batch_size"], p.params["momentum"]) for p in build_sweep(cfg).points]
+    assert got == [(0.3, 4, 0.0), (0.1, 2, 0.5)]
+    cfg = tiny_config(points=[{"lr": 0.3, "batch_size": 4}])  # grid lists + explicit point
+    assert len(build_sweep(cfg).points) == 5
+
+
+def test_gridding_a_model_key():
+    cfg = tiny_config(grid={"label_noise": [0.1, 0.5]})
+    cfg["model"].pop("label_noise")
+    sweep = build_sweep(cfg)
+    assert len(sweep.points) == 8 and len(sweep.shards) == 2  # label noise changes the data
+    assert "label_noise" in sweep.coords
+
+
+def _set(cfg, dotted, value):
+    *parents, last = dotted.split(".")
+    node = cfg
+    for p in parents:
+        node = node.setdefault(p, {})
+    if value is _DELETE:
+        node.pop(last, None)
+    else:
+        node[last] = value
+    return cfg
+
+
+_DELETE = object()
+
+# (id, {dotted key: value}, substrings the message must contain)
+BAD_CONFIGS = [
+    ("unknown_top_level_key", {"sweeps": "x"}, ["'sweeps'", "Did you mean 'sweep'"]),
+    ("misspelled_axis", {"grid.learning_rate": [0.1]}, ["grid.learning_rate", "Did you mean 'lr'"]),
+    ("misspelled_axis_close", {"grid.batch_sizes": [2]}, ["grid.batch_sizes", "Did you mean 'batch_size'"]),
+    ("lr_zero", {"grid.lr": [0.1, 0.0]}, ["grid.lr[1]", "0.0", "> 0"]),
+    ("lr_negative_scalar", {"grid.lr": -0.1}, ["grid.lr", "-0.1", "> 0"]),
+    ("batch_size_above_samples", {"grid.batch_size": [2, 41]}, ["grid.batch_size", "41", "P = 40"]),
+    ("non_integer_hidden_width", {"grid.hidden_width": 2.5}, ["grid.hidden_width", "2.5", "integer"]),
+    ("hidden_width_for_linear", {"grid.hidden_width": 4}, ["grid.hidden_width", "linear"]),
+    ("unknown_noise", {"grid.noise": "pink"}, ["grid.noise", "'pink'", "minibatch"]),
+    ("noise_not_supported_by_model", {"grid.noise": "epoch"}, ["grid.noise", "'epoch'", "minibatch_replace"]),
+    ("empty_axis", {"grid.lr": []}, ["grid.lr", "[]", "at least 1"]),
+    ("duplicate_values", {"grid.lr": [0.1, 0.2, 0.1]}, ["grid.lr", "distinct"]),
+    ("duplicate_values_spelled_differently", {"grid.lr": [0.1, 1e-1]}, ["grid.lr", "distinct"]),
+    ("burn_in_at_least_steps", {"dynamics.burn_in": 3000}, ["dynamics.burn_in", "3000", "below dynamics.steps"]),
+    ("auto_burn_in_too_long", {"grid.lr": [0.001, 0.2]}, ["dynamics.burn_in", "'auto'", "Raise dynamics.steps"]),
+    ("one_replica", {"dynamics.replicas": 1}, ["dynamics.replicas", "1", ">= 2"]),
+    ("momentum_one", {"grid.momentum": 1.0}, ["grid.momentum", "< 1"]),
+    ("zip_unequal_lengths", {"grid.zip": [["lr", "batch_size"]], "grid.batch_size": [2, 4, 8]},
+     ["grid.zip[0]", "equal lengths"]),
+    ("zip_unknown_axis", {"grid.zip": [["lr", "speed"]]}, ["grid.zip[0]", "'speed'"]),
+    ("missing_lr", {"grid.lr": _DELETE}, ["grid.lr", "None", "add it to grid"]),
+    ("samples_per_param_at_most_one", {"grid.samples_per_param": 1.0}, ["samples_per_param", "P <= N"]),
+    ("steps_not_integer", {"dynamics.steps": 100.5}, ["dynamics.steps", "100.5", "integer"]),
+    ("sweep_name_escapes", {"sweep": "../elsewhere"}, ["'sweep'", "../elsewhere", "matching"]),
+    ("negative_label_noise", {"model.label_noise": -1}, ["model.label_noise", "-1", ">= 0"]),
+    ("unknown_model", {"model.kind": "mlp"}, ["model.kind", "'mlp'", "linear"]),
+    ("bad_scheduler_address", {"execution.scheduler": "localhost:8786"}, ["execution.scheduler", "localhost:8786"]),
+    ("key_in_model_and_grid", {"grid.label_noise": [0.1, 0.2]}, ["grid.label_noise", "both model and grid"]),
+    ("point_misses_swept_axis", {"points": [{"batch_size": 2}]}, ["points[0]", "'lr'"]),
+    ("point_unknown_key", {"points": [{"lr": 0.1, "speed": 2}]}, ["points[0].speed"]),
+    ("confidence_out_of_range", {"fit.power_law.confidence": 95}, ["fit.power_law.confidence", "95", "< 1"]),
+    ("grid_not_a_mapping", {"grid": [0.1, 0.2]}, ["'grid'", "object"]),
+]
+
+
+@pytest.mark.parametrize("changes,expected", [c[1:] for c in BAD_CONFIGS], ids=[c[0] for c in BAD_CONFIGS])
+def test_bad_config_is_refused_with_a_clear_message(changes, expected):
+    cfg = copy.deepcopy(TINY)
+    for key, value in changes.items():
+        _set(cfg, key, value)
+    with pytest.raises(ConfigError) as info:
+        build_sweep(cfg)
+    msg = str(info.value)
+    for part in expected:
+        assert part in msg, f"{part!r} not in message: {msg}"
+
+
+def test_at_least_15_distinct_bad_configs():
+    assert len({c[0] for c in BAD_CONFIGS}) >= 15
+
+
+def test_yaml_file_errors(tmp_path):
+    with pytest.raises(ConfigError, match="existing YAML file"):
+        load_sweep(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("grid: [unclosed\n")
+    with pytest.raises(ConfigError, match="YAML parse error"):
+        load_sweep(bad)
+    write_yaml(tmp_path / "list.yaml", [1, 2])
+    with pytest.raises(ConfigError, match="mapping"):
+        load_sweep(tmp_path / "list.yaml")
+    unsafe = tmp_path / "unsafe.yaml"
+    unsafe.write_text("sweep: !!python/object/apply:os.system ['echo hi']\n")
+    with pytest.raises(ConfigError, match="YAML parse error"):
+        load_sweep(unsafe)  # safe_load refuses Python tags
+
+
+def test_config_is_not_mutated():
+    cfg = tiny_config()
+    before = yaml.safe_dump(cfg)
+    build_sweep(cfg)
+    assert yaml.safe_dump(cfg) == before
+
+
+def test_float_spellings_in_yaml_are_one_value(tmp_path):
+    text = "grid:\n  lr: [{}]\n  batch_size: 2\n  samples_per_param: 10\nmodel: {{n_inputs: 4}}\n"
+    hashes = []
+    for spelling in ("0.1", "1e-1", "0.10", "1.0e-1"):
+        path = tmp_path / "c.yaml"
+        path.write_text(text.format(spelling))
+        (point,) = load_sweep(path).points
+        assert point.params["lr"] == 0.1
+        hashes.append(point.hash)
+    assert len(set(hashes)) == 1
+    path.write_text(text.format("0.1, 1e-1"))
+    with pytest.raises(ConfigError, match="distinct"):
+        load_sweep(path)

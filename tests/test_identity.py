@@ -1,0 +1,65 @@
+"""Point identity (content hashes) and sharding."""
+
+from __future__ import annotations
+
+import pytest
+
+from sgdsweep.config import build_sweep
+from sgdsweep.identity import canonical_json, content_hash
+
+from conftest import tiny_config
+
+
+def test_key_order_and_float_spelling_do_not_change_the_hash():
+    a = {"lr": 0.1, "batch_size": 4, "noise": "minibatch"}
+    b = {"noise": "minibatch", "batch_size": 4, "lr": 1e-1}
+    c = {"batch_size": 4, "lr": float("0.10"), "noise": "minibatch"}
+    assert content_hash(a) == content_hash(b) == content_hash(c)
+    assert canonical_json(a) == canonical_json(b)
+
+
+def test_different_values_change_the_hash():
+    base = {"lr": 0.1, "batch_size": 4}
+    assert content_hash(base) != content_hash({"lr": 0.1000001, "batch_size": 4})
+    assert content_hash(base) != content_hash({"lr": 0.1, "batch_size": 5})
+    assert content_hash(base) != content_hash({"lr": 0.1, "batch_size": 4, "momentum": 0.0})
+
+
+def test_non_finite_values_are_refused():
+    with pytest.raises(ValueError, match="non-finite"):
+        content_hash({"lr": float("nan")})
+
+
+def test_defaults_filled_before_hashing():
+    explicit = tiny_config(dynamics={"burn_in": "auto", "init": "zero"}, grid={"momentum": 0.0, "noise": "minibatch"})
+    implicit = tiny_config()
+    assert [p.hash for p in build_sweep(explicit).points] == [p.hash for p in build_sweep(implicit).points]
+
+
+def test_integer_and_float_spellings_of_a_float_key_hash_alike():
+    a = build_sweep(tiny_config(grid={"lr": [1, 0.5], "batch_size": 2}, dynamics={"burn_in": 100}))
+    b = build_sweep(tiny_config(grid={"lr": [1.0, 0.5], "batch_size": 2}, dynamics={"burn_in": 100}))
+    assert [p.hash for p in a.points] == [p.hash for p in b.points]
+
+
+def test_fit_report_and_execution_do_not_change_point_hashes():
+    base = build_sweep(tiny_config())
+    other = build_sweep(tiny_config(fit={"power_law": {"confidence": 0.9}}, report={"title": "x"},
+                                    execution={"workers": 1, "points_per_task": 1}))
+    assert [p.hash for p in base.points] == [p.hash for p in other.points]
+    assert base.sweep_hash == other.sweep_hash and base.config_hash != other.config_hash
+
+
+def test_model_parameter_changes_every_hash():
+    base = build_sweep(tiny_config())
+    other = build_sweep(tiny_config(model={"label_noise": 0.3}))
+    assert not {p.hash for p in base.points} & {p.hash for p in other.points}
+
+
+def test_shards_group_points_sharing_data():
+    sweep = build_sweep(tiny_config(grid={"samples_per_param": [10, 20], "momentum": [0.0, 0.5]}))
+    assert len(sweep.points) == 16
+    assert len(sweep.shards) == 2  # lr, batch_size and momentum vary inside a shard
+    for points in sweep.shards.values():
+        assert len({p.params["samples_per_param"] for p in points}) == 1
+        assert len(points) == 8

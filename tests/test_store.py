@@ -1,0 +1,81 @@
+"""Point stores (atomic, complete-or-absent) and the ensemble round trip."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from sgdsweep import store
+from sgdsweep.aggregate import build_ensemble, open_ensemble, write_ensemble
+from sgdsweep.config import build_sweep
+from sgdsweep.errors import StoreError
+from sgdsweep.execute import make_batches
+from sgdsweep.plan import write_plan
+from sgdsweep.simulate import simulate_points
+
+from conftest import tiny_config
+
+
+def test_point_store_round_trip_and_atomicity(tmp_path):
+    path = store.point_path(tmp_path, "abc123")
+    arrays = {"x": (("replica",), np.arange(4.0)), "m": (("param", "param_t"), np.eye(2))}
+    assert store.write_point(path, arrays, {"summary": {"weight_var": 1.5}, "params": {"lr": 0.1}})
+    assert store.is_complete(path)
+    assert store.read_attrs(path)["summary"]["weight_var"] == 1.5
+    np.testing.assert_array_equal(store.read_array(path, "x"), np.arange(4.0))
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".")]  # no temporary left behind
+    # an existing complete store is kept, not overwritten
+    assert not store.write_point(path, {"x": (("replica",), np.zeros(4))}, {"summary": {}})
+    np.testing.assert_array_equal(store.read_array(path, "x"), np.arange(4.0))
+    ds = xr.open_zarr(path)  # point stores open with plain xarray too
+    assert ds["m"].dims == ("param", "param_t")
+
+
+def test_incomplete_or_corrupt_store_is_detected(tmp_path):
+    path = store.point_path(tmp_path, "dead")
+    path.mkdir()
+    assert not store.is_complete(path)
+    (path / "zarr.json").write_text("{not json")
+    assert not store.is_complete(path)
+    with pytest.raises(StoreError, match="rerun the workflow"):
+        store.read_attrs(path)
+    (path / "zarr.json").write_text(json.dumps({"zarr_format": 3, "node_type": "group", "attributes": {}}))
+    with pytest.raises(StoreError, match="incomplete"):
+        store.read_attrs(path)
+    # a rewrite replaces the incomplete leftover
+    assert store.write_point(path, {"x": (("replica",), np.ones(2))}, {"summary": {}})
+    assert store.is_complete(path)
+
+
+def test_simulate_aggregate_round_trip(tmp_path):
+    cfg = tiny_config(results_dir=str(tmp_path / "results"), dynamics={"steps": 1500, "replicas": 4})
+    sweep = build_sweep(cfg)
+    files = write_plan(sweep)
+    specs = [p.spec() for p in sweep.points]
+    for batch in make_batches(specs, 3):
+        simulate_points(batch, str(files.points_dir))
+    ds = build_ensemble(json.loads(files.sweep_spec.read_text()))
+    write_ensemble(ds, files.ensemble)
+    back = xr.open_zarr(files.ensemble)
+    assert back.sizes == {"point": 4, "replica": 4}
+    for name in ("weight_var", "weight_var_se", "weight_var_theory", "loss", "diverged"):
+        assert name in back and back[name].dims == ("point",)
+        assert {"long_name", "units", "description"} <= set(back[name].attrs)
+    assert "formula" in back["weight_var_theory"].attrs
+    for axis in ("lr", "batch_size", "momentum", "samples_per_param", "noise"):
+        assert back[axis].dims == ("point",)
+    assert list(back["point"].values) == [p.hash for p in sweep.points]
+    np.testing.assert_array_equal(back["weight_var"].values, ds["weight_var"].values)
+    assert json.loads(back.attrs["config"])["model"]["n_inputs"] == 4
+    assert back.attrs["sweep_hash"] == sweep.sweep_hash
+    assert "numpy" in json.loads(back.attrs["package_versions"])
+    grid = open_ensemble(files.ensemble, grid=True)
+    assert grid["weight_var"].sizes == {"lr": 2, "batch_size": 2}
+    # rewriting replaces the ensemble atomically
+    write_ensemble(ds.isel(point=[0]), files.ensemble)
+    assert xr.open_zarr(files.ensemble).sizes["point"] == 1
+    assert not [p for p in os.listdir(files.root) if p.startswith(".ensemble")]
