@@ -177,6 +177,23 @@ def serve(state_path: Path, workers: int, run_id: str) -> None:
                 Path(state_path).unlink()
 
 
+def _check_workers_import_sgdsweep(client: Any, address: str) -> None:
+    """Fail clearly when an existing cluster's workers cannot run sgdsweep's tasks."""
+    import importlib.util  # noqa: F401  (used on the workers through the lambda)
+
+    found = client.run(lambda: importlib.util.find_spec("sgdsweep") is not None)
+    missing = [w for w, ok in found.items() if not ok]
+    if not found:
+        raise SgdsweepError(f"the Dask scheduler at {address} has no workers; start some "
+                            f"(dask worker {address})")
+    if not client.run_on_scheduler(lambda: importlib.util.find_spec("sgdsweep") is not None):
+        missing = ["scheduler"] + missing
+    if missing:
+        raise SgdsweepError(f"Dask workers/scheduler {', '.join(missing)} of the scheduler at {address} cannot "
+                            "import sgdsweep: install sgdsweep in the workers' environment "
+                            "(pip install -e <repository>) or start them with PYTHONPATH=<repository>")
+
+
 @contextlib.contextmanager
 def dask_client(execution: Mapping[str, Any], cluster_dir: Path) -> Iterator[Any]:
     """A connected ``distributed.Client`` per the rules in the module docstring."""
@@ -192,6 +209,7 @@ def dask_client(execution: Mapping[str, Any], cluster_dir: Path) -> Iterator[Any
             raise SgdsweepError(f"cannot connect to the Dask scheduler at {address} ({exc}); check "
                                 f"that it runs, or unset {SCHEDULER_ENV} / execution.scheduler") from None
         with client:
+            _check_workers_import_sgdsweep(client, address)
             yield client
         return
     workers = worker_count(execution)

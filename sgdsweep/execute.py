@@ -55,7 +55,8 @@ def run_shard(spec_path: Path, receipt_path: Path, execution: Mapping[str, Any],
     """
     t0 = time.perf_counter()
     spec = json.loads(Path(spec_path).read_text())
-    shard, points_dir, points = spec["shard"], spec["points_dir"], spec["points"]
+    shard, points = spec["shard"], spec["points"]
+    points_dir = str(Path(spec["points_dir"]).resolve())  # workers may run in another directory
     todo = [p for p in points if not is_complete(point_path(points_dir, p["hash"]))]
     n_cached = len(points) - len(todo)
     log.info("shard %s: %d points, %d already stored, %d to simulate", shard, len(points), n_cached, len(todo))

@@ -38,11 +38,11 @@ def _point_result(data, params: Mapping[str, Any], burn_in: int, sums, lanes: sl
     count = sums.count[lanes]
     div = sums.diverged_step[lanes]
     ok = (div < 0) & (count > 0)
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         m_rep = sums.sum_outer[lanes] / count[:, None, None]
         mean_rep = sums.sum_delta[lanes] / count[:, None]
-    var_rep = np.where(ok, np.trace(m_rep, axis1=1, axis2=2) / n, np.nan)
-    loss_rep = np.where(ok, data.loss_min + 0.5 * np.einsum("ij,rij->r", data.hessian, m_rep), np.nan)
+        var_rep = np.where(ok, np.trace(m_rep, axis1=1, axis2=2) / n, np.nan)
+        loss_rep = np.where(ok, data.loss_min + 0.5 * np.einsum("ij,rij->r", data.hessian, m_rep), np.nan)
     n_ok = int(ok.sum())
 
     def mean_se(values: np.ndarray) -> tuple[float, float]:

@@ -31,7 +31,7 @@ def test_point_store_round_trip_and_atomicity(tmp_path):
     # an existing complete store is kept, not overwritten
     assert not store.write_point(path, {"x": (("replica",), np.zeros(4))}, {"summary": {}})
     np.testing.assert_array_equal(store.read_array(path, "x"), np.arange(4.0))
-    ds = xr.open_zarr(path)  # point stores open with plain xarray too
+    ds = xr.open_zarr(path, consolidated=False)  # point stores open with plain xarray too
     assert ds["m"].dims == ("param", "param_t")
 
 

@@ -164,5 +164,7 @@ def weight_var(m: np.ndarray) -> float:
 
 
 def training_loss(data: LinearData, m: np.ndarray) -> float:
-    """Stationary E[L(w)] = L(ŵ) + ½ Tr(H M) (exact for the quadratic loss)."""
+    """Stationary E[L(w)] = L(ŵ) + ½ Tr(H M) (exact for the quadratic loss); inf without a stationary state."""
+    if not np.all(np.isfinite(m)):
+        return float("inf")
     return float(data.loss_min + 0.5 * np.sum(data.hessian * m))
