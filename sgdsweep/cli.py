@@ -140,6 +140,41 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from .share import export_sweep
+
+    manifest = export_sweep(args.sweep_dir, args.dest)
+    print(f"exported sweep '{manifest['sweep']}' ({len(manifest['points'])} points, "
+          f"{len(manifest['members'])} members) to {args.dest}")
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from .share import verify
+
+    manifest = verify(args.file)
+    print(f"{args.file}: OK — sweep '{manifest['sweep']}', {len(manifest['points'])} points, "
+          f"{len(manifest['members'])} members match their SHA-256, schema {manifest['schema_version']}")
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from .share import import_sweep
+
+    target = import_sweep(args.file, args.results_dir)
+    print(f"imported into {target}/; re-run fits and report without simulating: "
+          f"sgdsweep run {target}/config.yaml")
+    return 0
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    from .share import merge_exports
+
+    manifest = merge_exports(args.files, args.out)
+    print(f"merged {len(args.files)} exports into {args.out}: {len(manifest['points'])} points")
+    return 0
+
+
 def cmd_cluster_daemon(args: argparse.Namespace) -> int:
     from .cluster import serve
 
@@ -176,6 +211,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("config")
     p.add_argument("-v", "--verbose", action="store_true", help="list every point")
     p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("export", help="write a finished sweep to one verifiable zip file (path or fsspec URL)")
+    p.add_argument("sweep_dir", help="results/<sweep>")
+    p.add_argument("dest", help="FILE.zip or an fsspec URL ending in .zip")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("verify", help="check an export's checksums and schema version")
+    p.add_argument("file")
+    p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("import", help="verify an export and place it under results/")
+    p.add_argument("file")
+    p.add_argument("--results-dir", default="results", help="where to place the sweep (default: results)")
+    p.set_defaults(func=cmd_import)
+
+    p = sub.add_parser("merge", help="merge exports of compatible sweeps (union of points)")
+    p.add_argument("files", nargs="+", help="two or more export files")
+    p.add_argument("--out", required=True, help="the merged export (.zip)")
+    p.set_defaults(func=cmd_merge)
 
     p = sub.add_parser("simulate-shard", help="(workflow) simulate one shard's missing points")
     p.add_argument("spec")

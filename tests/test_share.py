@@ -1,0 +1,185 @@
+"""Export, verify, import and merge of finished sweeps."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+import fsspec
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+
+from sgdsweep.aggregate import build_ensemble, write_ensemble
+from sgdsweep.config import build_sweep
+from sgdsweep.errors import UsageError
+from sgdsweep.execute import make_batches
+from sgdsweep.fit import fit_ensemble
+from sgdsweep.paths import atomic_write_text
+from sgdsweep.plan import write_plan
+from sgdsweep.share import ShareError, export_sweep, import_sweep, merge_exports, verify
+from sgdsweep.store import point_path
+
+from conftest import run_cli, run_snakemake, tiny_config
+
+
+def make_finished_sweep(root: Path, **sections) -> Path:
+    """Simulate, aggregate and fit a tiny sweep in-process (no report); return its directory."""
+    cfg = tiny_config(results_dir=str(root / "results"), dynamics={"steps": 1500, "replicas": 4}, **sections)
+    sweep = build_sweep(cfg)
+    files = write_plan(sweep)
+    for batch in make_batches([p.spec() for p in sweep.points], 4):
+        from sgdsweep.simulate import simulate_points
+
+        todo = [p for p in batch if not (point_path(files.points_dir, p["hash"]) / "zarr.json").exists()]
+        if todo:
+            simulate_points(todo, str(files.points_dir))
+    ds = build_ensemble(json.loads(files.sweep_spec.read_text()))
+    write_ensemble(ds, files.ensemble)
+    atomic_write_text(files.fits, json.dumps(fit_ensemble(ds, sweep.config["fit"])))
+    return files.root
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    root = tmp_path_factory.mktemp("share")
+    sweep_dir = make_finished_sweep(root)
+    dest = root / "tiny.zip"
+    manifest = export_sweep(sweep_dir, str(dest))
+    return sweep_dir, dest, manifest
+
+
+def test_export_opens_with_plain_xarray_and_carries_metadata(exported):
+    sweep_dir, dest, manifest = exported
+    assert manifest["schema_version"] == "sgdsweep-export/1" and len(manifest["points"]) == 4
+    with zarr.storage.ZipStore(dest, mode="r") as store:
+        ds = xr.open_zarr(store).load()
+    original = xr.open_zarr(sweep_dir / "ensemble.zarr").load()
+    xr.testing.assert_identical(ds.drop_attrs(), original.drop_attrs())
+    for name in list(ds.data_vars) + list(ds.coords):
+        assert {"long_name", "units", "description"} <= set(ds[name].attrs), name
+    assert "weight_var_theory" in ds and "power_law" in json.loads(ds.attrs["fits"])
+    with zipfile.ZipFile(dest) as zf:
+        names = zf.namelist()
+        assert "README.txt" in names and "fits.json" in names
+        assert sum(n.startswith("points/") and n.endswith(".zarr/zarr.json") for n in names) == 4
+        assert not any(n.endswith((".pkl", ".pickle")) for n in names)
+    proc = run_cli("verify", str(dest))
+    assert proc.returncode == 0 and "OK" in proc.stdout
+
+
+def _rewrite(src: Path, dest: Path, change) -> Path:
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dest, "w") as zout:
+        zout.comment = zin.comment
+        for info in zin.infolist():
+            data = change(info.filename, zin.read(info.filename))
+            if data is not None:
+                zout.writestr(info, data)
+    return dest
+
+
+@pytest.mark.parametrize("case,change,message", [
+    ("tampered_member", lambda n, d: d.replace(b'"float64"', b'"float32"') if n == "weight_var/zarr.json" else d,
+     "'weight_var/zarr.json' does not match its SHA-256"),
+    ("tampered_manifest", lambda n, d: d.replace(b'"sweep": "tiny"', b'"sweep": "evil"') if n == "sgdsweep-manifest.json" else d,
+     "does not match the checksum in the zip comment"),
+    ("removed_member", lambda n, d: None if n == "fits.json" else d, "'fits.json' listed in the manifest is missing"),
+    ("added_member", None, "not listed in the manifest"),
+])
+def test_tampered_exports_fail_verification(exported, tmp_path, case, change, message):
+    _, dest, _ = exported
+    bad = tmp_path / f"{case}.zip"
+    if change is None:
+        bad.write_bytes(dest.read_bytes())
+        with zipfile.ZipFile(bad, "a") as zf:
+            zf.writestr("extra.bin", b"x")
+    else:
+        _rewrite(dest, bad, change)
+    with pytest.raises(ShareError, match=message):
+        verify(bad)
+    proc = run_cli("verify", str(bad))
+    assert proc.returncode == 2 and message.split("'")[0] in proc.stderr
+
+
+def test_truncated_export_fails_verification(exported, tmp_path):
+    _, dest, _ = exported
+    data = dest.read_bytes()
+    for cut in (len(data) // 2, len(data) - 10):
+        bad = tmp_path / f"cut{cut}.zip"
+        bad.write_bytes(data[:cut])
+        with pytest.raises(ShareError, match="truncated|corrupted"):
+            verify(bad)
+    with pytest.raises(UsageError, match="not found"):
+        verify(tmp_path / "missing.zip")
+
+
+def test_export_to_fsspec_urls(exported, tmp_path):
+    sweep_dir, _, _ = exported
+    export_sweep(sweep_dir, "memory://sgdsweep-test/tiny.zip")
+    manifest = verify("memory://sgdsweep-test/tiny.zip")
+    assert len(manifest["points"]) == 4
+    with fsspec.open("memory://sgdsweep-test/tiny.zip", "rb") as fh:
+        assert fh.read(2) == b"PK"
+    url = f"file://{tmp_path}/via-url.zip"
+    export_sweep(sweep_dir, url)
+    assert verify(str(tmp_path / "via-url.zip"))["sweep"] == "tiny"
+    with pytest.raises(UsageError, match=r"\.zip"):
+        export_sweep(sweep_dir, str(tmp_path / "x.tar"))
+    with pytest.raises(UsageError, match="not a finished sweep"):
+        export_sweep(tmp_path, str(tmp_path / "y.zip"))
+
+
+def test_import_places_sweep_and_rerun_simulates_nothing(exported, tmp_path):
+    _, dest, manifest = exported
+    work = tmp_path / "other-machine"
+    work.mkdir()
+    proc = run_cli("import", str(dest), cwd=work)
+    assert proc.returncode == 0, proc.stderr
+    target = work / "results" / "tiny"
+    assert (target / "ensemble.zarr" / "zarr.json").is_file() and (target / "config.yaml").is_file()
+    assert len(list((target / "points").glob("*.zarr"))) == 4
+    # never overwrite: a second import is refused
+    again = run_cli("import", str(dest), cwd=work)
+    assert again.returncode == 2 and "already exists" in again.stderr
+    # the workflow on the imported config re-runs fits and report without simulating
+    run = run_snakemake(work, target / "config.yaml")
+    assert run.returncode == 0, run.stderr[-3000:]
+    log = next((target / "logs" / "simulate").glob("*.log")).read_text()
+    assert "0 to simulate" in log and "Dask dashboard" not in run.stdout + run.stderr
+    assert len(list((target / "points").glob("*.zarr"))) == 4
+    assert (target / "report.html").is_file()
+
+
+def test_merge_gives_union_and_refuses_conflicts(tmp_path):
+    a_dir = make_finished_sweep(tmp_path / "a", grid={"lr": [0.2, 0.4], "batch_size": [2]})
+    b_dir = make_finished_sweep(tmp_path / "b", grid={"lr": [0.4, 0.3], "batch_size": [2]})
+    a, b = tmp_path / "a.zip", tmp_path / "b.zip"
+    export_sweep(a_dir, str(a))
+    export_sweep(b_dir, str(b))
+    merged = merge_exports([str(a), str(b)], str(tmp_path / "ab.zip"))
+    assert len(merged["points"]) == 3  # lr 0.4 is in both and identical
+    with zarr.storage.ZipStore(tmp_path / "ab.zip", mode="r") as store:
+        ds = xr.open_zarr(store).load()
+    assert sorted(ds["lr"].values) == [0.2, 0.3, 0.4]
+    # importing the merge and running its config simulates nothing either
+    target = import_sweep(tmp_path / "ab.zip", tmp_path / "imported")
+    resolved = build_sweep(__import__("yaml").safe_load((target / "config.yaml").read_text()))
+    assert sorted(p.hash for p in resolved.points) == sorted(merged["points"])
+
+    # a conflicting duplicate: same point hash, different values
+    c_dir = make_finished_sweep(tmp_path / "c", grid={"lr": [0.4], "batch_size": [2]})
+    ens = c_dir / "ensemble.zarr"
+    ds_c = xr.open_zarr(ens).load()
+    ds_c["weight_var"] = ds_c["weight_var"] * 1.5
+    write_ensemble(ds_c, ens)
+    export_sweep(c_dir, str(tmp_path / "c.zip"))
+    with pytest.raises(ShareError, match="different 'weight_var'"):
+        merge_exports([str(a), str(tmp_path / "c.zip")], str(tmp_path / "ac.zip"))
+    # incompatible sweeps (different model) are refused
+    d_dir = make_finished_sweep(tmp_path / "d", model={"label_noise": 0.1})
+    export_sweep(d_dir, str(tmp_path / "d.zip"))
+    with pytest.raises(ShareError, match="not compatible"):
+        merge_exports([str(a), str(tmp_path / "d.zip")], str(tmp_path / "ad.zip"))
+    assert np.isfinite(ds["weight_var"].values).all()
