@@ -119,12 +119,13 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
     fits = fit_ensemble(xr.open_zarr(args.ensemble).load(), _read_json(args.spec))
     atomic_write_text(args.out, json.dumps(fits, indent=1) + "\n")
-    pl = fits.get("power_law", {}).get("params", {})
-    for name in ("a", "b"):
-        if pl.get(name):
-            q = pl[name]
-            log.info("fit %s = %.4f [%.4f, %.4f] (exact theory %.4f, inside: %s)", name, q["estimate"],
-                     *q["interval"], q["theory"], q["theory_inside"])
+    for res in fits.get("power_law", []):
+        for name in ("a", "b"):
+            q = (res.get("params") or {}).get(name)
+            if q:
+                log.info("fit %s%s = %.4f [%.4f, %.4f] (exact theory %.4f, inside: %s)", name,
+                         f" at {res['group']}" if res["group"] else "", q["estimate"], *q["interval"],
+                         q["theory"], q["theory_inside"])
     return 0
 
 

@@ -200,16 +200,19 @@ def dask_client(execution: Mapping[str, Any], cluster_dir: Path) -> Iterator[Any
     from distributed import Client, LocalCluster
 
     address = scheduler_address(execution)
+    external = address is not None
     if address is None and os.environ.get(RUN_ID_ENV):
         address = ensure_shared_cluster(cluster_dir, os.environ[RUN_ID_ENV], worker_count(execution))
     if address is not None:
         try:
             client = Client(address, timeout="30s")
         except OSError as exc:
-            raise SgdsweepError(f"cannot connect to the Dask scheduler at {address} ({exc}); check "
-                                f"that it runs, or unset {SCHEDULER_ENV} / execution.scheduler") from None
+            hint = (f"check that it runs, or unset {SCHEDULER_ENV} / execution.scheduler" if external else
+                    f"the workflow's local cluster is gone; see {Path(cluster_dir) / 'daemon.log'}")
+            raise SgdsweepError(f"cannot connect to the Dask scheduler at {address} ({exc}); {hint}") from None
         with client:
-            _check_workers_import_sgdsweep(client, address)
+            if external:
+                _check_workers_import_sgdsweep(client, address)
             yield client
         return
     workers = worker_count(execution)

@@ -99,7 +99,7 @@ def _resolve_burn_in(params: Mapping[str, Any], model, where: str) -> int:
     if params["burn_in"] != "auto":
         burn = int(params["burn_in"])
         if burn >= steps:
-            raise ConfigError("dynamics.burn_in", burn, f"an integer below dynamics.steps = {steps}",
+            raise ConfigError("dynamics.burn_in", burn, f"an integer below steps = {steps}",
                               f"Nothing would be measured at {where}.")
         return burn
     data = model.make_data(model.data_params(params))
@@ -109,9 +109,9 @@ def _resolve_burn_in(params: Mapping[str, Any], model, where: str) -> int:
     burn = int(math.ceil(params["burn_in_relaxations"] * tau))
     if burn >= steps:
         raise ConfigError(
-            "dynamics.burn_in", "auto", f"a burn-in shorter than dynamics.steps = {steps}",
+            "dynamics.burn_in", "auto", f"a burn-in shorter than steps = {steps}",
             f"At {where} the auto burn-in is {burn} steps ({params['burn_in_relaxations']} slowest "
-            f"relaxation times of {tau:.0f} steps each). Raise dynamics.steps to at least "
+            f"relaxation times of {tau:.0f} steps each). Raise steps to at least "
             f"{2 * burn}, use larger lr values, or set dynamics.burn_in explicitly.")
     return burn
 
@@ -134,7 +134,7 @@ def build_sweep(raw: Mapping[str, Any]) -> Sweep:
                                       f"It is set in both {section} and grid; keep one.")
     cfg = validate_and_fill(dict(raw))
     model = get_model(cfg["model"]["kind"])
-    expanded = gridmod.expand(cfg["grid"], cfg.get("points", []))
+    expanded = gridmod.expand(cfg["grid"], cfg.get("points", []), REQUIRED_AXES)
     if not expanded:
         raise ConfigError("grid", cfg["grid"], "at least one point", "The sweep is empty.")
 
@@ -158,7 +158,8 @@ def build_sweep(raw: Mapping[str, Any]) -> Sweep:
         burn = _resolve_burn_in(params, model, where)
         h = content_hash(params)
         if h in seen:
-            raise ConfigError("points" if i >= seen[h] else "grid", dict(gp), "distinct points",
+            raise ConfigError("points" if i >= len(expanded) - len(cfg.get("points", [])) else "grid",
+                              dict(gp), "distinct points",
                               f"{where} appears twice in the sweep; remove the duplicate.")
         seen[h] = i
         shard = content_hash({k: v for k, v in params.items() if k not in IN_SHARD_KEYS})

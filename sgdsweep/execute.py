@@ -13,11 +13,13 @@ from __future__ import annotations
 import json
 import logging
 import time
+import uuid
 from itertools import groupby
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from .cluster import dask_client
+from .errors import SgdsweepError
 from .paths import atomic_write_text
 from .simulate import simulate_points
 from .store import is_complete, point_path
@@ -70,8 +72,8 @@ def run_shard(spec_path: Path, receipt_path: Path, execution: Mapping[str, Any],
         with dask_client(execution, cluster_dir) as client:
             futures = {}
             for i, batch in enumerate(batches):
-                fut = client.submit(simulate_points, batch, points_dir, key=f"simulate-{shard}-{i}",
-                                    retries=2, pure=False)
+                fut = client.submit(simulate_points, batch, points_dir, retries=2, pure=False,
+                                    key=f"simulate-{shard}-{i}-{uuid.uuid4().hex[:8]}")
                 futures[fut] = batch
             t_sim = time.perf_counter()
             for fut in as_completed(futures):
@@ -85,6 +87,10 @@ def run_shard(spec_path: Path, receipt_path: Path, execution: Mapping[str, Any],
                 log.info("shard %s: %d/%d points done (%d stored before) | %.3g/%.3g replica-steps | "
                          "%.3g replica-steps/s | %s elapsed, %s left", shard, done_points + n_cached,
                          len(points), n_cached, done_steps, total, rate, _fmt_time(elapsed), _fmt_time(eta))
+    missing = [p["hash"] for p in points if not is_complete(point_path(points_dir, p["hash"]))]
+    if missing:
+        raise SgdsweepError(f"shard {shard}: {len(missing)} point store(s) are still missing after "
+                            f"simulation (first: {missing[0]}); see the log above")
     seconds = time.perf_counter() - t0
     receipt = {"shard": shard, "points": [p["hash"] for p in points],
                "simulated": [p["hash"] for p in todo], "replica_steps": total, "seconds": seconds}

@@ -14,6 +14,7 @@ order. A fit passes when the theory exponents lie inside the measured intervals.
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -92,15 +93,41 @@ def fit_power_law(lr: np.ndarray, batch_size: np.ndarray, value: np.ndarray, se:
     return result
 
 
+def groups(ds: xr.Dataset, fitted_axes: tuple[str, ...]) -> list[tuple[dict[str, Any], np.ndarray]]:
+    """Split the points by the values of every swept axis that is not fitted.
+
+    Points that differ in momentum, P/N, noise, … obey different laws; pooling them would mix
+    amplitudes and exponents. Returns (group values, boolean mask over points) pairs.
+    """
+    swept = json.loads(ds.attrs.get("swept_axes", "[]"))
+    other = [a for a in swept if a not in fitted_axes and a in ds.coords]
+    if not other:
+        return [({}, np.ones(ds.sizes["point"], bool))]
+    keys = list(zip(*(ds[a].values.tolist() for a in other)))
+    out = []
+    for key in dict.fromkeys(keys):
+        mask = np.array([k == key for k in keys])
+        out.append((dict(zip(other, key)), mask))
+    return out
+
+
 def fit_ensemble(ds: xr.Dataset, fit_config: dict[str, Any]) -> dict[str, Any]:
-    """Run the fits that ``fit_config`` (the config's ``fit`` section) enables on an ensemble."""
+    """Run the fits that ``fit_config`` (the config's ``fit`` section) enables on an ensemble.
+
+    Returns ``{"power_law": [result per group of the other swept axes, each with "group"]}``.
+    """
     out: dict[str, Any] = {}
     pl = fit_config.get("power_law", {})
     if pl.get("enabled", True):
-        keep = ~ds["diverged"].values.astype(bool)
-        res = fit_power_law(ds["lr"].values[keep], ds["batch_size"].values[keep],
-                            ds["weight_var"].values[keep], ds["weight_var_se"].values[keep],
-                            ds["weight_var_theory"].values[keep], pl.get("confidence", 0.95))
-        res["excluded_diverged"] = int((~keep).sum())
-        out["power_law"] = res
+        results = []
+        diverged = ds["diverged"].values.astype(bool)
+        for group, mask in groups(ds, ("lr", "batch_size")):
+            keep = mask & ~diverged
+            res = fit_power_law(ds["lr"].values[keep], ds["batch_size"].values[keep],
+                                ds["weight_var"].values[keep], ds["weight_var_se"].values[keep],
+                                ds["weight_var_theory"].values[keep], pl.get("confidence", 0.95))
+            res["group"] = group
+            res["excluded_diverged"] = int((mask & diverged).sum())
+            results.append(res)
+        out["power_law"] = results
     return out

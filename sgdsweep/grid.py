@@ -25,21 +25,38 @@ FLOAT_KEYS = frozenset({"lr", "momentum", "samples_per_param", "label_noise", "b
                         "divergence_threshold"})
 
 
+#: Keys whose numbers are integers (JSON Schema also accepts 4.0 for an integer).
+INT_KEYS = frozenset({"batch_size", "hidden_width", "n_inputs", "steps", "replicas", "seed", "burn_in"})
+
+
 def coerce(key: str, value: Any) -> Any:
-    """One type per key, so that equal values are equal (and hash alike)."""
-    if key in FLOAT_KEYS and isinstance(value, (int, float)) and not isinstance(value, bool):
+    """One type per key, so that equal values are equal (and hash alike): ``lr: 1`` is 0.1's
+    kind (float), ``batch_size: 4.0`` is 4."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return value
+    if key in FLOAT_KEYS:
         return float(value)
+    if key in INT_KEYS and float(value).is_integer():
+        return int(value)
     return value
 
 
 def axis_values(grid: Mapping[str, Any]) -> dict[str, list[Any]]:
-    """Each grid key (``zip`` excluded) as a list of values, checked for duplicates."""
+    """Each grid key (``zip`` excluded) as a list of values, checked for duplicates.
+
+    Axes in a zip group may repeat values (the group's tuples must be distinct, which the
+    duplicate-point check enforces).
+    """
+    zipped = {name for group in grid.get("zip", []) for name in group}
     out: dict[str, list[Any]] = {}
     for key in GRID_KEYS:
         if key not in grid:
             continue
         value = grid[key]
-        values = list(value) if isinstance(value, list) else [value]
+        values = [coerce(key, v) for v in (list(value) if isinstance(value, list) else [value])]
+        if key in zipped:
+            out[key] = values
+            continue
         seen: dict[Any, Any] = {}
         for v in values:
             canon = canonical_value(coerce(key, v))
@@ -72,8 +89,13 @@ def _zip_groups(grid: Mapping[str, Any], values: Mapping[str, list[Any]]) -> lis
     return [list(g) for g in groups]
 
 
-def expand(grid: Mapping[str, Any], points: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def expand(grid: Mapping[str, Any], points: list[Mapping[str, Any]],
+           required: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """All points of the sweep as ``{grid key: value}`` dicts (grid product first, then points).
+
+    The grid product is part of the sweep unless explicit points are given and the grid alone
+    does not make a complete point (it lacks one of ``required``): then the grid's values are
+    only defaults for the points.
 
     Raises:
         ConfigError: duplicate values, bad zip groups, a point that leaves a swept axis unset.
@@ -90,8 +112,7 @@ def expand(grid: Mapping[str, Any], points: list[Mapping[str, Any]]) -> list[dic
             units.append([dict(zip(group, combo)) for combo in zip(*(values[n] for n in group))])
     swept_lists = {k for k, v in values.items() if len(v) > 1}
     out: list[dict[str, Any]] = []
-    # Explicit points with only single-valued grid keys: the grid values are their defaults.
-    if not points or swept_lists:
+    if not points or swept_lists or all(k in values for k in required):
         for combo in itertools.product(*units):
             merged: dict[str, Any] = {}
             for part in combo:
@@ -103,5 +124,5 @@ def expand(grid: Mapping[str, Any], points: list[Mapping[str, Any]]) -> list[dic
             if key not in point:
                 raise ConfigError(f"points[{i}]", dict(point), f"a value for '{key}'",
                                   f"The grid sweeps '{key}' as a list, so each explicit point must set it.")
-        out.append({**fixed, **point})
+        out.append({**fixed, **{k: coerce(k, v) for k, v in point.items()}})
     return out

@@ -89,9 +89,11 @@ def write_plan(sweep: Sweep) -> PlanFiles:
         "points_dir": str(files.points_dir),
         "points": [{"hash": p.hash, "shard": p.shard} for p in sweep.points]}))
     write_if_changed(files.fit_spec, _dump(sweep.config["fit"]))
-    write_if_changed(files.report_spec, _dump({"report": sweep.config["report"],
-                                               "config": sweep.config,
+    shown = {k: v for k, v in sweep.config.items() if k != "execution"}  # execution never changes results
+    write_if_changed(files.report_spec, _dump({"report": sweep.config["report"], "config": shown,
                                                "config_hash": sweep.config_hash}))
+    for shard in pending_points(sweep):  # a store was deleted or corrupted: make the shard rerun
+        files.shard_receipt(shard).unlink(missing_ok=True)
     write_if_changed(files.execution_spec, _dump(sweep.config["execution"]))
     return files
 

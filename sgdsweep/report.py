@@ -115,9 +115,10 @@ def build_report(ds: xr.Dataset, fits: dict[str, Any], report_spec: dict[str, An
         f"discrete-time theory within {zmax:.2f} standard errors at every non-diverged point "
         f"(max |measured − theory| / SE).</p>")
 
-    pl = fits.get("power_law")
-    if pl:
-        parts.append("<h2>Power-law fit: weight_var = A · λ<sup>a</sup> · S<sup>b</sup></h2>")
+    for pl in fits.get("power_law", []):
+        where = ", ".join(f"{k} = {v}" for k, v in pl["group"].items())
+        parts.append("<h2>Power-law fit: weight_var = A · λ<sup>a</sup> · S<sup>b</sup>"
+                     + (f" at {html.escape(where)}" if where else "") + "</h2>")
         if pl.get("error"):
             parts.append(f"<p class='bad'>{html.escape(pl['error'])}</p>")
         else:
@@ -139,7 +140,10 @@ def build_report(ds: xr.Dataset, fits: dict[str, Any], report_spec: dict[str, An
                             else "<b class='bad'>The exact-theory value lies OUTSIDE an interval.</b>")
                          + " The leading-order law (a = 1, b = −1) ignores the discreteness and "
                          "multiplicative-noise corrections that the exact theory includes.</p>")
-            fig = figure_fit(ds, pl)
+            mask = np.ones(ds.sizes["point"], bool)
+            for k, v in pl["group"].items():
+                mask &= ds[k].values == v
+            fig = figure_fit(ds.isel(point=np.flatnonzero(mask)), pl)
             if fig:
                 parts.append(f'<img alt="power-law fit" src="{fig}">')
 

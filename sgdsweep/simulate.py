@@ -19,6 +19,7 @@ from . import store
 from .identity import hash_words
 from .kernel import run_lanes
 from .models import get_model
+from .provenance import code_version
 from .theory import linear as linear_theory
 
 
@@ -52,8 +53,13 @@ def _point_result(data, params: Mapping[str, Any], burn_in: int, sums, lanes: sl
         se = float(np.std(v, ddof=1) / np.sqrt(n_ok)) if n_ok > 1 else math.nan
         return float(np.mean(v)), se
 
-    theory_m = linear_theory.stationary_second_moment(
-        data, params["lr"], params["batch_size"], params["momentum"], params["noise"])
+    theory_error = None
+    try:
+        theory_m = linear_theory.stationary_second_moment(
+            data, params["lr"], params["batch_size"], params["momentum"], params["noise"])
+    except (RuntimeError, np.linalg.LinAlgError, MemoryError, ValueError) as exc:
+        # never lose a simulation to its theory: store NaN and say why
+        theory_m, theory_error = np.full((n, n), np.nan), f"{type(exc).__name__}: {exc}"
     wv, wv_se = mean_se(var_rep)
     loss, loss_se = mean_se(loss_rep)
     cov = m_rep[ok].mean(axis=0) if n_ok else np.full((n, n), np.nan)
@@ -78,6 +84,7 @@ def _point_result(data, params: Mapping[str, Any], burn_in: int, sums, lanes: sl
         "measured_steps": int(count[ok].max()) if n_ok else 0,
         "burn_in": int(burn_in),
         "n_samples": int(data.n_samples),
+        "theory_error": theory_error,
     }
     return arrays, summary
 
@@ -119,6 +126,7 @@ def simulate_points(points: Sequence[Mapping[str, Any]], points_dir: str) -> dic
         arrays, summary = _point_result(data, spec["params"], spec["burn_in"], sums, lanes)
         replica_steps += int(spec["params"]["replicas"]) * int(spec["params"]["steps"])
         attrs = {"point_hash": spec["hash"], "params": dict(spec["params"]), "summary": summary,
+                 "code_version": code_version(),
                  "simulation_seconds": elapsed_sim * (lanes.stop - lanes.start) / len(gens)}
         store.write_point(store.point_path(points_dir, spec["hash"]), arrays, attrs)
     return {"points": [s["hash"] for s in points], "replica_steps": replica_steps,

@@ -58,7 +58,7 @@ def write_point(path: str | Path, arrays: Mapping[str, tuple[tuple[str, ...], np
                                dimension_names=list(dims), compressors=None)
         group.attrs.update({**json.loads(json.dumps(dict(attrs))),
                             "store_version": STORE_VERSION, COMPLETE_ATTR: True})
-        if path.exists():  # an incomplete leftover of a killed run
+        if path.exists() and not is_complete(path):  # an incomplete leftover of a killed run
             shutil.rmtree(path)
         try:
             os.rename(tmp, path)

@@ -44,9 +44,25 @@ def test_cartesian_product_zip_and_points():
     cfg = tiny_config(grid={"lr": 0.1, "batch_size": 2},
                       points=[{"lr": 0.3, "batch_size": 4}, {"momentum": 0.5}])
     got = [(p.params["lr"], p.params["batch_size"], p.params["momentum"]) for p in build_sweep(cfg).points]
-    assert got == [(0.3, 4, 0.0), (0.1, 2, 0.5)]
+    assert got == [(0.1, 2, 0.0), (0.3, 4, 0.0), (0.1, 2, 0.5)]  # the complete grid point, then the points
+    cfg = tiny_config(grid={"batch_size": 2, "lr": 0.1}, points=[{"lr": 0.3}, {"lr": 0.4}])
+    del cfg["grid"]["lr"]  # grid alone is no complete point: its values are the points' defaults
+    got = [(p.params["lr"], p.params["batch_size"]) for p in build_sweep(cfg).points]
+    assert got == [(0.3, 2), (0.4, 2)]
     cfg = tiny_config(points=[{"lr": 0.3, "batch_size": 4}])  # grid lists + explicit point
     assert len(build_sweep(cfg).points) == 5
+
+
+def test_zipped_axes_may_repeat_values_and_integers_are_normalised():
+    cfg = tiny_config(grid={"lr": [0.1, 0.2, 0.4], "batch_size": [4, 4.0, 8], "zip": [["lr", "batch_size"]]})
+    sweep = build_sweep(cfg)
+    assert [p.params["batch_size"] for p in sweep.points] == [4, 4, 8]
+    assert all(type(p.params["batch_size"]) is int for p in sweep.points)
+    same = build_sweep(tiny_config(grid={"lr": [0.1, 0.2, 0.4], "batch_size": [4, 4, 8], "zip": [["lr", "batch_size"]]}))
+    assert [p.hash for p in sweep.points] == [p.hash for p in same.points]
+    dup = tiny_config(grid={"lr": [0.1, 0.1], "batch_size": [4, 4], "zip": [["lr", "batch_size"]]})
+    with pytest.raises(ConfigError, match="appears twice"):
+        build_sweep(dup)
 
 
 def test_gridding_a_model_key():
@@ -86,10 +102,12 @@ BAD_CONFIGS = [
     ("empty_axis", {"grid.lr": []}, ["grid.lr", "[]", "at least 1"]),
     ("duplicate_values", {"grid.lr": [0.1, 0.2, 0.1]}, ["grid.lr", "distinct"]),
     ("duplicate_values_spelled_differently", {"grid.lr": [0.1, 1e-1]}, ["grid.lr", "distinct"]),
-    ("burn_in_at_least_steps", {"dynamics.burn_in": 3000}, ["dynamics.burn_in", "3000", "below dynamics.steps"]),
-    ("auto_burn_in_too_long", {"grid.lr": [0.001, 0.2]}, ["dynamics.burn_in", "'auto'", "Raise dynamics.steps"]),
+    ("burn_in_at_least_steps", {"dynamics.burn_in": 3000}, ["dynamics.burn_in", "3000", "below steps"]),
+    ("auto_burn_in_too_long", {"grid.lr": [0.001, 0.2]}, ["dynamics.burn_in", "'auto'", "Raise steps"]),
     ("one_replica", {"dynamics.replicas": 1}, ["dynamics.replicas", "1", ">= 2"]),
     ("momentum_one", {"grid.momentum": 1.0}, ["grid.momentum", "< 1"]),
+    ("divergence_threshold_below_one", {"dynamics.divergence_threshold": 0.5},
+     ["dynamics.divergence_threshold", "0.5", ">= 1"]),
     ("zip_unequal_lengths", {"grid.zip": [["lr", "batch_size"]], "grid.batch_size": [2, 4, 8]},
      ["grid.zip[0]", "equal lengths"]),
     ("zip_unknown_axis", {"grid.zip": [["lr", "speed"]]}, ["grid.zip[0]", "'speed'"]),

@@ -76,8 +76,30 @@ def test_fit_ensemble_excludes_diverged_points():
     y[-1] = 1e6  # garbage that must not enter the fit
     ds = xr.Dataset({"weight_var": ("point", y), "weight_var_se": ("point", se),
                      "weight_var_theory": ("point", truth), "diverged": ("point", diverged)},
-                    coords={"lr": ("point", lr), "batch_size": ("point", s)})
-    res = fit_ensemble(ds, {"power_law": {"enabled": True, "confidence": 0.95}})["power_law"]
+                    coords={"lr": ("point", lr), "batch_size": ("point", s)},
+                    attrs={"swept_axes": '["lr", "batch_size"]'})
+    (res,) = fit_ensemble(ds, {"power_law": {"enabled": True, "confidence": 0.95}})["power_law"]
     assert res["n_points"] == 15 and res["excluded_diverged"] == 1
     assert res["params"]["a"]["theory_inside"] and res["params"]["b"]["theory_inside"]
     assert fit_ensemble(ds, {"power_law": {"enabled": False}}) == {}
+
+
+def test_fit_ensemble_fits_each_group_of_the_other_axes():
+    """Points at different momenta obey different amplitudes: they are fitted separately."""
+    parts = []
+    for mu, amp in ((0.0, 0.3), (0.5, 0.6)):
+        lr, s, y, se, truth = _synthetic(amp=amp, seed=int(mu * 10))
+        parts.append((lr, s, y, se, truth, np.full(lr.size, mu)))
+    cat = [np.concatenate(x) for x in zip(*parts)]
+    ds = xr.Dataset({"weight_var": ("point", cat[2]), "weight_var_se": ("point", cat[3]),
+                     "weight_var_theory": ("point", cat[4]), "diverged": ("point", np.zeros(32, bool))},
+                    coords={"lr": ("point", cat[0]), "batch_size": ("point", cat[1]), "momentum": ("point", cat[5])},
+                    attrs={"swept_axes": '["lr", "batch_size", "momentum"]'})
+    res = fit_ensemble(ds, {"power_law": {"enabled": True, "confidence": 0.95}})["power_law"]
+    assert [r["group"] for r in res] == [{"momentum": 0.0}, {"momentum": 0.5}]
+    for r, amp in zip(res, (0.3, 0.6)):
+        q = r["params"]["log_A"]
+        assert abs(q["estimate"] - np.log(amp)) < 4 * q["stderr"]
+        for name in ("a", "b"):  # within 4 standard errors (a 95% interval misses 1 time in 20)
+            q = r["params"][name]
+            assert abs(q["estimate"] - q["theory"]) < 4 * q["stderr"]

@@ -72,7 +72,7 @@ def test_first_run_produces_ensemble_fit_and_report(first_run):
     assert np.all(np.abs(z.values) < 5), z.values  # 8 replicas only: statistics are tested elsewhere
     assert not ds["diverged"].values.any()
     assert json.loads(ds.attrs["config"])["seed"] == 3
-    fits = json.loads((sweep / "fits.json").read_text())["power_law"]
+    (fits,) = json.loads((sweep / "fits.json").read_text())["power_law"]
     assert fits["params"]["a"]["interval"][0] < fits["params"]["a"]["estimate"] < fits["params"]["a"]["interval"][1]
     parser = _Html()
     text = (sweep / "report.html").read_text()
@@ -139,7 +139,7 @@ def test_reruns_are_incremental(first_run):
     assert "localrule aggregate:" not in proc.stdout + proc.stderr
     assert {p: p.stat().st_mtime for p in (sweep / "shards").glob("*.json")} == receipts
     assert (sweep / "fits.json").stat().st_mtime > fits_mtime
-    assert json.loads((sweep / "fits.json").read_text())["power_law"]["confidence"] == 0.9
+    assert json.loads((sweep / "fits.json").read_text())["power_law"][0]["confidence"] == 0.9
     assert (sweep / "ensemble.zarr" / "zarr.json").stat().st_mtime > ensemble_mtime  # from the lr step
 
 

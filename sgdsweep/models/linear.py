@@ -9,6 +9,7 @@ Stationary statistics are measured around ``ŵ``.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -57,8 +58,8 @@ class LinearData:
 
 
 def n_samples(params: Mapping[str, Any]) -> int:
-    """P = round(N · samples_per_param)."""
-    return int(round(params["n_inputs"] * params["samples_per_param"]))
+    """P = round(N · samples_per_param), halves rounded up."""
+    return int(math.floor(params["n_inputs"] * params["samples_per_param"] + 0.5))
 
 
 def data_params(params: Mapping[str, Any]) -> dict[str, Any]:

@@ -32,8 +32,8 @@ import scipy.sparse.linalg as spla
 
 from ..models.linear import LinearData
 
-#: Largest number of unknowns (N² or 4N²) solved with a dense factorisation.
-DIRECT_MAX_UNKNOWNS = 6400
+#: Largest number of unknowns (N² or 4N²) solved with a dense factorisation (2500: 50 MB a matrix).
+DIRECT_MAX_UNKNOWNS = 2500
 
 #: Name of the formula, stored in the ``attrs`` of theory columns.
 FORMULA = (

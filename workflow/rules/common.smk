@@ -22,11 +22,14 @@ SHARDS = sorted(SWEEP.shards)
 os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
 os.environ["PYTHONPATH"] = workflow.basedir + os.pathsep + os.environ.get("PYTHONPATH", "")
 # One shared local Dask cluster per workflow run (started by the first shard job that needs it).
-os.environ.setdefault(RUN_ID_ENV, str(os.getpid()))
+# Only for local execution: jobs on other hosts cannot watch this process.
+if workflow.local_exec:
+    os.environ.setdefault(RUN_ID_ENV, str(os.getpid()))
 
 
 def _stop_cluster(log):
-    stop_shared_cluster(PLAN.cluster_dir, os.environ[RUN_ID_ENV])
+    if RUN_ID_ENV in os.environ:
+        stop_shared_cluster(PLAN.cluster_dir, os.environ[RUN_ID_ENV])
 
 
 onsuccess:
