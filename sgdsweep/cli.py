@@ -59,20 +59,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from .config import load_sweep
-    from .plan import pending_points
+    from .plan import explain, format_explanation
 
     sweep = load_sweep(args.config)
-    pending = pending_points(sweep)
-    n_todo = sum(len(v) for v in pending.values())
-    print(f"sweep '{sweep.name}': {len(sweep.points)} points, {len(sweep.points) - n_todo} stored, "
-          f"{n_todo} to simulate (new or changed parameters)")
-    by_hash = {p.hash: p for p in sweep.points}
-    for shard, hashes in pending.items():
-        print(f"  shard {shard}: {len(hashes)} of {len(sweep.shards[shard])} points to simulate")
-        if args.verbose:
-            for h in hashes:
-                p = by_hash[h].params
-                print(f"    {h}  " + ", ".join(f"{c}={p[c]}" for c in sweep.coords if c in p))
+    print(format_explanation(sweep, explain(sweep), verbose=not args.summary))
     return 0
 
 
@@ -210,7 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("plan", help="list the points a run would simulate")
     p.add_argument("config")
-    p.add_argument("-v", "--verbose", action="store_true", help="list every point")
+    p.add_argument("-s", "--summary", action="store_true", help="only the counts, not one line per point")
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("export", help="write a finished sweep to one verifiable zip file (path or fsspec URL)")

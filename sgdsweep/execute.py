@@ -21,6 +21,7 @@ from typing import Any, Mapping, Sequence
 from .cluster import dask_client
 from .errors import SgdsweepError
 from .paths import atomic_write_text
+from .plan import failed_marker
 from .simulate import simulate_points
 from .store import is_complete, point_path
 
@@ -77,8 +78,16 @@ def run_shard(spec_path: Path, receipt_path: Path, execution: Mapping[str, Any],
                 futures[fut] = batch
             t_sim = time.perf_counter()
             for fut in as_completed(futures):
-                fut.result()  # re-raises a task's exception here
                 batch = futures[fut]
+                try:
+                    fut.result()  # re-raises a task's exception here
+                except Exception as exc:
+                    for p in batch:  # `sgdsweep plan` reports these as previously failed
+                        atomic_write_text(failed_marker(points_dir, p["hash"]),
+                                          json.dumps({"error": f"{type(exc).__name__}: {exc}"[:500]}))
+                    raise
+                for p in batch:
+                    failed_marker(points_dir, p["hash"]).unlink(missing_ok=True)
                 done_steps += _cost(batch)
                 done_points += len(batch)
                 elapsed = time.perf_counter() - t_sim

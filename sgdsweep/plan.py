@@ -18,9 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .config import Sweep
+from .config import Point, Sweep
+from .grid import AXES
 from .paths import write_if_changed
-from .store import is_complete, point_path
+from .store import is_complete, point_path, read_attrs
+from .errors import StoreError
 
 
 def _dump(obj: Any) -> str:
@@ -76,24 +78,46 @@ class PlanFiles:
         return self.root / ".cluster"
 
 
+def axis_key(point: Point) -> list[Any]:
+    """The point's values of the six named axes: what "the same point" means across edits."""
+    return [point.params.get(a) for a in AXES]
+
+
+def failed_marker(points_dir: str | Path, point_hash: str) -> Path:
+    """File recording that simulating a point failed (removed when it succeeds)."""
+    return Path(points_dir) / f"{point_hash}.failed.json"
+
+
+def _previous_repair(spec: Path) -> int:
+    try:
+        return int(json.loads(spec.read_text()).get("repair", 0))
+    except (OSError, ValueError, TypeError):
+        return 0
+
+
 def write_plan(sweep: Sweep) -> PlanFiles:
     """Write (if changed) every spec file of ``sweep``; return the paths."""
     files = PlanFiles(sweep.directory)
+    pending = pending_points(sweep)
     for shard, points in sweep.shards.items():
-        write_if_changed(files.shard_spec(shard), _dump({
-            "shard": shard, "points_dir": str(files.points_dir),
-            "points": [p.spec() for p in points]}))
+        spec = files.shard_spec(shard)
+        repair = _previous_repair(spec)
+        if shard in pending and (files.shard_receipt(shard).exists() or files.ensemble.exists()):
+            # Stores are missing or corrupt although the shard ran before. Snakemake compares
+            # input checksums, so only a change of content makes it rerun the shard (and what
+            # depends on it): count the repairs in the spec.
+            repair += 1
+        write_if_changed(spec, _dump({"shard": shard, "points_dir": str(files.points_dir), "repair": repair,
+                                      "points": [p.spec() for p in points]}))
     write_if_changed(files.sweep_spec, _dump({
         "sweep": sweep.name, "sweep_hash": sweep.sweep_hash,
         "simulation_config": sweep.simulation_config(), "coords": list(sweep.coords),
         "points_dir": str(files.points_dir),
-        "points": [{"hash": p.hash, "shard": p.shard} for p in sweep.points]}))
+        "points": [{"hash": p.hash, "shard": p.shard, "key": axis_key(p)} for p in sweep.points]}))
     write_if_changed(files.fit_spec, _dump(sweep.config["fit"]))
     shown = {k: v for k, v in sweep.config.items() if k != "execution"}  # execution never changes results
     write_if_changed(files.report_spec, _dump({"report": sweep.config["report"], "config": shown,
                                                "config_hash": sweep.config_hash}))
-    for shard in pending_points(sweep):  # a store was deleted or corrupted: make the shard rerun
-        files.shard_receipt(shard).unlink(missing_ok=True)
     write_if_changed(files.execution_spec, _dump(sweep.config["execution"]))
     return files
 
@@ -107,3 +131,71 @@ def pending_points(sweep: Sweep) -> dict[str, list[str]]:
         if todo:
             out[shard] = todo
     return out
+
+
+def explain(sweep: Sweep) -> dict[str, str]:
+    """Why each point without a complete store would be simulated (hash → reason).
+
+    Reasons: ``corrupt`` (a store exists but is incomplete or unreadable), ``previously failed``
+    (its last simulation raised; the error is quoted), ``changed`` (the previous plan had a point
+    with the same axis values but other parameters; the differences are listed) or ``new``.
+    Call it before :func:`write_plan`, which replaces the previous plan.
+    """
+    files = PlanFiles(sweep.directory)
+    previous: dict[tuple, str] = {}
+    try:
+        for entry in json.loads(files.sweep_spec.read_text()).get("points", []):
+            if "key" in entry:
+                previous[tuple(entry["key"])] = entry["hash"]
+    except (OSError, ValueError):
+        pass
+    reasons: dict[str, str] = {}
+    for p in sweep.points:
+        store = point_path(files.points_dir, p.hash)
+        if is_complete(store):
+            continue
+        marker = failed_marker(files.points_dir, p.hash)
+        old = previous.get(tuple(axis_key(p)))
+        if store.exists():
+            reasons[p.hash] = "corrupt (incomplete or unreadable store)"
+        elif marker.exists():
+            try:
+                error = json.loads(marker.read_text()).get("error", "")
+            except (OSError, ValueError):
+                error = ""
+            reasons[p.hash] = f"previously failed ({error})" if error else "previously failed"
+        elif old is not None and old != p.hash:
+            reasons[p.hash] = "changed" + _param_diff(files.points_dir, old, p)
+        else:
+            reasons[p.hash] = "new"
+    return reasons
+
+
+def _param_diff(points_dir: Path, old_hash: str, point: Point) -> str:
+    try:
+        old = read_attrs(point_path(points_dir, old_hash))["params"]
+    except StoreError:
+        return ""
+    diffs = [f"{k} {old.get(k)!r} → {point.params.get(k)!r}" for k in sorted(set(old) | set(point.params))
+             if old.get(k) != point.params.get(k)]
+    return f": {', '.join(diffs)}" if diffs else ""
+
+
+def format_explanation(sweep: Sweep, reasons: dict[str, str], verbose: bool = True) -> str:
+    """Human-readable plan: counts by reason, then (verbose) one line per point to simulate."""
+    counts: dict[str, int] = {}
+    for r in reasons.values():
+        kind = r.split(" (")[0].split(":")[0]
+        counts[kind] = counts.get(kind, 0) + 1
+    head = (f"sgdsweep plan for sweep '{sweep.name}': {len(sweep.points)} points, "
+            f"{len(sweep.points) - len(reasons)} stored, {len(reasons)} to simulate")
+    if counts:
+        head += " (" + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) + ")"
+    lines = [head]
+    if verbose:
+        by_hash = {p.hash: p for p in sweep.points}
+        for h, reason in reasons.items():
+            p = by_hash[h]
+            coords = ", ".join(f"{c}={p.params[c]}" for c in sweep.coords if c in p.params)
+            lines.append(f"  {h}  {coords}: {reason}")
+    return "\n".join(lines)

@@ -6,16 +6,26 @@ sys.path.insert(0, workflow.basedir)  # the package next to this Snakefile, inst
 
 from snakemake.exceptions import WorkflowError
 
+from sgdsweep import locking
 from sgdsweep.cluster import RUN_ID_ENV, stop_shared_cluster
 from sgdsweep.config import build_sweep
-from sgdsweep.errors import SgdsweepError
-from sgdsweep.plan import write_plan
+from sgdsweep.errors import ConfigError, SgdsweepError
+from sgdsweep.plan import explain, format_explanation, write_plan
+from sgdsweep.snakemake_state import clear_stale_state
 
 try:
     SWEEP = build_sweep(config)
-except SgdsweepError as _exc:
+    # One run per sweep: a kernel lock that dies with this process (never stale after kill -9).
+    _SWEEP_LOCK = locking.acquire(SWEEP.directory)
+    # Holding it proves no live run owns this sweep: drop what a killed run left behind.
+    clear_stale_state(os.getcwd(), SWEEP.directory)
+    if workflow.dryrun:
+        print(format_explanation(SWEEP, explain(SWEEP)), file=sys.stderr)
+    PLAN = write_plan(SWEEP)
+except ConfigError as _exc:
     raise WorkflowError(f"invalid sweep configuration: {_exc}") from None
-PLAN = write_plan(SWEEP)
+except SgdsweepError as _exc:
+    raise WorkflowError(str(_exc)) from None
 SHARDS = sorted(SWEEP.shards)
 
 # Jobs run `python -m sgdsweep ...` with this interpreter and this source tree.

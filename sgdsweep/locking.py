@@ -1,0 +1,75 @@
+"""One workflow run per sweep at a time, and a clear refusal for the second.
+
+The lock is an advisory ``flock`` on ``<results>/<sweep>/.sgdsweep.lock``, held by the Snakemake
+process for its whole life. The kernel releases it when that process ends in any way — also on
+``kill -9`` — so, unlike Snakemake's own directory lock, it never goes stale. The lock file
+records who holds it (pid, host, start time) for the refusal message.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import errno
+import fcntl
+import json
+import os
+import platform
+from pathlib import Path
+from typing import IO
+
+from .errors import SgdsweepError
+
+LOCK_NAME = ".sgdsweep.lock"
+
+
+class SweepLocked(SgdsweepError):
+    """Another workflow run holds the sweep."""
+
+    exit_code = 3
+
+
+def ensure_writable(directory: Path) -> None:
+    """Create ``directory`` if needed and prove that files can be written in it.
+
+    Raises:
+        SgdsweepError: naming the directory and the operating system's reason.
+    """
+    directory = Path(directory)
+    probe = directory / f".write-probe-{os.getpid()}"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise SgdsweepError(
+            f"results directory {directory} is not writable ({exc.strerror or exc}); nothing was "
+            "changed. Fix its permissions or mount, or set results_dir in the config to a writable "
+            "directory") from None
+
+
+def acquire(sweep_dir: Path) -> IO[str]:
+    """Take the sweep's lock without waiting; keep the returned file open to hold it.
+
+    Raises:
+        SweepLocked: another live process holds it (the message says which).
+    """
+    sweep_dir = Path(sweep_dir)
+    ensure_writable(sweep_dir)
+    fh = open(sweep_dir / LOCK_NAME, "a+")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno not in (errno.EAGAIN, errno.EACCES):
+            raise
+        fh.seek(0)
+        holder = fh.read().strip() or "unknown process"
+        fh.close()
+        raise SweepLocked(
+            f"another sgdsweep workflow is running on {sweep_dir} ({holder}); wait for it to finish "
+            "or stop it — two runs on the same results would race") from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(json.dumps({"pid": os.getpid(), "host": platform.node(),
+                         "since": _dt.datetime.now().isoformat(timespec="seconds")}))
+    fh.flush()
+    return fh
