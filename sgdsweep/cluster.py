@@ -22,6 +22,7 @@ import fcntl
 import json
 import logging
 import os
+import platform
 import re
 import signal
 import subprocess
@@ -40,6 +41,17 @@ STATE_FILE = "cluster.json"
 START_TIMEOUT_S = 120.0
 
 log = logging.getLogger("sgdsweep.cluster")
+
+
+def current_run_id() -> str:
+    """Identity of a workflow run: ``<pid>@<host>`` of the Snakemake process."""
+    return f"{os.getpid()}@{platform.node()}"
+
+
+def _local_run_pid(run: str) -> int | None:
+    """The Snakemake pid if ``run`` is a run on this host, else None."""
+    pid, _, host = run.partition("@")
+    return int(pid) if pid.isdigit() and host == platform.node() else None
 
 
 def scheduler_address(execution: Mapping[str, Any]) -> str | None:
@@ -158,7 +170,7 @@ def serve(state_path: Path, workers: int, run_id: str) -> None:
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    watch = int(run_id) if run_id.isdigit() else None
+    watch = _local_run_pid(run_id)
     cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
                            scheduler_port=0, dashboard_address="127.0.0.1:0", silence_logs=logging.WARNING)
     try:
@@ -201,8 +213,9 @@ def dask_client(execution: Mapping[str, Any], cluster_dir: Path) -> Iterator[Any
 
     address = scheduler_address(execution)
     external = address is not None
-    if address is None and os.environ.get(RUN_ID_ENV):
-        address = ensure_shared_cluster(cluster_dir, os.environ[RUN_ID_ENV], worker_count(execution))
+    run = os.environ.get(RUN_ID_ENV, "")
+    if address is None and _local_run_pid(run) is not None:
+        address = ensure_shared_cluster(cluster_dir, run, worker_count(execution))
     if address is not None:
         try:
             client = Client(address, timeout="30s")

@@ -181,8 +181,10 @@ def _param_diff(points_dir: Path, old_hash: str, point: Point) -> str:
     return f": {', '.join(diffs)}" if diffs else ""
 
 
-def format_explanation(sweep: Sweep, reasons: dict[str, str], verbose: bool = True) -> str:
-    """Human-readable plan: counts by reason, then (verbose) one line per point to simulate."""
+def format_explanation(sweep: Sweep, reasons: dict[str, str], verbose: bool = True,
+                       max_lines: int | None = None) -> str:
+    """Human-readable plan: counts by reason, then (verbose) one line per point to simulate
+    (at most ``max_lines`` of them)."""
     counts: dict[str, int] = {}
     for r in reasons.values():
         kind = r.split(" (")[0].split(":")[0]
@@ -194,7 +196,10 @@ def format_explanation(sweep: Sweep, reasons: dict[str, str], verbose: bool = Tr
     lines = [head]
     if verbose:
         by_hash = {p.hash: p for p in sweep.points}
-        for h, reason in reasons.items():
+        for i, (h, reason) in enumerate(reasons.items()):
+            if max_lines is not None and i >= max_lines:
+                lines.append(f"  … and {len(reasons) - max_lines} more (sgdsweep plan CONFIG lists all)")
+                break
             p = by_hash[h]
             coords = ", ".join(f"{c}={p.params[c]}" for c in sweep.coords if c in p.params)
             lines.append(f"  {h}  {coords}: {reason}")

@@ -66,3 +66,31 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = No
 @pytest.fixture
 def tiny() -> dict[str, Any]:
     return tiny_config()
+
+
+def make_finished_sweep(root: Path, **sections: Any) -> Path:
+    """Simulate, aggregate and fit a tiny sweep in-process (no Snakemake, no report); return its directory.
+
+    Points whose store exists are not simulated again.
+    """
+    import json
+
+    from sgdsweep.aggregate import build_ensemble, write_ensemble
+    from sgdsweep.config import build_sweep
+    from sgdsweep.execute import make_batches
+    from sgdsweep.fit import fit_ensemble
+    from sgdsweep.paths import atomic_write_text
+    from sgdsweep.plan import write_plan
+    from sgdsweep.simulate import simulate_points
+    from sgdsweep.store import is_complete, point_path
+
+    cfg = tiny_config(results_dir=str(root / "results"), dynamics={"steps": 1500, "replicas": 4}, **sections)
+    sweep = build_sweep(cfg)
+    files = write_plan(sweep)
+    todo = [p.spec() for p in sweep.points if not is_complete(point_path(files.points_dir, p.hash))]
+    for batch in make_batches(todo, 4):
+        simulate_points(batch, str(files.points_dir))
+    ds = build_ensemble(json.loads(files.sweep_spec.read_text()))
+    write_ensemble(ds, files.ensemble)
+    atomic_write_text(files.fits, json.dumps(fit_ensemble(ds, sweep.config["fit"])))
+    return files.root

@@ -12,34 +12,12 @@ import pytest
 import xarray as xr
 import zarr
 
-from sgdsweep.aggregate import build_ensemble, write_ensemble
+from sgdsweep.aggregate import write_ensemble
 from sgdsweep.config import build_sweep
 from sgdsweep.errors import UsageError
-from sgdsweep.execute import make_batches
-from sgdsweep.fit import fit_ensemble
-from sgdsweep.paths import atomic_write_text
-from sgdsweep.plan import write_plan
 from sgdsweep.share import ShareError, export_sweep, import_sweep, merge_exports, verify
-from sgdsweep.store import point_path
 
-from conftest import run_cli, run_snakemake, tiny_config
-
-
-def make_finished_sweep(root: Path, **sections) -> Path:
-    """Simulate, aggregate and fit a tiny sweep in-process (no report); return its directory."""
-    cfg = tiny_config(results_dir=str(root / "results"), dynamics={"steps": 1500, "replicas": 4}, **sections)
-    sweep = build_sweep(cfg)
-    files = write_plan(sweep)
-    for batch in make_batches([p.spec() for p in sweep.points], 4):
-        from sgdsweep.simulate import simulate_points
-
-        todo = [p for p in batch if not (point_path(files.points_dir, p["hash"]) / "zarr.json").exists()]
-        if todo:
-            simulate_points(todo, str(files.points_dir))
-    ds = build_ensemble(json.loads(files.sweep_spec.read_text()))
-    write_ensemble(ds, files.ensemble)
-    atomic_write_text(files.fits, json.dumps(fit_ensemble(ds, sweep.config["fit"])))
-    return files.root
+from conftest import make_finished_sweep, run_cli, run_snakemake, tiny_config
 
 
 @pytest.fixture(scope="module")

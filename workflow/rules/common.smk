@@ -7,7 +7,7 @@ sys.path.insert(0, workflow.basedir)  # the package next to this Snakefile, inst
 from snakemake.exceptions import WorkflowError
 
 from sgdsweep import locking
-from sgdsweep.cluster import RUN_ID_ENV, stop_shared_cluster
+from sgdsweep.cluster import RUN_ID_ENV, current_run_id, stop_shared_cluster
 from sgdsweep.config import build_sweep
 from sgdsweep.errors import ConfigError, SgdsweepError
 from sgdsweep.plan import explain, format_explanation, write_plan
@@ -19,8 +19,7 @@ try:
     _SWEEP_LOCK = locking.acquire(SWEEP.directory)
     # Holding it proves no live run owns this sweep: drop what a killed run left behind.
     clear_stale_state(os.getcwd(), SWEEP.directory)
-    if workflow.dryrun:
-        print(format_explanation(SWEEP, explain(SWEEP)), file=sys.stderr)
+    print(format_explanation(SWEEP, explain(SWEEP), max_lines=20), file=sys.stderr)
     PLAN = write_plan(SWEEP)
 except ConfigError as _exc:
     raise WorkflowError(f"invalid sweep configuration: {_exc}") from None
@@ -31,10 +30,9 @@ SHARDS = sorted(SWEEP.shards)
 # Jobs run `python -m sgdsweep ...` with this interpreter and this source tree.
 os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
 os.environ["PYTHONPATH"] = workflow.basedir + os.pathsep + os.environ.get("PYTHONPATH", "")
-# One shared local Dask cluster per workflow run (started by the first shard job that needs it).
-# Only for local execution: jobs on other hosts cannot watch this process.
-if workflow.local_exec:
-    os.environ.setdefault(RUN_ID_ENV, str(os.getpid()))
+# One shared local Dask cluster per workflow run (started by the first shard job that needs it);
+# jobs on other hosts (cluster executors) see another host name and use a cluster of their own.
+os.environ.setdefault(RUN_ID_ENV, current_run_id())
 
 
 def _stop_cluster(log):
