@@ -75,7 +75,12 @@ def _snakefile() -> Path:
 def cmd_run(args: argparse.Namespace) -> int:
     from .config import load_sweep
 
+    from .cluster import scheduler_address
+    from .locking import ensure_writable
+
     sweep = load_sweep(args.config)  # fail fast, with our message, before Snakemake starts
+    scheduler_address(sweep.config["execution"])
+    ensure_writable(sweep.directory)
     cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(_snakefile()), "--configfile",
            str(args.config), "--cores", str(args.cores)]
     if args.dry_run:
@@ -169,7 +174,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
 def cmd_cluster_daemon(args: argparse.Namespace) -> int:
     from .cluster import serve
 
-    serve(Path(args.state), args.workers, args.run_id)
+    serve(Path(args.state), args.workers, args.run_id, args.host)
     return 0
 
 
@@ -187,11 +192,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sgdsweep", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("run", help="validate a config and run its sweep through Snakemake")
+    p = sub.add_parser("run", help="validate a config and run its sweep through Snakemake",
+                       usage="sgdsweep run [CONFIG] [--cores N] [-n] [-- SNAKEMAKE ARGUMENTS]")
     p.add_argument("config", nargs="?", default="config/config.yaml", help="sweep config (YAML)")
     p.add_argument("--cores", type=_positive_int, default=os.cpu_count() or 1, help="Snakemake cores")
     p.add_argument("-n", "--dry-run", action="store_true", help="only show what would run")
-    p.add_argument("snakemake_args", nargs=argparse.REMAINDER, help="after --: passed to snakemake")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("validate", help="check a config and print its size")
@@ -255,15 +260,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--state", required=True)
     p.add_argument("--workers", type=_positive_int, required=True)
     p.add_argument("--run-id", required=True)
+    p.add_argument("--host", default="127.0.0.1")
     p.set_defaults(func=cmd_cluster_daemon)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra: list[str] = []
+    if "--" in argv:  # everything after -- goes to snakemake untouched
+        cut = argv.index("--")
+        argv, extra = argv[:cut], argv[cut + 1 :]
     args = build_parser().parse_args(argv)
-    if getattr(args, "snakemake_args", None) and args.snakemake_args[0] == "--":
-        args.snakemake_args = args.snakemake_args[1:]
+    if extra and args.command != "run":
+        build_parser().error("arguments after -- are only accepted by 'sgdsweep run'")
+    args.snakemake_args = extra
     _setup_logging(getattr(args, "log", None))
     try:
         return int(args.func(args) or 0)

@@ -109,7 +109,7 @@ def _locked(cluster_dir: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def ensure_shared_cluster(cluster_dir: Path, run_id: str, workers: int) -> str:
+def ensure_shared_cluster(cluster_dir: Path, run_id: str, workers: int, host: str = "127.0.0.1") -> str:
     """Address of the run's shared local cluster, starting it if this run has none yet."""
     cluster_dir = Path(cluster_dir)
     with _locked(cluster_dir):
@@ -120,7 +120,7 @@ def ensure_shared_cluster(cluster_dir: Path, run_id: str, workers: int) -> str:
         with open(log_path, "ab") as log_fh:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "sgdsweep", "cluster-daemon", "--state", str(cluster_dir / STATE_FILE),
-                 "--workers", str(workers), "--run-id", run_id],
+                 "--workers", str(workers), "--run-id", run_id, "--host", host],
                 stdin=subprocess.DEVNULL, stdout=log_fh, stderr=log_fh, start_new_session=True)
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
@@ -158,7 +158,7 @@ def stop_shared_cluster(cluster_dir: Path, run_id: str) -> bool:
     return True
 
 
-def serve(state_path: Path, workers: int, run_id: str) -> None:
+def serve(state_path: Path, workers: int, run_id: str, host: str = "127.0.0.1") -> None:
     """Run a local cluster until SIGTERM/SIGINT or until process ``run_id`` is gone."""
     from distributed import LocalCluster
 
@@ -171,8 +171,8 @@ def serve(state_path: Path, workers: int, run_id: str) -> None:
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     watch = _local_run_pid(run_id)
-    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                           scheduler_port=0, dashboard_address="127.0.0.1:0", silence_logs=logging.WARNING)
+    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host=host,
+                           scheduler_port=0, dashboard_address=f"{host}:0", silence_logs=logging.WARNING)
     try:
         atomic_write_text(state_path, json.dumps({
             "address": cluster.scheduler_address, "dashboard": cluster.dashboard_link,
@@ -207,15 +207,41 @@ def _check_workers_import_sgdsweep(client: Any, address: str) -> None:
 
 
 @contextlib.contextmanager
+def _slurm_cluster(execution: Mapping[str, Any]) -> Iterator[Any]:
+    """A dask-jobqueue ``SLURMCluster`` of ``execution.slurm.jobs`` jobs (workers of one thread)."""
+    try:
+        from dask_jobqueue import SLURMCluster
+    except ImportError:
+        raise UsageError("execution.cluster: slurm needs dask-jobqueue; install it with "
+                         "pip install 'sgdsweep[slurm]'") from None
+    s = execution["slurm"]
+    cluster = SLURMCluster(cores=s["cores"], processes=s["cores"], memory=s["memory"], walltime=s["walltime"],
+                           queue=s["queue"], account=s["account"], scheduler_options={"host": execution["host"]},
+                           log_directory=None)
+    try:
+        cluster.scale(jobs=s["jobs"])
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@contextlib.contextmanager
 def dask_client(execution: Mapping[str, Any], cluster_dir: Path) -> Iterator[Any]:
     """A connected ``distributed.Client`` per the rules in the module docstring."""
     from distributed import Client, LocalCluster
 
     address = scheduler_address(execution)
     external = address is not None
+    host = execution.get("host", "127.0.0.1")
+    if address is None and execution.get("cluster", "local") == "slurm":
+        with _slurm_cluster(execution) as cluster, Client(cluster) as client:
+            log.info("Dask on SLURM: %d job(s) of %d worker(s); dashboard %s", execution["slurm"]["jobs"],
+                     execution["slurm"]["cores"], cluster.dashboard_link)
+            yield client
+        return
     run = os.environ.get(RUN_ID_ENV, "")
     if address is None and _local_run_pid(run) is not None:
-        address = ensure_shared_cluster(cluster_dir, run, worker_count(execution))
+        address = ensure_shared_cluster(cluster_dir, run, worker_count(execution), host)
     if address is not None:
         try:
             client = Client(address, timeout="30s")
@@ -229,8 +255,8 @@ def dask_client(execution: Mapping[str, Any], cluster_dir: Path) -> Iterator[Any
             yield client
         return
     workers = worker_count(execution)
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      scheduler_port=0, dashboard_address="127.0.0.1:0",
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host=host,
+                      scheduler_port=0, dashboard_address=f"{host}:0",
                       silence_logs=logging.WARNING) as cluster, Client(cluster) as client:
         log.info("Dask dashboard: %s (private cluster, %d workers)", cluster.dashboard_link, workers)
         yield client

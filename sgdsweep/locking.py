@@ -17,7 +17,7 @@ import platform
 from pathlib import Path
 from typing import IO
 
-from .errors import SgdsweepError
+from .errors import SgdsweepError, UsageError
 
 LOCK_NAME = ".sgdsweep.lock"
 
@@ -41,7 +41,7 @@ def ensure_writable(directory: Path) -> None:
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as exc:
-        raise SgdsweepError(
+        raise UsageError(
             f"results directory {directory} is not writable ({exc.strerror or exc}); nothing was "
             "changed. Fix its permissions or mount, or set results_dir in the config to a writable "
             "directory") from None

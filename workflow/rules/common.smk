@@ -7,20 +7,24 @@ sys.path.insert(0, workflow.basedir)  # the package next to this Snakefile, inst
 from snakemake.exceptions import WorkflowError
 
 from sgdsweep import locking
-from sgdsweep.cluster import RUN_ID_ENV, current_run_id, stop_shared_cluster
+from sgdsweep.cluster import RUN_ID_ENV, current_run_id, scheduler_address, stop_shared_cluster
 from sgdsweep.config import build_sweep
 from sgdsweep.errors import ConfigError, SgdsweepError
-from sgdsweep.plan import explain, format_explanation, write_plan
+from sgdsweep.plan import PlanFiles, explain, format_explanation, write_plan
 from sgdsweep.snakemake_state import clear_stale_state
 
 try:
     SWEEP = build_sweep(config)
-    # One run per sweep: a kernel lock that dies with this process (never stale after kill -9).
-    _SWEEP_LOCK = locking.acquire(SWEEP.directory)
-    # Holding it proves no live run owns this sweep: drop what a killed run left behind.
-    clear_stale_state(os.getcwd(), SWEEP.directory)
-    print(format_explanation(SWEEP, explain(SWEEP), max_lines=20), file=sys.stderr)
-    PLAN = write_plan(SWEEP)
+    scheduler_address(SWEEP.config["execution"])  # a bad SGDSWEEP_SCHEDULER fails here, before any job
+    if workflow.is_main_process:
+        # One run per sweep: a kernel lock that dies with this process (never stale after kill -9).
+        _SWEEP_LOCK = locking.acquire(SWEEP.directory)
+        # Holding it proves no live run owns this sweep: drop what a killed run left behind.
+        clear_stale_state(os.getcwd(), SWEEP.directory)
+        print(format_explanation(SWEEP, explain(SWEEP), max_lines=20), file=sys.stderr)
+        PLAN = write_plan(SWEEP)
+    else:  # a job re-parsing the workflow (cluster executors): the main process owns the plan
+        PLAN = PlanFiles(SWEEP.directory)
 except ConfigError as _exc:
     raise WorkflowError(f"invalid sweep configuration: {_exc}") from None
 except SgdsweepError as _exc:

@@ -1,0 +1,138 @@
+"""The bad-input catalogue: every bad config value, command-line argument, environment variable
+and path gets a clear message and a non-zero exit code from the ``sgdsweep`` command.
+
+The catalogue is listed in the README ("Bad inputs"); this file is its executable form.
+"""
+
+from __future__ import annotations
+
+import copy
+import zipfile
+
+import pytest
+import yaml
+
+from sgdsweep.cli import main
+
+from conftest import REPO, TINY, make_finished_sweep, tiny_config, write_yaml
+from test_config import BAD_CONFIGS, _set
+
+
+def _run(capsys, *argv: str) -> tuple[int, str]:
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:  # argparse
+        code = exc.code
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+@pytest.mark.parametrize("changes,expected", [c[1:] for c in BAD_CONFIGS], ids=[c[0] for c in BAD_CONFIGS])
+def test_bad_config_through_the_command(tmp_path, capsys, changes, expected):
+    cfg = copy.deepcopy(TINY)
+    for key, value in changes.items():
+        _set(cfg, key, value)
+    path = write_yaml(tmp_path / "bad.yaml", cfg)
+    for verb in ("validate", "plan", "run"):
+        code, text = _run(capsys, verb, str(path))
+        assert code == 2, (verb, text)
+        assert all(part in text for part in expected), (verb, text)
+    assert not (tmp_path / "results").exists()  # nothing was written
+
+
+def _finished(tmp_path):
+    return make_finished_sweep(tmp_path)
+
+
+OTHER_BAD_INPUTS = [
+    # (id, argv builder(tmp_path) -> list, environment, expected substrings)
+    ("no_command", lambda t: [], {}, ["required"]),
+    ("unknown_command", lambda t: ["frobnicate"], {}, ["invalid choice", "frobnicate"]),
+    ("validate_without_file", lambda t: ["validate"], {}, ["the following arguments are required: config"]),
+    ("cores_zero", lambda t: ["run", str(REPO / "config" / "config.yaml"), "--cores", "0"], {},
+     ["--cores", "positive integer", "'0'"]),
+    ("cores_not_a_number", lambda t: ["run", str(REPO / "config" / "config.yaml"), "--cores", "two"], {},
+     ["positive integer", "'two'"]),
+    ("extra_args_for_validate", lambda t: ["validate", "x.yaml", "--", "--forceall"], {}, ["only accepted by 'sgdsweep run'"]),
+    ("config_missing", lambda t: ["validate", str(t / "nope.yaml")], {}, ["nope.yaml", "existing YAML file"]),
+    ("config_is_a_directory", lambda t: ["validate", str(t)], {}, ["existing YAML file"]),
+    ("config_not_yaml", lambda t: ["validate", str(_text(t / "c.yaml", "grid: {lr: [0.1"))], {}, ["YAML parse error"]),
+    ("config_not_a_mapping", lambda t: ["validate", str(_text(t / "c.yaml", "- 1\n- 2\n"))], {}, ["mapping"]),
+    ("config_python_tag", lambda t: ["validate", str(_text(t / "c.yaml", "sweep: !!python/name:os.system\n"))], {},
+     ["YAML parse error"]),
+    ("scheduler_env_not_an_address", lambda t: ["run", str(write_yaml(t / "c.yaml", tiny_config()))],
+     {"SGDSWEEP_SCHEDULER": "localhost:8786"}, ["SGDSWEEP_SCHEDULER", "localhost:8786", "tcp://"]),
+    ("results_dir_blocked_by_a_file", lambda t: ["run", str(write_yaml(t / "c.yaml", tiny_config(
+        results_dir=str(_text(t / "file", "x") / "results"))))], {}, ["is not writable", "results_dir"]),
+    ("export_unfinished_sweep", lambda t: ["export", str(t), str(t / "x.zip")], {}, ["not a finished sweep"]),
+    ("export_not_zip", lambda t: ["export", str(_finished(t)), str(t / "x.tar")], {}, ["must end in .zip"]),
+    ("verify_missing_file", lambda t: ["verify", str(t / "none.zip")], {}, ["not found", "none.zip"]),
+    ("verify_not_a_zip", lambda t: ["verify", str(_text(t / "fake.zip", "hello"))], {}, ["not a complete zip file"]),
+    ("verify_foreign_zip", lambda t: ["verify", str(_zip(t / "foreign.zip"))], {}, ["not an sgdsweep export"]),
+    ("import_not_a_zip", lambda t: ["import", str(_text(t / "fake.zip", "hello"))], {}, ["not a complete zip file"]),
+    ("merge_single_file", lambda t: ["merge", str(t / "a.zip"), "--out", str(t / "b.zip")], {}, ["at least two"]),
+]
+
+
+def _text(path, text):
+    path.write_text(text)
+    return path
+
+
+def _zip(path):
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("data.txt", "x")
+    return path
+
+
+@pytest.mark.parametrize("argv,env,expected", [c[1:] for c in OTHER_BAD_INPUTS], ids=[c[0] for c in OTHER_BAD_INPUTS])
+def test_bad_arguments_environment_and_paths(tmp_path, capsys, monkeypatch, argv, env, expected):
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.chdir(tmp_path)
+    args = argv(tmp_path)
+    code, text = _run(capsys, *args)
+    assert code != 0 and code is not None
+    for part in expected:
+        assert part in text, text
+
+
+def test_import_never_overwrites(tmp_path, capsys, monkeypatch):
+    from sgdsweep.share import export_sweep
+
+    export_sweep(_finished(tmp_path / "src"), str(tmp_path / "t.zip"))
+    monkeypatch.chdir(tmp_path)
+    assert _run(capsys, "import", str(tmp_path / "t.zip"))[0] == 0
+    code, text = _run(capsys, "import", str(tmp_path / "t.zip"))
+    assert code == 2 and "already exists" in text and "never overwrites" in text
+
+
+def test_import_refuses_paths_escaping_the_results_directory(tmp_path, capsys, monkeypatch):
+    """A crafted export whose manifest lists ../ members is refused, and nothing is written outside."""
+    import hashlib
+    import json
+
+    from sgdsweep.share import COMMENT_PREFIX, MANIFEST, SCHEMA_VERSION
+
+    evil = tmp_path / "evil.zip"
+    payload = b"owned"
+    manifest = {"schema_version": SCHEMA_VERSION, "sweep": "evil", "config": {"sweep": "evil"},
+                "members": {"../../escape.txt": {"sha256": hashlib.sha256(payload).hexdigest(), "size": 5},
+                            "fits.json": {"sha256": hashlib.sha256(b"{}").hexdigest(), "size": 2}},
+                "points": []}
+    text = json.dumps(manifest).encode()
+    with zipfile.ZipFile(evil, "w") as zf:
+        zf.writestr("../../escape.txt", payload)
+        zf.writestr("fits.json", b"{}")
+        zf.writestr(MANIFEST, text)
+        zf.comment = COMMENT_PREFIX + hashlib.sha256(text).hexdigest().encode()
+    monkeypatch.chdir(tmp_path)
+    code, out = _run(capsys, "import", str(evil))
+    assert code == 2 and "escape the results directory" in out
+    assert not (tmp_path.parent / "escape.txt").exists() and not (tmp_path / "escape.txt").exists()
+    assert not (tmp_path / "results" / "evil").exists()
+
+
+def test_catalogue_size():
+    n = len(BAD_CONFIGS) + len(OTHER_BAD_INPUTS) + 2
+    assert n >= 30, n
