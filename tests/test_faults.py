@@ -98,6 +98,7 @@ def test_lost_dask_worker_mid_task(tmp_path, reference):
     state = sweep / ".cluster" / "cluster.json"
     _wait_for(state.exists, what="the local cluster")
     address = json.loads(state.read_text())["address"]
+    assert address.startswith("tcp://127.0.0.1:")  # the local cluster binds to localhost only
     with Client(address, timeout="30s") as client:
         _wait_for(lambda: len(_stores(sweep)) >= 1, what="a finished point")
         (pid,) = client.run(os.getpid).values()

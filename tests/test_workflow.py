@@ -142,6 +142,15 @@ def test_reruns_are_incremental(first_run):
     assert json.loads((sweep / "fits.json").read_text())["power_law"][0]["confidence"] == 0.9
     assert (sweep / "ensemble.zarr" / "zarr.json").stat().st_mtime > ensemble_mtime  # from the lr step
 
+    # change only the report: only the report reruns
+    cfg["report"] = {"title": "Another title"}
+    write_yaml(cfg_path, cfg)
+    proc = run_snakemake(work, cfg_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = re.findall(r"localrule (\w+):", proc.stdout + proc.stderr)
+    assert sorted(jobs) == ["all", "report"], jobs
+    assert "Another title" in (sweep / "report.html").read_text()
+
 
 def test_invalid_config_fails_before_any_job(tmp_path):
     cfg = tiny_config(grid={"lr": [0.1, -0.2]})
