@@ -48,9 +48,8 @@ def run_snakemake(workdir: Path, configfile: Path | None = None, *extra: str,
     if configfile is not None:
         cmd += ["--configfile", str(configfile)]
     cmd += list(extra)
-    full_env = {**os.environ, **(env or {})}
-    full_env.pop("SGDSWEEP_RUN_ID", None)
-    full_env.pop("SGDSWEEP_SCHEDULER", None) if env is None or "SGDSWEEP_SCHEDULER" not in env else None
+    full_env = {k: v for k, v in os.environ.items() if k not in ("SGDSWEEP_RUN_ID", "SGDSWEEP_SCHEDULER")}
+    full_env.update(env or {})
     return subprocess.run(cmd, cwd=workdir, env=full_env, capture_output=True, text=True, timeout=timeout)
 
 
