@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import time
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np

@@ -10,7 +10,6 @@ import copy
 import zipfile
 
 import pytest
-import yaml
 
 from sgdsweep.cli import main
 

@@ -17,7 +17,7 @@ from sgdsweep.config import build_sweep
 from sgdsweep.errors import UsageError
 from sgdsweep.share import ShareError, export_sweep, import_sweep, merge_exports, verify
 
-from conftest import make_finished_sweep, run_cli, run_snakemake, tiny_config
+from conftest import make_finished_sweep, run_cli, run_snakemake
 
 
 @pytest.fixture(scope="module")
