@@ -24,31 +24,81 @@ import xarray as xr
 
 from . import store
 from .provenance import provenance
-from .theory.linear import FORMULA
 
-#: (long_name, units, description) of every variable the ensemble may hold.
+#: (long_name, units, description) of every variable the ensemble may hold. Units: weights
+#: and losses are in the model's own units (label units for regression); times in SGD steps.
 VARIABLES: dict[str, tuple[str, str, str]] = {
-    "weight_var": ("weight variance", "weight² (dimensionless)",
-                   "mean per-coordinate stationary variance Tr E[(w-ŵ)(w-ŵ)ᵀ]/N after burn-in, averaged "
-                   "over time and non-diverged replicas"),
+    "weight_var": ("weight variance", "weight²",
+                   "mean per-coordinate stationary variance Tr E[(w-w*)(w-w*)ᵀ]/d after burn-in (around each "
+                   "replica's own time mean when minima form a manifold), averaged over time and non-diverged replicas"),
     "weight_var_se": ("standard error of weight_var", "weight²",
                       "standard error from the spread of independent replicas' time averages"),
-    "weight_var_theory": ("exact weight variance", "weight²", "Tr(M)/N with M from " + FORMULA),
-    "loss": ("training loss", "label² ", "time- and replica-averaged L(w) = 1/(2P) Σ (wᵀx−y)² after burn-in"),
-    "loss_se": ("standard error of loss", "label²", "standard error from the spread of replicas"),
-    "loss_theory": ("exact training loss", "label²", "L(ŵ) + ½ Tr(H M) with M from " + FORMULA),
-    "diverged": ("diverged", "1", "True if any replica of the point diverged (|w−ŵ|² beyond the bound "
-                 "or not finite); such points are excluded from fits"),
+    "weight_var_theory": ("predicted weight variance", "weight²", "Tr(Σ)/d of the theory named in 'formula'"),
+    "loss": ("training loss", "loss", "time- and replica-averaged training loss after burn-in"),
+    "loss_se": ("standard error of loss", "loss", "standard error from the spread of replicas"),
+    "loss_theory": ("predicted training loss", "loss", "stationary E[L] of the theory named in 'formula'"),
+    "test_loss": ("test loss", "loss", "time- and replica-averaged expected loss on fresh data (or held-out data)"),
+    "test_loss_se": ("standard error of test_loss", "loss", "standard error from the spread of replicas"),
+    "loss_autocorr_time": ("integrated autocorrelation time of the loss", "steps",
+                           "τ_int = 1 + 2Σρ(m) with Sokal's window, per replica, averaged; the effective number of "
+                           "samples of a replica is measured_steps/τ_int"),
+    "loss_autocorr_time_se": ("standard error of loss_autocorr_time", "steps", "spread of replicas"),
+    "loss_autocorr_truncated": ("replicas with truncated autocorrelation window", "1",
+                                "replicas whose τ_int is only a lower bound (stored lags too short)"),
+    "fdr_residual": ("fluctuation–dissipation residual", "1",
+                     "‖ΣxxΣ_WW + Σ_WWΣxx − λD(0)‖/‖λD(0)‖ (Frobenius), estimators of Han et al. (physics.md §3)"),
+    "q_ratio": ("antisymmetric ratio", "1", "max|Q|/max|D_sym|, Q = (ΣxxΣ_WW − Σ_WWΣxx)/2, D_sym its symmetric partner"),
+    "noise_whiteness": ("gradient-noise whiteness", "1", "max over lags m ≠ 0 of ‖D(m)‖/‖D(0)‖"),
+    "joint_eigenvalue": ("joint fluctuation eigenvalue", "weight²",
+                         "mean eigenvalue of the joint (W1, W2) covariance projected on the range of Γ (the "
+                         "N_o·N_i stiff directions of the loss Hessian at the replica's mean weights; two_layer)"),
+    "joint_eigenvalue_se": ("standard error of joint_eigenvalue", "weight²", "spread of replicas"),
+    "joint_eigenvalue_theory": ("predicted joint eigenvalue", "weight²", "λ⟨r²⟩/(2S) (physics.md §4)"),
+    "joint_anisotropy": ("joint anisotropy", "1",
+                         "per replica std/mean of the covariance eigenvalues on the range of Γ, averaged (0 = isotropic)"),
+    "escape_time": ("mean escape time", "steps",
+                    "exponential maximum-likelihood estimate with censoring: Σ times / number escaped"),
+    "escape_time_se": ("standard error of escape_time", "steps", "escape_time/√(number escaped)"),
+    "escaped_fraction": ("escaped fraction", "1", "fraction of non-diverged replicas that escaped within steps"),
+    "escape_censored": ("censored replicas", "1", "replicas that did not escape within steps (kept as censored)"),
+    "escape_time_theory_arrhenius": ("Kramers escape time", "steps", "Arrhenius/Kramers law (physics.md §6)"),
+    "escape_time_theory_powerlaw": ("power-law escape time", "steps", "Mori's state-dependent law (physics.md §6)"),
+    "diverged": ("diverged", "1", "True if any replica of the point diverged (|w−w*|² beyond the bound "
+                 "or not finite); such replicas are excluded from every average"),
     "diverged_replicas": ("diverged replicas", "1", "number of replicas that diverged"),
     "burn_in": ("burn-in", "steps", "updates discarded before measuring"),
     "measured_steps": ("measured steps", "steps", "updates averaged per replica after burn-in"),
     "simulation_seconds": ("simulation time", "s", "wall-clock seconds spent simulating the point"),
+    # per replica
     "weight_var_replica": ("weight variance per replica", "weight²",
-                           "per-replica time average of |w−ŵ|²/N; NaN for diverged or absent replicas"),
+                           "per-replica time average of |w−w*|²/d; NaN for diverged or absent replicas"),
+    "loss_replica": ("training loss per replica", "loss", "per-replica time average; NaN for diverged replicas"),
+    "test_loss_replica": ("test loss per replica", "loss", "per-replica time average; NaN for diverged replicas"),
+    "loss_autocorr_time_replica": ("loss autocorrelation time per replica", "steps", "τ_int per replica"),
+    "diverged_step": ("divergence step", "steps", "step at which the replica diverged; -1 if it did not"),
+    "escape_step": ("escape step", "steps", "step at which the replica escaped; -1 if censored (did not escape)"),
+    # per mode
+    "weight_cov_eigenvalues": ("weight covariance eigenvalues", "weight²",
+                               "eigenvalues of the stationary weight covariance, descending (per replica and "
+                               "averaged when minima form a manifold)"),
+    "weight_cov_eigenvalues_theory": ("predicted covariance eigenvalues", "weight²", "eigenvalues of the theory's Σ"),
+    "mode_curvature": ("loss curvature along covariance modes", "loss/weight²",
+                       "vᵢᵀ H vᵢ for the covariance eigenvectors vᵢ, H the loss Hessian at the replica's mean weights"),
+    "range_cov_eigenvalues": ("covariance eigenvalues on the range of Γ", "weight²",
+                              "eigenvalues of the joint covariance projected on the Hessian's range, descending"),
+    "noise_cov_ratio": ("‖D(m)‖/‖D(0)‖", "1", "Frobenius norm of the lag-m gradient-noise covariance over lag 0"),
 }
+#: Per-replica arrays copied from the point stores (padded with NaN or −1).
+REPLICA_ARRAYS = ("weight_var_replica", "loss_replica", "test_loss_replica", "loss_autocorr_time_replica",
+                  "diverged_step", "escape_step")
+#: Per-point vectors copied when present (dimension name, padded with NaN).
+VECTOR_ARRAYS = {"weight_cov_eigenvalues": "mode", "weight_cov_eigenvalues_theory": "mode",
+                 "mode_curvature": "mode", "noise_cov_ratio": "lag", "range_cov_eigenvalues": "range_mode"}
 COORDS: dict[str, tuple[str, str, str]] = {
     "point": ("point hash", "1", "content hash of the point's fully resolved parameters"),
     "replica": ("replica index", "1", "index of the independent replica"),
+    "mode": ("mode index", "1", "covariance eigenmode, largest eigenvalue first"),
+    "lag": ("lag m", "steps", "lag of the gradient-noise covariance D(m)"),
     "shard": ("shard id", "1", "the shard (group of points sharing data) that simulated the point"),
     "lr": ("learning rate λ", "1", "SGD step size"),
     "batch_size": ("batch size S", "samples", "samples per gradient step"),
@@ -61,17 +111,35 @@ COORDS: dict[str, tuple[str, str, str]] = {
     "steps": ("steps", "steps", "updates per replica"),
     "replicas": ("replicas", "1", "replicas per point"),
 }
-SCALARS = ("weight_var", "weight_var_se", "weight_var_theory", "loss", "loss_se", "loss_theory",
-           "diverged", "diverged_replicas", "burn_in", "measured_steps")
+#: theory column → the key of its formula (and of the reason when it is missing) in the point summaries
+THEORY_SOURCES = {"weight_var_theory": "weight_cov", "weight_cov_eigenvalues_theory": "weight_cov",
+                  "loss_theory": "loss", "escape_time_theory_arrhenius": "escape_time_arrhenius",
+                  "escape_time_theory_powerlaw": "escape_time_powerlaw",
+                  "joint_eigenvalue_theory": "joint_eigenvalue"}
+INT_SCALARS = ("diverged_replicas", "burn_in", "measured_steps", "escape_censored", "loss_autocorr_truncated")
 
 
 def _attrs(table: dict[str, tuple[str, str, str]], name: str) -> dict[str, str]:
+    if name.startswith("singular_values_"):
+        layer = name[len("singular_values_"):]
+        return {"long_name": f"singular values of {layer}", "units": "weight",
+                "description": f"final singular values of the weight matrix {layer} per replica, descending"}
     long_name, units, description = table[name]
     return {"long_name": long_name, "units": units, "description": description}
 
 
+def _pad(rows: list[np.ndarray], fill: float) -> np.ndarray:
+    width = max((r.shape[-1] for r in rows), default=0)
+    out = np.full((len(rows), width), fill, dtype=np.float64 if fill != -1 else np.int64)
+    for i, r in enumerate(rows):
+        out[i, : r.shape[-1]] = r
+    return out
+
+
 def build_ensemble(sweep_spec: dict[str, Any]) -> xr.Dataset:
     """The ensemble dataset of the points listed in ``sweep_spec`` (``plan/sweep.json``).
+
+    Points are read one at a time; only scalars, per-replica and per-mode vectors are kept.
 
     Raises:
         StoreError: a point store is missing or incomplete.
@@ -79,40 +147,84 @@ def build_ensemble(sweep_spec: dict[str, Any]) -> xr.Dataset:
     points_dir = sweep_spec["points_dir"]
     entries = sweep_spec["points"]
     n = len(entries)
-    scalars: dict[str, list[Any]] = {k: [] for k in SCALARS}
+    summaries: list[dict[str, Any]] = []
     coords: dict[str, list[Any]] = {c: [] for c in sweep_spec["coords"]}
-    seconds, per_replica = [], []
-    for entry in entries:
+    seconds: list[float] = []
+    formulas: dict[str, set[str]] = {}
+    reasons: dict[str, set[str]] = {}
+    per_replica: dict[str, list[np.ndarray]] = {}
+    vectors: dict[str, list[np.ndarray]] = {}
+    sv_dims: dict[str, str] = {}
+    lag_values = None
+    for i, entry in enumerate(entries):
         path = store.point_path(points_dir, entry["hash"])
         attrs = store.read_attrs(path)
         summary = attrs["summary"]
-        for k in SCALARS:
-            v = summary.get(k)
-            scalars[k].append(np.nan if v is None else v)
+        summaries.append(summary)
+        for k, v in summary.get("theory_formulas", {}).items():
+            formulas.setdefault(k, set()).add(v)
+        for k, v in summary.get("theory_reasons", {}).items():
+            reasons.setdefault(k, set()).add(v)
         for c in coords:
             coords[c].append(attrs["params"].get(c))
         seconds.append(attrs.get("simulation_seconds", np.nan))
-        per_replica.append(store.read_array(path, "weight_var_replica"))
-    n_rep = max((len(r) for r in per_replica), default=0)
-    rep = np.full((n, n_rep), np.nan)
-    for i, r in enumerate(per_replica):
-        rep[i, : len(r)] = r
+        if lag_values is None and store.has_array(path, "lag"):
+            lag_values = np.asarray(store.read_array(path, "lag"))
+        names = list(REPLICA_ARRAYS) + list(VECTOR_ARRAYS) + [
+            p.name for p in Path(path).iterdir() if p.name.startswith("singular_values_")]
+        for name in dict.fromkeys(names):
+            if not store.has_array(path, name):
+                continue
+            arr = np.asarray(store.read_array(path, name))
+            if name.startswith("singular_values_"):
+                sv_dims[name] = "sv_" + name[len("singular_values_"):]
+                per_replica.setdefault(name, [None] * n)[i] = arr
+            elif name in VECTOR_ARRAYS:
+                vectors.setdefault(name, [np.zeros(0)] * n)[i] = arr
+            else:
+                per_replica.setdefault(name, [np.zeros(0)] * n)[i] = arr
 
     data_vars: dict[str, Any] = {}
-    for k in SCALARS:
-        arr = np.asarray(scalars[k])
+    scalar_names = [k for k in VARIABLES if any(k in s for s in summaries)]
+    for k in scalar_names:
+        values = [s.get(k) for s in summaries]
         if k == "diverged":
-            arr = arr.astype(bool)
-        elif k in ("diverged_replicas", "burn_in", "measured_steps"):
-            arr = arr.astype(np.int64)
+            arr = np.asarray([bool(v) for v in values])
+        elif k in INT_SCALARS:
+            arr = np.asarray([-1 if v is None else v for v in values], dtype=np.int64)
         else:
-            arr = arr.astype(np.float64)
+            arr = np.asarray([np.nan if v is None else v for v in values], dtype=np.float64)
         data_vars[k] = ("point", arr, _attrs(VARIABLES, k))
     data_vars["simulation_seconds"] = ("point", np.asarray(seconds, float), _attrs(VARIABLES, "simulation_seconds"))
-    data_vars["weight_var_replica"] = (("point", "replica"), rep, _attrs(VARIABLES, "weight_var_replica"))
-    for k in ("weight_var_theory", "loss_theory"):
-        data_vars[k][2]["formula"] = FORMULA
-        data_vars[k][2]["approximation"] = "none (exact for the finite data set and sampling scheme)"
+    n_rep = 0
+    for name, rows in per_replica.items():
+        if name in sv_dims:
+            width = max((r.shape[1] for r in rows if r is not None), default=0)
+            reps = max((r.shape[0] for r in rows if r is not None), default=0)
+            arr = np.full((n, reps, width), np.nan)
+            for i, r in enumerate(rows):
+                if r is not None:
+                    arr[i, : r.shape[0], : r.shape[1]] = r
+            data_vars[name] = (("point", "replica", sv_dims[name]), arr, _attrs(VARIABLES, name))
+            continue
+        fill = -1 if name in ("diverged_step", "escape_step") else np.nan
+        arr = _pad(rows, fill)
+        n_rep = max(n_rep, arr.shape[1])
+        data_vars[name] = (("point", "replica"), arr, _attrs(VARIABLES, name))
+    for name, rows in vectors.items():
+        data_vars[name] = (("point", VECTOR_ARRAYS[name]), _pad(rows, np.nan), _attrs(VARIABLES, name))
+    for name, (dims, arr, attrs) in list(data_vars.items()):
+        if "replica" in dims and arr.shape[dims.index("replica")] < n_rep:
+            pad = [(0, 0)] * arr.ndim
+            pad[dims.index("replica")] = (0, n_rep - arr.shape[dims.index("replica")])
+            data_vars[name] = (dims, np.pad(arr, pad, constant_values=-1 if arr.dtype.kind == "i" else np.nan), attrs)
+    for k, source in THEORY_SOURCES.items():
+        if k in data_vars:
+            attrs = data_vars[k][2]
+            if source in formulas:
+                attrs["formula"] = " | ".join(sorted(formulas[source]))
+            if source in reasons:
+                attrs["missing_because"] = " | ".join(sorted(reasons[source]))
 
     coord_vars: dict[str, Any] = {
         "point": ("point", np.array([e["hash"] for e in entries], dtype=object), _attrs(COORDS, "point")),
@@ -125,12 +237,16 @@ def build_ensemble(sweep_spec: dict[str, Any]) -> xr.Dataset:
             arr = arr.astype(object)  # variable-length UTF-8 strings in Zarr 3
         coord_vars[c] = ("point", arr, _attrs(COORDS, c))
     ds = xr.Dataset(data_vars=data_vars, coords=coord_vars)
+    if "mode" in ds.dims:
+        ds = ds.assign_coords(mode=("mode", np.arange(ds.sizes["mode"]), _attrs(COORDS, "mode")))
+    if "lag" in ds.dims and lag_values is not None and lag_values.size == ds.sizes["lag"]:
+        ds = ds.assign_coords(lag=("lag", lag_values, _attrs(COORDS, "lag")))
     ds.attrs.update({
         "title": f"sgdsweep ensemble of sweep '{sweep_spec['sweep']}'",
         "sweep": sweep_spec["sweep"],
         "sweep_hash": sweep_spec["sweep_hash"],
         "config": json.dumps(sweep_spec["simulation_config"], sort_keys=True),
-        "swept_axes": json.dumps([c for c in sweep_spec["coords"] if len(set(coords[c])) > 1]),
+        "swept_axes": json.dumps([c for c in sweep_spec["coords"] if len(set(map(str, coords[c]))) > 1]),
     })
     prov = provenance()
     ds.attrs.update({k: json.dumps(v) if isinstance(v, dict) else v for k, v in prov.items()})

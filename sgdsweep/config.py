@@ -20,8 +20,10 @@ from .models import get_model
 from .paths import sweep_dir
 from .schema import read_yaml, validate_and_fill
 
-#: Axes every sweep must set (in the grid or in every explicit point).
+#: Axes every sweep must set (in the grid or in every explicit point) when the model uses them.
 REQUIRED_AXES = ("lr", "batch_size", "samples_per_param")
+#: Noise types the SDE integrator accepts (it is Gaussian by definition).
+SDE_NOISE = ("gaussian", "gaussian_matched")
 #: Keys that vary inside a shard; every other parameter is shared by a shard's points.
 IN_SHARD_KEYS = ("lr", "batch_size", "momentum")
 #: Config sections that determine simulation results (fit/report/execution do not).
@@ -94,7 +96,7 @@ def _describe(gp: Mapping[str, Any]) -> str:
     return "point " + ", ".join(f"{k}={v}" for k, v in gp.items())
 
 
-def _resolve_burn_in(params: Mapping[str, Any], model, where: str) -> int:
+def _resolve_burn_in(params: Mapping[str, Any], problem, where: str) -> int:
     steps = params["steps"]
     if params["burn_in"] != "auto":
         burn = int(params["burn_in"])
@@ -102,8 +104,7 @@ def _resolve_burn_in(params: Mapping[str, Any], model, where: str) -> int:
             raise ConfigError("dynamics.burn_in", burn, f"an integer below steps = {steps}",
                               f"Nothing would be measured at {where}.")
         return burn
-    data = model.make_data(model.data_params(params))
-    tau = model.relaxation_steps(data, params["lr"], params["momentum"])
+    tau = problem.relaxation_steps(params["lr"], params["momentum"])
     if math.isinf(tau):
         return steps // 2  # unstable in the mean: the replicas will diverge and be flagged
     burn = int(math.ceil(params["burn_in_relaxations"] * tau))
@@ -133,29 +134,35 @@ def build_sweep(raw: Mapping[str, Any]) -> Sweep:
                     raise ConfigError(f"grid.{key}", raw_grid[key], f"one place for '{key}'",
                                       f"It is set in both {section} and grid; keep one.")
     cfg = validate_and_fill(dict(raw))
-    model = get_model(cfg["model"]["kind"])
-    expanded = gridmod.expand(cfg["grid"], cfg.get("points", []), REQUIRED_AXES)
+    kind = cfg["model"]["kind"]
+    model = get_model(kind)
+    options = _model_options(cfg["model"], model, kind, raw_grid)
+    required = tuple(a for a in REQUIRED_AXES if a in model.AXES)
+    expanded = gridmod.expand(cfg["grid"], cfg.get("points", []), required)
     if not expanded:
         raise ConfigError("grid", cfg["grid"], "at least one point", "The sweep is empty.")
 
-    base = {"model": cfg["model"]["kind"], "seed": cfg["seed"]}
-    base.update({k: v for k, v in cfg["model"].items() if k != "kind"})
-    base.update(cfg["dynamics"])
+    base = {"model": kind, "seed": cfg["seed"], **options}
+    base.update({k: v for k, v in cfg["dynamics"].items() if k != "observe"})
+    base["observe"] = _observe(cfg["dynamics"]["observe"], kind)
+    base.setdefault("noise", model.NOISE_TYPES[0])
     points: list[Point] = []
     seen: dict[str, int] = {}
     for i, gp in enumerate(expanded):
         where = _describe(gp)
-        for axis in model.NOT_APPLICABLE:
-            if axis in gp:
-                raise ConfigError(f"grid.{axis}", gp[axis], f"no {axis} for model.kind {base['model']}",
+        for axis in gp:
+            if axis in gridmod.AXES and axis not in model.AXES:
+                raise ConfigError(f"grid.{axis}", gp[axis], f"an axis of model.kind {kind}: " + ", ".join(model.AXES),
                                   f"'{axis}' applies to another model; remove it.")
-        for axis in REQUIRED_AXES:
+        for axis in required:
             if axis not in gp:
                 raise ConfigError(f"grid.{axis}", None, "a value or a list of values",
-                                  f"Every sweep sets '{axis}'; add it to grid (or to every point).")
+                                  f"Every {kind} sweep sets '{axis}'; add it to grid (or to every point).")
         params = {k: gridmod.coerce(k, v) for k, v in {**base, **gp}.items()}
+        _check_dynamics(params, model, where)
         model.check_point(params, where)
-        burn = _resolve_burn_in(params, model, where)
+        problem = model.make_problem(model.data_params(params))
+        burn = _resolve_burn_in(params, problem, where)
         h = content_hash(params)
         if h in seen:
             raise ConfigError("points" if i >= len(expanded) - len(cfg.get("points", [])) else "grid",
@@ -165,9 +172,71 @@ def build_sweep(raw: Mapping[str, Any]) -> Sweep:
         shard = content_hash({k: v for k, v in params.items() if k not in IN_SHARD_KEYS})
         points.append(Point(hash=h, params=params, burn_in=burn, shard=shard))
 
-    coords = tuple(a for a in gridmod.AXES if a not in model.NOT_APPLICABLE) + tuple(
+    coords = tuple(a for a in gridmod.AXES if a in model.AXES) + tuple(
         k for k in gridmod.EXTRA_GRID_KEYS if any(k in gp for gp in expanded))
     return Sweep(config=cfg, points=tuple(points), coords=coords)
+
+
+def _model_options(section: Mapping[str, Any], model, kind: str, raw_grid: Mapping[str, Any]) -> dict[str, Any]:
+    """The model's options: its defaults overridden by ``model.*``; a key of another model is an error."""
+    options = dict(model.OPTIONS)
+    for key, value in section.items():
+        if key == "kind":
+            continue
+        if key not in model.OPTIONS:
+            raise ConfigError(f"model.{key}", value, f"a key of model.kind {kind}: "
+                              + (", ".join(model.OPTIONS) or "(none)"),
+                              f"'{key}' belongs to another model kind; remove it.")
+        options[key] = value
+    for key in ("n_inputs", "label_noise"):
+        if key in raw_grid and key not in model.OPTIONS:
+            raise ConfigError(f"grid.{key}", raw_grid[key], f"a key of model.kind {kind}: "
+                              + (", ".join(model.OPTIONS) or "(none)"), f"model.kind {kind} has no '{key}'.")
+    return options
+
+
+def _observe(section: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    """``dynamics.observe`` with ``escape: auto`` resolved (on for landscape only)."""
+    out = dict(section)
+    if out["escape"] == "auto":
+        out["escape"] = kind == "landscape"
+    out["noise_lags"] = sorted(set(out["noise_lags"]))
+    return out
+
+
+def _check_dynamics(params: Mapping[str, Any], model, where: str) -> None:
+    """Noise type, SDE and observable choices that the model and dynamics support."""
+    noise = params["noise"]
+    if noise not in model.NOISE_TYPES:
+        raise ConfigError("grid.noise", noise, f"for model.kind {params['model']}: " + ", ".join(model.NOISE_TYPES),
+                          f"At {where}.")
+    if params["method"] == "sde":
+        if params["momentum"] != 0.0:
+            raise ConfigError("grid.momentum", params["momentum"], "0 with dynamics.method sde",
+                              f"The SDE has no momentum term. At {where}.")
+        if noise not in SDE_NOISE:
+            raise ConfigError("grid.noise", noise, "with dynamics.method sde: " + ", ".join(SDE_NOISE),
+                              f"The SDE's noise is Gaussian. At {where}.")
+        k = 1.0 / params["dt_over_lr"]
+        if abs(k - round(k)) > 1e-9:
+            raise ConfigError("dynamics.dt_over_lr", params["dt_over_lr"], "1/k for an integer k (1, 0.5, 0.25, 0.1, …)",
+                              "Each SGD step must be a whole number of SDE steps.")
+    elif params["dt_over_lr"] != 1.0:
+        raise ConfigError("dynamics.dt_over_lr", params["dt_over_lr"], "1.0 unless dynamics.method is sde",
+                          "Only the SDE integrator has its own step.")
+    observe = params["observe"]
+    if observe["gradient_noise"]:
+        if params["model"] not in ("linear", "digits", "matrix") or noise not in ("minibatch", "minibatch_replace",
+                                                                                    "epoch", "label"):
+            raise ConfigError("dynamics.observe.gradient_noise", True,
+                              "single-layer models (linear, digits, matrix) with noise minibatch, minibatch_replace, "
+                              "epoch or label", f"D(m) is the noise of the sampled batches. At {where}.")
+    if observe["escape"] and params["model"] != "landscape":
+        raise ConfigError("dynamics.observe.escape", True, "model.kind landscape",
+                          "Only landscapes define a basin to escape from.")
+    if params["init"] == "minimum" and params["model"] == "two_layer":
+        raise ConfigError("dynamics.init", "minimum", "auto or zero for two_layer",
+                          "Its minima form a manifold; auto starts from random weights (model.init_scale).")
 
 
 def load_sweep(path: str | Path, overrides: Mapping[str, Any] | None = None) -> Sweep:

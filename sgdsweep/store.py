@@ -105,3 +105,8 @@ def is_complete(path: str | Path) -> bool:
     except StoreError:
         return False
     return True
+
+
+def has_array(path: str | Path, name: str) -> bool:
+    """Whether the point store at ``path`` holds an array called ``name``."""
+    return (Path(path) / name / "zarr.json").is_file()

@@ -13,12 +13,18 @@ import numpy as np
 import pytest
 import scipy.linalg
 
-from sgdsweep.models.linear import make_data
+from sgdsweep.models import linear
 from sgdsweep.theory import linear as th
 
 
+def make_data(d, noiseless=False):
+    """A linear-regression problem with one output and isotropic inputs."""
+    return linear.make_problem({"n_outputs": 1, "inputs": "isotropic", "wishart_ratio": None, "labels": "teacher",
+                                "noiseless": noiseless, **d})
+
+
 def _batches(p: int, s: int, noise: str):
-    if noise == "minibatch":
+    if noise in ("minibatch", "label"):
         return [list(c) for c in itertools.combinations(range(p), s)]
     return [list(c) for c in itertools.product(range(p), repeat=s)]
 
@@ -30,7 +36,7 @@ def _brute_force_moment(data, lr, s, mu, noise):
     e_B = (b_B, 0). Returns the δδᵀ block.
     """
     n = data.n_inputs
-    x, r = data.x, data.residual
+    x, r = data.x, data.residual[:, 0]
     d = n if mu == 0.0 else 2 * n
     op = np.zeros((d * d, d * d))
     rhs = np.zeros((d, d))
@@ -45,24 +51,43 @@ def _brute_force_moment(data, lr, s, mu, noise):
         e = np.concatenate([bb, np.zeros(d - n)])
         op += np.kron(t, t)
         rhs += lr**2 * np.outer(e, e)
+        if noise == "label":  # fresh label noise ε on the batch: E[b bᵀ] += σ² X_BᵀX_B/S²
+            rhs[:n, :n] += lr**2 * data.label_noise**2 * x[b].T @ x[b] / s**2
     op /= len(batches)
     rhs /= len(batches)
     z = np.linalg.solve(np.eye(d * d) - op, rhs.ravel()).reshape(d, d)
     return z[:n, :n]
 
 
+SMALL = {"n_inputs": 3, "n_samples": 7, "label_noise": 0.7, "seed": 11}
+
+
 @pytest.fixture(scope="module")
 def small_data():
-    return make_data({"n_inputs": 3, "n_samples": 7, "label_noise": 0.7, "seed": 11})
+    return make_data(SMALL)
 
 
-@pytest.mark.parametrize("noise", ["minibatch", "minibatch_replace"])
+@pytest.mark.parametrize("noise", ["minibatch", "minibatch_replace", "label"])
 @pytest.mark.parametrize("mu", [0.0, 0.5])
-def test_stationary_moment_is_a_fixed_point_of_the_exact_dynamics(small_data, noise, mu):
+def test_stationary_moment_is_a_fixed_point_of_the_exact_dynamics(noise, mu):
+    data = make_data(SMALL, noiseless=noise == "label")
     lr, s = 0.6, 3
-    m = th.stationary_second_moment(small_data, lr, s, mu, noise)
+    m = th.stationary_second_moment(data, lr, s, mu, noise)
     assert np.all(np.linalg.eigvalsh(m) > 0)
-    np.testing.assert_allclose(m, _brute_force_moment(small_data, lr, s, mu, noise), rtol=1e-9)
+    np.testing.assert_allclose(m, _brute_force_moment(data, lr, s, mu, noise), rtol=1e-9)
+
+
+def test_added_noise_theories(small_data):
+    """gaussian_matched and student_t share minibatch's answer (E[C(w)] = E[AMA] − HMH + C);
+    gaussian is the additive discrete Lyapunov solution with C = (Tr C_minibatch / N) I."""
+    lr, s = 0.6, 3
+    mb = th.stationary_second_moment(small_data, lr, s, 0.0, "minibatch")
+    for noise in ("gaussian_matched", "student_t"):
+        np.testing.assert_allclose(th.stationary_second_moment(small_data, lr, s, 0.0, noise), mb, rtol=1e-12)
+    c = np.trace(th.noise_covariance(small_data, s, "minibatch")) / 3 * np.eye(3)
+    a = np.eye(3) - lr * small_data.sxx
+    ref = scipy.linalg.solve_discrete_lyapunov(a, lr**2 * c)
+    np.testing.assert_allclose(th.stationary_second_moment(small_data, lr, s, 0.0, "gaussian"), ref, rtol=1e-9)
 
 
 def test_sampling_schemes_differ(small_data):
@@ -75,7 +100,7 @@ def test_noise_covariance_matches_enumeration(small_data):
     p, s = small_data.n_samples, 3
     for noise in ("minibatch", "minibatch_replace"):
         bs = _batches(p, s, noise)
-        g = [small_data.x[b].T @ small_data.residual[b] / s for b in bs]
+        g = [small_data.x[b].T @ small_data.residual[b, 0] / s for b in bs]
         emp = sum(np.outer(v, v) for v in g) / len(bs)
         np.testing.assert_allclose(th.noise_covariance(small_data, s, noise), emp, rtol=1e-10, atol=1e-14)
 
@@ -86,7 +111,7 @@ def test_additive_limit_matches_scipy_lyapunov():
     lr, s = 0.02, 8
     m = th.stationary_second_moment(data, lr, s, 0.0, "minibatch")
     c = th.noise_covariance(data, s, "minibatch")
-    a = np.eye(4) - lr * data.hessian
+    a = np.eye(4) - lr * data.sxx
     ref = scipy.linalg.solve_discrete_lyapunov(a, lr**2 * c)
     # multiplicative noise adds O(λ σ_x² / S) = O(1e-3) relative
     np.testing.assert_allclose(m, ref, rtol=2e-3, atol=1e-3 * np.abs(ref).max())

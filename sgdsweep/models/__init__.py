@@ -1,9 +1,15 @@
-"""Models: data generation, per-point checks and stability/relaxation estimates.
+"""Models: each module builds a :class:`~sgdsweep.models.base.Problem` from point parameters.
 
-Each model module exposes the same small interface (see :mod:`sgdsweep.models.linear`):
-``PARAMS`` (the point parameters it uses), ``NOISE_TYPES`` (the ``noise`` values it supports),
-``check_point(params, where)`` raising :class:`~sgdsweep.errors.ConfigError`,
-``data_params(params)``, ``make_data(data_params)`` and ``relaxation_steps(data, lr, momentum)``.
+Every model module exposes the same small interface:
+
+- ``AXES``: the sweep axes it uses (any other axis is a config error listing these);
+- ``OPTIONS``: its ``model.*`` keys with their defaults;
+- ``NOISE_TYPES``: the ``noise`` values it supports;
+- ``check_point(params, where)``: raise :class:`~sgdsweep.errors.ConfigError` if a point cannot
+  be simulated (``where`` names the point in the message);
+- ``data_params(params)``: the parameters that determine the problem (points sharing them share
+  data);
+- ``make_problem(data_params)``: the problem (deterministic, cached per process).
 """
 
 from __future__ import annotations
@@ -11,9 +17,10 @@ from __future__ import annotations
 from types import ModuleType
 
 from ..errors import ConfigError
-from . import linear
+from . import digits, landscape, linear, matrix, quadratic, two_layer
 
-MODELS: dict[str, ModuleType] = {"linear": linear}
+MODELS: dict[str, ModuleType] = {"quadratic": quadratic, "linear": linear, "two_layer": two_layer,
+                                 "matrix": matrix, "landscape": landscape, "digits": digits}
 
 
 def get_model(kind: str) -> ModuleType:
@@ -22,3 +29,9 @@ def get_model(kind: str) -> ModuleType:
         return MODELS[kind]
     except KeyError:
         raise ConfigError("model.kind", kind, "one of " + ", ".join(sorted(MODELS))) from None
+
+
+def make_problem(params):
+    """The problem of a point's parameters."""
+    model = get_model(params["model"])
+    return model.make_problem(model.data_params(params))

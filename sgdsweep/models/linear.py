@@ -1,60 +1,41 @@
-"""Finite-data teacher–student linear regression (physics.md §2).
+"""``linear``: finite-data teacher–student regression (physics.md §2).
 
-Inputs ``x ~ N(0, I/N)`` (σ_x² = 1/N), teacher ``u ~ N(0, I)``, labels ``y = uᵀx + ε`` with
-``ε ~ N(0, σ_ε²)``; ``P = round(N · samples_per_param)`` samples. The loss is
-``L(w) = 1/(2P) Σ (wᵀx_μ − y_μ)²``, Hessian ``H = XᵀX/P``, minimiser ``ŵ`` (least squares).
-Stationary statistics are measured around ``ŵ``.
+Inputs ``x ~ N(0, Σ_x)`` with ``Σ_x = I/N`` (``inputs: isotropic``, σ_x² = 1/N) or a fixed
+Wishart matrix ``Σ_x = GᵀG/(m N)``, ``G`` an m × N standard Gaussian matrix with
+``m = round(wishart_ratio · N)`` (``inputs: wishart``: correlated inputs with a Marchenko–Pastur
+spectrum around 1/N). ``n_outputs`` outputs. Labels (``labels``):
+
+- ``teacher``: ``y = U x + ε``, teacher ``U`` (n_outputs × N) with N(0, 1) entries and
+  ``ε ~ N(0, σ_ε² I)``, σ_ε = ``label_noise``;
+- ``noise``: pure-noise targets ``y = ε`` (random labels, no teacher).
+
+P = round(N · samples_per_param) samples. Loss ``L(W) = 1/(2P) Σ ‖W x − y‖²`` (label² units),
+Hessian ``H = XᵀX/P``; stationary moments are measured around the least-squares minimiser ŵ.
+With ``noise: label`` the data set's labels are noiseless (``y = U x``) and every step draws fresh
+label noise of standard deviation σ_ε on its batch (the online-learning view).
+
+The test loss is the exact expectation over fresh samples,
+``½ tr((W − U) Σ_x (W − U)ᵀ) + n_outputs σ_ε²/2``.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
 
 from ..errors import ConfigError
-from ..identity import content_hash, hash_words
+from .affine import AFFINE_NOISE, AffineProblem
+from .base import data_rng
 
-#: Point parameters this model reads (besides the dynamics keys common to all models).
-PARAMS = ("n_inputs", "label_noise", "samples_per_param", "lr", "batch_size", "momentum", "noise")
-#: ``noise`` values this model supports.
-NOISE_TYPES = ("minibatch", "minibatch_replace")
-#: Axes that do not apply to this model.
-NOT_APPLICABLE = ("hidden_width",)
-
-
-@dataclass(frozen=True)
-class LinearData:
-    """One finite data set and the quantities derived from it (all float64).
-
-    Attributes:
-        x: inputs, shape (P, N).
-        y: labels, shape (P,).
-        w_hat: least-squares minimiser ŵ, shape (N,).
-        hessian: H = XᵀX/P, shape (N, N).
-        residual: r = y − Xŵ, shape (P,).
-        loss_min: L(ŵ) = mean(r²)/2.
-        eigenvalues: eigenvalues ω of H, ascending.
-    """
-
-    x: np.ndarray
-    y: np.ndarray
-    w_hat: np.ndarray
-    hessian: np.ndarray
-    residual: np.ndarray
-    loss_min: float
-    eigenvalues: np.ndarray
-
-    @property
-    def n_samples(self) -> int:
-        return self.x.shape[0]
-
-    @property
-    def n_inputs(self) -> int:
-        return self.x.shape[1]
+#: Axes this model uses.
+AXES = ("lr", "batch_size", "momentum", "samples_per_param", "noise")
+#: ``model.*`` options and their defaults.
+OPTIONS: dict[str, Any] = {"n_inputs": 20, "n_outputs": 1, "label_noise": 0.5, "inputs": "isotropic",
+                           "wishart_ratio": 2.0, "labels": "teacher"}
+NOISE_TYPES = AFFINE_NOISE
 
 
 def n_samples(params: Mapping[str, Any]) -> int:
@@ -64,23 +45,15 @@ def n_samples(params: Mapping[str, Any]) -> int:
 
 def data_params(params: Mapping[str, Any]) -> dict[str, Any]:
     """The parameters that determine the data set (points sharing them share data)."""
-    return {
-        "model": "linear",
-        "n_inputs": params["n_inputs"],
-        "n_samples": n_samples(params),
-        "label_noise": params["label_noise"],
-        "seed": params["seed"],
-    }
+    return {"model": "linear", "seed": params["seed"], "n_inputs": params["n_inputs"],
+            "n_outputs": params["n_outputs"], "n_samples": n_samples(params),
+            "label_noise": params["label_noise"], "inputs": params["inputs"],
+            "wishart_ratio": params["wishart_ratio"] if params["inputs"] == "wishart" else None,
+            "labels": params["labels"], "noiseless": params["noise"] == "label"}
 
 
 def check_point(params: Mapping[str, Any], where: str) -> None:
-    """Raise :class:`ConfigError` if the point cannot be simulated by this model.
-
-    ``where`` names the point in messages (``"grid point lr=0.1, batch_size=4"``).
-    """
-    if params["noise"] not in NOISE_TYPES:
-        raise ConfigError("grid.noise", params["noise"], "for model.kind linear: " + ", ".join(NOISE_TYPES),
-                          f"At {where}.")
+    """Raise :class:`ConfigError` if the point cannot be simulated by this model."""
     p, n = n_samples(params), params["n_inputs"]
     if p <= n:
         raise ConfigError(
@@ -91,47 +64,44 @@ def check_point(params: Mapping[str, Any], where: str) -> None:
     if params["batch_size"] > p:
         raise ConfigError("grid.batch_size", params["batch_size"],
                           f"at most the number of samples P = {p}", f"At {where}.")
+    if params["noise"] == "label" and params["labels"] != "teacher":
+        raise ConfigError("grid.noise", "label", "label noise only with model.labels: teacher",
+                          f"Fresh label noise needs a teacher to add it to. At {where}.")
 
 
 @functools.lru_cache(maxsize=16)
-def _make_data_cached(n_inputs: int, n_samples_: int, label_noise: float, seed: int) -> LinearData:
-    key = {"model": "linear", "n_inputs": n_inputs, "n_samples": n_samples_,
-           "label_noise": label_noise, "seed": seed}
-    rng = np.random.default_rng(np.random.SeedSequence([seed, *hash_words(content_hash(key))]))
-    x = rng.standard_normal((n_samples_, n_inputs)) / np.sqrt(n_inputs)
-    teacher = rng.standard_normal(n_inputs)
-    y = x @ teacher + label_noise * rng.standard_normal(n_samples_)
-    w_hat, *_ = np.linalg.lstsq(x, y, rcond=None)
-    residual = y - x @ w_hat
-    hessian = x.T @ x / n_samples_
-    eig = np.linalg.eigvalsh(hessian)
-    for arr in (x, y, w_hat, residual, hessian, eig):
-        arr.setflags(write=False)
-    return LinearData(x=x, y=y, w_hat=w_hat, hessian=hessian, residual=residual,
-                      loss_min=float(0.5 * np.mean(residual**2)), eigenvalues=eig)
+def _make(n_inputs: int, n_outputs: int, p: int, label_noise: float, inputs: str,
+          wishart_ratio: float | None, labels: str, noiseless: bool, seed: int) -> AffineProblem:
+    key = {"model": "linear", "n_inputs": n_inputs, "n_outputs": n_outputs, "n_samples": p,
+           "label_noise": label_noise, "inputs": inputs, "wishart_ratio": wishart_ratio,
+           "labels": labels, "seed": seed}  # 'noiseless' only drops ε: same x, U, ε draws
+    rng = data_rng(key)
+    if inputs == "wishart":
+        m = max(1, int(round(wishart_ratio * n_inputs)))
+        g = rng.standard_normal((m, n_inputs))
+        cov = g.T @ g / (m * n_inputs)
+    else:
+        cov = np.eye(n_inputs) / n_inputs
+    root = np.linalg.cholesky(cov)
+    x = rng.standard_normal((p, n_inputs)) @ root.T
+    teacher = rng.standard_normal((n_outputs, n_inputs)) if labels == "teacher" else np.zeros((n_outputs, n_inputs))
+    eps = label_noise * rng.standard_normal((p, n_outputs))
+    y = x @ teacher.T + (0.0 if noiseless else eps)
+    noise_floor = n_outputs * label_noise**2 / 2.0
+
+    def test_loss(wm: np.ndarray) -> np.ndarray:
+        d = wm - teacher[None]
+        return 0.5 * np.einsum("loj,loj->l", d @ cov, d) + noise_floor
+
+    problem = AffineProblem("linear", x, y, noise_types=NOISE_TYPES, label_noise=label_noise,
+                            test_loss_fn=test_loss)
+    problem.teacher = teacher
+    problem.input_cov = cov
+    return problem
 
 
-def make_data(dparams: Mapping[str, Any]) -> LinearData:
-    """The data set of :func:`data_params` (deterministic in its arguments, cached per process)."""
-    return _make_data_cached(int(dparams["n_inputs"]), int(dparams["n_samples"]),
-                             float(dparams["label_noise"]), int(dparams["seed"]))
-
-
-def mean_update_radius(eigenvalues: np.ndarray, lr: float, momentum: float) -> float:
-    """Spectral radius ρ of the mean (noise-free) update of w − ŵ.
-
-    Per Hessian eigenvalue ω the heavy-ball update has characteristic polynomial
-    ``z² − (1 + μ − λω) z + μ = 0``; ρ is the largest root modulus over all ω.
-    """
-    b = 1.0 + momentum - lr * np.asarray(eigenvalues)
-    disc = b * b - 4.0 * momentum
-    sq = np.sqrt(np.abs(disc))
-    real_roots = np.maximum(np.abs(b + sq), np.abs(b - sq)) / 2.0
-    complex_mod = np.full_like(b, np.sqrt(momentum))
-    return float(np.max(np.where(disc >= 0, real_roots, complex_mod)))
-
-
-def relaxation_steps(data: LinearData, lr: float, momentum: float) -> float:
-    """Slowest relaxation time 1/(1 − ρ) of the mean update, in steps (inf if unstable)."""
-    rho = mean_update_radius(data.eigenvalues, lr, momentum)
-    return float("inf") if rho >= 1.0 else 1.0 / (1.0 - rho)
+def make_problem(dparams: Mapping[str, Any]) -> AffineProblem:
+    """The problem of :func:`data_params` (deterministic in its arguments, cached per process)."""
+    return _make(int(dparams["n_inputs"]), int(dparams["n_outputs"]), int(dparams["n_samples"]),
+                 float(dparams["label_noise"]), dparams["inputs"], dparams["wishart_ratio"],
+                 dparams["labels"], bool(dparams["noiseless"]), int(dparams["seed"]))

@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse.linalg as spla
 
-from ..models.linear import LinearData
+from ..models.affine import AffineProblem
 
 #: Largest number of unknowns (N² or 4N²) solved with a dense factorisation (2500: 50 MB a matrix).
 DIRECT_MAX_UNKNOWNS = 2500
@@ -43,33 +43,59 @@ FORMULA = (
 )
 
 
-def _check_noise(noise: str) -> bool:
-    """True for sampling without replacement."""
-    if noise == "minibatch":
-        return True
+#: Noise types whose stationary second moment this module gives exactly. ``gaussian_matched``
+#: and ``student_t`` draw noise of the minibatch covariance at the current weights, and for a
+#: quadratic loss E[C(w)] = E[AMA] − HMH + C exactly: they share ``minibatch``'s answer.
+NOISE_TYPES = ("minibatch", "minibatch_replace", "label", "gaussian", "gaussian_matched", "student_t")
+
+
+def _scheme(noise: str) -> str:
+    """How the multiplicative term E[AMA] arises: 'without', 'with' (replacement) or 'none'."""
+    if noise in ("minibatch", "label", "gaussian_matched", "student_t"):
+        return "without"
     if noise == "minibatch_replace":
-        return False
-    raise ValueError(f"noise {noise!r}: the exact linear-regression theory covers "
-                     "'minibatch' and 'minibatch_replace'")
+        return "with"
+    if noise == "gaussian":
+        return "none"
+    raise ValueError(f"noise {noise!r}: no exact linear-regression theory (it covers "
+                     + ", ".join(NOISE_TYPES) + ")")
 
 
-def noise_covariance(data: LinearData, batch_size: int, noise: str) -> np.ndarray:
-    """Per-step gradient-noise covariance C = Cov[g_B − ∇L] at the minimiser, shape (N, N)."""
-    without = _check_noise(noise)
+def _single_output(data: AffineProblem) -> None:
+    if data.n_outputs != 1 or data.metric is not None or data.offsets is not None:
+        raise ValueError("the exact theory is implemented for one output without metric or offsets")
+
+
+def noise_covariance(data: AffineProblem, batch_size: int, noise: str) -> np.ndarray:
+    """Per-step gradient-noise covariance C = Cov[g_B − ∇L] at the minimiser, shape (N, N).
+
+    ``label``: σ_ε² H / S (fresh label noise on a noiseless teacher); ``gaussian``: the isotropic
+    per-coordinate variance matched to the minibatch trace, times I.
+    """
+    _single_output(data)
+    scheme = _scheme(noise)
     p, s = data.n_samples, batch_size
-    g = (data.x * data.residual[:, None] ** 2).T @ data.x / p
-    return g * (p - s) / (s * (p - 1)) if without else g / s
+    if noise == "label":
+        return data.label_noise**2 * data.sxx / s
+    if noise == "gaussian":
+        return data.gaussian_noise_var(s) * np.eye(data.n_inputs)
+    r = data.residual[:, 0]
+    g = (data.x * r[:, None] ** 2).T @ data.x / p
+    return g * (p - s) / (s * (p - 1)) if scheme == "without" else g / s
 
 
-def _fluctuation_op(data: LinearData, batch_size: int, noise: str):
+def _fluctuation_op(data: AffineProblem, batch_size: int, noise: str):
     """The map M ↦ E[(A − H) M (A − H)] = E[AMA] − HMH (matrix-free)."""
-    without = _check_noise(noise)
-    x, h, p, s = data.x, data.hessian, data.n_samples, batch_size
+    scheme = _scheme(noise)
+    without = scheme == "without"
+    x, h, p, s = data.x, data.sxx, data.n_samples, batch_size
 
     def apply(m: np.ndarray) -> np.ndarray:
         q = np.einsum("pi,ij,pj->p", x, m, x)
         f = (x * q[:, None]).T @ x / p
         hmh = h @ m @ h
+        if scheme == "none":
+            return np.zeros_like(m)
         if without:
             eama = f / s + (1.0 - 1.0 / s) * (p * hmh - f) / (p - 1)
         else:
@@ -79,11 +105,14 @@ def _fluctuation_op(data: LinearData, batch_size: int, noise: str):
     return apply
 
 
-def _fluctuation_matrix(data: LinearData, batch_size: int, noise: str) -> np.ndarray:
+def _fluctuation_matrix(data: AffineProblem, batch_size: int, noise: str) -> np.ndarray:
     """Dense N²×N² matrix of :func:`_fluctuation_op` acting on row-major vec(M)."""
-    without = _check_noise(noise)
-    x, h, p, s = data.x, data.hessian, data.n_samples, batch_size
+    scheme = _scheme(noise)
+    without = scheme == "without"
+    x, h, p, s = data.x, data.sxx, data.n_samples, batch_size
     n = data.n_inputs
+    if scheme == "none":
+        return np.zeros((n * n, n * n))
     xx = (x[:, :, None] * x[:, None, :]).reshape(p, n * n)
     f4 = xx.T @ xx / p
     hh = np.kron(h, h)
@@ -94,18 +123,18 @@ def _fluctuation_matrix(data: LinearData, batch_size: int, noise: str) -> np.nda
     return eama - hh
 
 
-def _mean_update(data: LinearData, lr: float, momentum: float) -> np.ndarray:
+def _mean_update(data: AffineProblem, lr: float, momentum: float) -> np.ndarray:
     n = data.n_inputs
     eye = np.eye(n)
     if momentum == 0.0:
-        return eye - lr * data.hessian
-    top = np.hstack([(1.0 + momentum) * eye - lr * data.hessian, -momentum * eye])
+        return eye - lr * data.sxx
+    top = np.hstack([(1.0 + momentum) * eye - lr * data.sxx, -momentum * eye])
     bottom = np.hstack([eye, np.zeros((n, n))])
     return np.vstack([top, bottom])
 
 
-def stationary_second_moment(data: LinearData, lr: float, batch_size: int, momentum: float = 0.0,
-                             noise: str = "minibatch") -> np.ndarray:
+def stationary_second_moment(data: AffineProblem, lr: float, batch_size: int, momentum: float = 0.0,
+                             noise: str = "minibatch", noise_gain: float = 1.0) -> np.ndarray:
     """Exact stationary E[(w − ŵ)(w − ŵ)ᵀ] of SGD, shape (N, N).
 
     Args:
@@ -113,7 +142,9 @@ def stationary_second_moment(data: LinearData, lr: float, batch_size: int, momen
         lr: learning rate λ (> 0).
         batch_size: minibatch size S (1 <= S <= P).
         momentum: heavy-ball μ in [0, 1).
-        noise: ``minibatch`` (without replacement) or ``minibatch_replace``.
+        noise: one of :data:`NOISE_TYPES`.
+        noise_gain: multiplies the noise terms λ²(E[AMA] − HMH + C). 1 for SGD; λ_sgd/dt for
+            the Euler–Maruyama SDE with step dt (then pass lr = dt), whose noise is √(dt λ_sgd) ξ.
 
     Returns:
         M, symmetric. All entries are ``inf`` when no stationary state exists (the second
@@ -124,16 +155,16 @@ def stationary_second_moment(data: LinearData, lr: float, batch_size: int, momen
     b = _mean_update(data, lr, momentum)
     d = b.shape[0]  # n or 2n
     rhs = np.zeros((d, d))
-    rhs[:n, :n] = lr * lr * c
+    rhs[:n, :n] = lr * lr * noise_gain * c
     unknowns = d * d
     if unknowns <= DIRECT_MAX_UNKNOWNS:
         op = np.eye(unknowns) - np.kron(b, b)
         fl = _fluctuation_matrix(data, batch_size, noise)
         if d == n:
-            op -= lr * lr * fl
+            op -= lr * lr * noise_gain * fl
         else:  # embed the N²×N² block acting on the top-left block of Z
             idx = (np.arange(n)[:, None] * d + np.arange(n)[None, :]).ravel()
-            op[np.ix_(idx, idx)] -= lr * lr * fl
+            op[np.ix_(idx, idx)] -= lr * lr * noise_gain * fl
         z = np.linalg.solve(op, rhs.ravel()).reshape(d, d)
     else:
         fl_op = _fluctuation_op(data, batch_size, noise)
@@ -141,7 +172,7 @@ def stationary_second_moment(data: LinearData, lr: float, batch_size: int, momen
         def matvec(v: np.ndarray) -> np.ndarray:
             zz = v.reshape(d, d)
             out = zz - b @ zz @ b.T
-            out[:n, :n] -= lr * lr * fl_op(zz[:n, :n])
+            out[:n, :n] -= lr * lr * noise_gain * fl_op(zz[:n, :n])
             return out.ravel()
 
         lin = spla.LinearOperator((unknowns, unknowns), matvec=matvec, dtype=float)
@@ -163,8 +194,8 @@ def weight_var(m: np.ndarray) -> float:
     return float(np.trace(m) / m.shape[0])
 
 
-def training_loss(data: LinearData, m: np.ndarray) -> float:
+def training_loss(data: AffineProblem, m: np.ndarray) -> float:
     """Stationary E[L(w)] = L(ŵ) + ½ Tr(H M) (exact for the quadratic loss); inf without a stationary state."""
     if not np.all(np.isfinite(m)):
         return float("inf")
-    return float(data.loss_min + 0.5 * np.sum(data.hessian * m))
+    return float(data.loss_min + 0.5 * np.sum(data.sxx * m))

@@ -1,0 +1,208 @@
+"""The simulation engine: many lanes (point × replica) of one problem advanced together.
+
+A *lane* is one replica of one point. The lanes of a call share the problem, the batch size,
+the noise type and the dynamics; learning rate, momentum and burn-in are per lane. Each step is
+one vectorised update of every working lane:
+
+- ``sgd``: heavy-ball SGD (physics.md §0), ``m ← μ m + g; w ← w − λ m`` with g the noisy
+  gradient of the noise type (:mod:`sgdsweep.noise`);
+- ``sde``: Euler–Maruyama for the SDE ``dw = −∇L dt + √(λ C) dW`` (time t = λ·steps, C the
+  per-step noise covariance of SGD), with its own step ``dt = dt_over_lr · λ``:
+  ``w ← w − dt ∇L − √(dt λ) ξ``, ξ ~ N(0, C). With dt = λ it is SGD with Gaussian noise.
+
+A lane that diverges (|w − w*|² beyond its bound, or not finite) or escapes (``observe.escape``)
+is flagged with the step and compacted out of the working set: it stops costing compute.
+Randomness: :func:`sgdsweep.noise.lane_streams`; results do not depend on the other lanes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import observables as obs
+from .models.base import ADDED_NOISE, Problem
+from .noise import MODE, added_noise, normals_per_step, sample_indices, uniforms_per_step
+
+#: Upper bound on the random numbers held per block (memory ≈ 8 bytes each).
+BLOCK_RANDOM_NUMBERS = 1_000_000
+#: Longest block of steps.
+BLOCK_STEPS = 512
+
+
+@dataclass(frozen=True)
+class Dynamics:
+    """How lanes move: ``kind`` sgd or sde, and the SDE step as a fraction of lr."""
+
+    kind: str = "sgd"
+    dt_over_lr: float = 1.0
+
+    @property
+    def substeps(self) -> int:
+        """Integrator steps per SGD-equivalent step (1 for sgd)."""
+        return 1 if self.kind == "sgd" else int(round(1.0 / self.dt_over_lr))
+
+
+def run_lanes(problem: Problem, *, noise: str, batch_size: int, steps: int, lr: np.ndarray,
+              momentum: np.ndarray, burn_in: np.ndarray, bound: np.ndarray, w0: np.ndarray,
+              streams: list[tuple[np.random.Generator, np.random.Generator]],
+              observe: obs.ObserveSpec, dynamics: Dynamics = Dynamics()) -> dict[str, np.ndarray]:
+    """Advance L lanes for ``steps`` integrator steps and return their accumulators.
+
+    Args:
+        problem: the shared problem.
+        noise: noise type (must be in ``problem.noise_types``).
+        batch_size: S.
+        steps: integrator steps (SGD steps, or SDE steps of size dt).
+        lr, momentum, burn_in, bound: per-lane λ, μ, burn-in (integrator steps) and bound on
+            |w − w*|² (|w|² when the model has no unique minimum), shapes (L,).
+        w0: initial weights, shape (L, d).
+        streams: per lane, its (uniforms, normals) generators.
+        observe: what to accumulate.
+        dynamics: sgd or sde.
+
+    Returns:
+        name → full-size (L, …) arrays: the accumulators of :mod:`sgdsweep.observables`,
+        ``w_final`` (the weights when the lane stopped or at the end), ``diverged_step`` and
+        ``escape_step`` (−1 when it did not happen).
+    """
+    n_lanes, d = w0.shape
+    per_lane_ref = problem.w_min is None
+    acc = obs.Accumulators.create(n_lanes, problem, observe, per_lane_ref)
+    out = {k: v.copy() for k, v in acc.arrays.items()}
+    out["w_final"] = np.array(w0, dtype=np.float64)
+    ids = np.arange(n_lanes)
+    w = np.array(w0, dtype=np.float64)
+    lr = np.asarray(lr, dtype=np.float64)
+    mu = np.asarray(momentum, dtype=np.float64)
+    burn = np.asarray(burn_in, dtype=np.int64)
+    bound = np.asarray(bound, dtype=np.float64)
+    use_momentum = bool(np.any(mu != 0.0))
+    mom = np.zeros_like(w) if use_momentum else None
+    ref = problem.w_min
+    sde = dynamics.kind == "sde"
+    step_size = lr * (dynamics.dt_over_lr if sde else 1.0)
+    noise_scale = np.sqrt(1.0 / dynamics.dt_over_lr) if sde else 1.0
+    gaussian_var = problem.gaussian_noise_var(batch_size) if (
+        noise == "gaussian" and problem.noise_cov is None) else 0.0
+
+    n_u = uniforms_per_step(noise, batch_size)
+    n_z = normals_per_step(noise, problem, batch_size)
+    if noise in MODE:
+        perm = np.tile(np.arange(problem.n_samples, dtype=np.int64), (n_lanes, 1))
+        pos = np.zeros(n_lanes, np.int64)
+        n_batches = max(1, problem.n_samples // batch_size)
+    noise_lags = obs.noise_lag_list(observe) if "noise_lag" in acc.arrays else []
+    w_min_tiled = None
+    stride = max(1, int(observe.autocorr_stride))
+    gens_u = [s[0] for s in streams]
+    gens_z = [s[1] for s in streams]
+
+    def stop(mask: np.ndarray) -> None:
+        nonlocal ids, w, mom, perm_view, pos_view, lr_v, mu_v, step_v, burn_v, bound_v, gu, gz
+        gone = ids[mask]
+        for k, v in acc.arrays.items():
+            out[k][gone] = v[mask]
+        out["w_final"][gone] = w[mask]
+        keep = ~mask
+        acc.take(keep)
+        ids, w = ids[keep], w[keep]
+        if mom is not None:
+            mom = mom[keep]
+        if perm_view is not None:
+            perm_view, pos_view = perm_view[keep], pos_view[keep]
+        lr_v, mu_v, step_v, burn_v, bound_v = lr_v[keep], mu_v[keep], step_v[keep], burn_v[keep], bound_v[keep]
+        gu = [g for g, k in zip(gu, keep) if k]
+        gz = [g for g, k in zip(gz, keep) if k]
+
+    perm_view = perm if noise in MODE else None
+    pos_view = pos if noise in MODE else None
+    lr_v, mu_v, step_v, burn_v, bound_v = lr, mu, step_size, burn, bound
+    gu, gz = gens_u, gens_z
+    per_step = max(1, n_u + n_z)
+    t0 = 0
+    while t0 < steps and ids.size:
+        n_work = ids.size
+        nb = int(max(1, min(steps - t0, BLOCK_STEPS, BLOCK_RANDOM_NUMBERS // (n_work * per_step))))
+        idx_block = z_block = None
+        if n_u:
+            u = np.empty((n_work, nb, n_u))
+            for i, g in enumerate(gu):
+                g.random(out=u[i])
+            idx_block = sample_indices(u, perm_view, pos_view, MODE[noise], n_batches)
+        if n_z:
+            z_block = np.empty((n_work, nb, n_z))
+            for i, g in enumerate(gz):
+                g.standard_normal(out=z_block[i])
+        for s in range(nb):
+            t = t0 + s
+            idx = idx_block[:, s] if idx_block is not None else None
+            z = z_block[:, s] if z_block is not None else None
+            eps = None
+            if noise == "label":
+                eps = problem.label_noise * z.reshape(ids.size, batch_size, problem.n_outputs)
+                g = problem.grad(w, idx, eps)
+            elif noise in ADDED_NOISE:
+                g = problem.grad(w) + noise_scale * added_noise(noise, problem, w, z, batch_size, gaussian_var)
+            else:
+                g = problem.grad(w, idx)
+            if mom is not None:
+                mom *= mu_v[:, None]
+                mom += g
+                w -= step_v[:, None] * mom
+            else:
+                w -= step_v[:, None] * g
+            delta = w - ref if ref is not None else w
+            d2 = np.einsum("ld,ld->l", delta, delta)
+            bad = ~(d2 <= bound_v)
+            escaped = None
+            if observe.escape:
+                escaped = problem.escaped(w)
+            measuring = t >= burn_v
+            if measuring.any():
+                sel = None if measuring.all() else measuring
+                if per_lane_ref:
+                    r = acc.arrays["reference"]
+                    first = np.isnan(r[:, 0]) & measuring
+                    if first.any():
+                        r[first] = w[first]
+                    delta = w - r
+                if bad.any():  # never let a diverging step into the sums
+                    sel = measuring & ~bad
+                update_obs(acc, problem, observe, w, delta, sel, t, stride, idx, eps, noise_lags)
+            stopping = bad.copy()
+            if bad.any():
+                acc.arrays["diverged_step"][bad] = t
+            if escaped is not None and escaped.any():
+                acc.arrays["escape_step"][escaped & ~bad] = t
+                stopping |= escaped
+            if stopping.any():
+                stop(stopping)
+                if idx_block is not None:
+                    idx_block = idx_block[~stopping]
+                if z_block is not None:
+                    z_block = z_block[~stopping]
+                if not ids.size:
+                    break
+        t0 += nb
+    stop(np.ones(ids.size, dtype=bool))
+    return out
+
+
+def update_obs(acc, problem, observe, w, delta, sel, t, stride, idx, eps, noise_lags) -> None:
+    """One measured step's contributions to the accumulators."""
+    obs.update_moments(acc, delta, sel)
+    if observe.loss:
+        obs.update_loss(acc, problem.loss(w), sel, t % stride == 0)
+    if observe.test_loss and "sum_test_loss" in acc.arrays:
+        tl = problem.test_loss(w)
+        if tl is not None:
+            if sel is None:
+                acc.arrays["sum_test_loss"] += tl
+            else:
+                acc.arrays["sum_test_loss"][sel] += tl[sel]
+    if noise_lags and idx is not None:
+        wm = np.broadcast_to(problem.w_min, w.shape)
+        b = -problem.grad(wm, idx, eps).reshape(w.shape[0], problem.n_outputs, problem.n_inputs)
+        obs.update_noise(acc, b, delta.reshape(b.shape), sel, noise_lags)

@@ -1,0 +1,171 @@
+"""The interface every model implements: a fixed problem on flattened weights ``w ∈ R^d``.
+
+A :class:`Problem` is built once per shard from the point parameters that determine it (its
+``data_params``) and is then shared by every lane (point × replica) of a simulation call. All
+methods are vectorised over lanes: ``w`` has shape ``(L, d)``.
+
+Two kinds of problem exist:
+
+- *data* problems (``n_samples`` is an int P): the loss is an average over P samples and the
+  gradient noise comes from which samples a step sees (``minibatch``, ``minibatch_replace``,
+  ``epoch``, ``label``) or is drawn to match the per-sample gradients' covariance
+  (``gaussian``, ``gaussian_matched``, ``student_t``);
+- *additive* problems (``n_samples`` is None): the loss is known exactly and every step adds
+  noise of covariance ``noise_cov / batch_size`` to the gradient (``gaussian``, ``student_t``).
+
+Units: weights and losses are in the model's own units (documented per model); time is in
+steps (one step = one update).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+#: Noise types that draw samples from the data set (physics.md §7).
+SAMPLING_NOISE = ("minibatch", "minibatch_replace", "epoch", "label")
+#: Noise types that add drawn noise to the full gradient.
+ADDED_NOISE = ("gaussian", "gaussian_matched", "student_t")
+
+
+@dataclass(frozen=True)
+class Layer:
+    """A named matrix block of the flattened weights: ``w[:, start:start + rows*cols]`` is the
+    row-major ``rows × cols`` matrix (outputs × inputs)."""
+
+    name: str
+    start: int
+    rows: int
+    cols: int
+
+    @property
+    def size(self) -> int:
+        return self.rows * self.cols
+
+    def take(self, w: np.ndarray) -> np.ndarray:
+        """The layer's matrices, shape (L, rows, cols)."""
+        return w[:, self.start:self.start + self.size].reshape(w.shape[0], self.rows, self.cols)
+
+
+class Problem:
+    """Base class; subclasses set the attributes and implement the methods marked so.
+
+    Attributes:
+        kind: ``model.kind``.
+        dim: number of trained parameters d.
+        n_samples: P for data problems, None for additive ones.
+        w_min: the unique minimiser (shape (d,)) around which stationary moments are measured,
+            or None when minima form a manifold (two_layer): each replica is then measured
+            around its own time average after burn-in.
+        layers: the weight matrices that ``w`` holds (for singular values and spectra).
+        noise_cov: per-sample gradient-noise covariance C (d × d) of additive problems; a step
+            adds noise of covariance C/S.
+        noise_types: the ``noise`` values the model supports.
+        linear_in_w: the gradient is affine in w with sample matrices (x, y): single linear layer.
+    """
+
+    kind: str = ""
+    dim: int = 0
+    n_samples: int | None = None
+    w_min: np.ndarray | None = None
+    layers: tuple[Layer, ...] = ()
+    noise_cov: np.ndarray | None = None
+    noise_types: tuple[str, ...] = ()
+    linear_in_w: bool = False
+    #: per-step label-noise standard deviation for noise ``label`` (data models with a teacher).
+    label_noise: float = 0.0
+    #: number of outputs (label components per sample).
+    n_outputs: int = 1
+    #: what ``dynamics.init: auto`` means for this model (zero or minimum).
+    auto_init: str = "zero"
+
+    # ---- to implement -------------------------------------------------------------------
+    def grad(self, w: np.ndarray, idx: np.ndarray | None = None,
+             label_eps: np.ndarray | None = None) -> np.ndarray:
+        """Mean gradient over the samples ``idx`` (shape (L, S)), or the full gradient when
+        ``idx`` is None; ``label_eps`` (L, S, n_outputs) is added to those samples' labels."""
+        raise NotImplementedError
+
+    def loss(self, w: np.ndarray) -> np.ndarray:
+        """Training loss per lane, shape (L,)."""
+        raise NotImplementedError
+
+    def initial(self, how: str, rng: np.random.Generator) -> np.ndarray:
+        """Initial weights of one replica, shape (d,), for ``dynamics.init`` = ``how``."""
+        if how == "auto":
+            how = self.auto_init
+        if how == "minimum" and self.w_min is not None:
+            return self.w_min.copy()
+        if how == "zero":
+            return np.zeros(self.dim)
+        raise ValueError(f"init {how!r} not supported by model {self.kind}")
+
+    # ---- optional ---------------------------------------------------------------------------
+    def sample_grads(self, w: np.ndarray) -> np.ndarray:
+        """Per-sample gradients at w, shape (L, P, d) (data problems)."""
+        raise NotImplementedError
+
+    def test_loss(self, w: np.ndarray) -> np.ndarray | None:
+        """Expected loss on fresh data (or a held-out set), shape (L,); None if undefined."""
+        return None
+
+    def escaped(self, w: np.ndarray) -> np.ndarray | None:
+        """Per lane, whether the replica has left its starting basin (escape problems)."""
+        return None
+
+    def relaxation_steps(self, lr: float, momentum: float) -> float:
+        """Slowest relaxation time of the mean dynamics near the minimum, in steps (inf if the
+        mean update is unstable)."""
+        return relaxation_from_curvatures(self.curvatures(), lr, momentum)
+
+    def curvatures(self) -> np.ndarray:
+        """Eigenvalues of the loss Hessian at the minimum used for burn-in and stability."""
+        raise NotImplementedError
+
+    def divergence_scale(self) -> float:
+        """|w|² scale that the divergence bound multiplies (1 + |w_min|² by default)."""
+        return 1.0 + (float(self.w_min @ self.w_min) if self.w_min is not None else 0.0)
+
+    def gaussian_noise_var(self, batch_size: int) -> float:
+        """Per-coordinate variance of the isotropic ``gaussian`` noise per step: the minibatch
+        (without replacement) noise trace at the minimum divided by d (physics.md §7)."""
+        w = self.w_min[None, :]
+        g = self.sample_grads(w)[0]
+        g = g - g.mean(axis=0)
+        p = self.n_samples
+        factor = (p - batch_size) / (batch_size * (p - 1)) if p > 1 else 0.0
+        return float(factor * np.sum(g * g) / p / self.dim)
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-ready facts about the problem, stored with every point (minimum loss etc.)."""
+        return {}
+
+
+def mean_update_radius(curvatures: np.ndarray, lr: float, momentum: float) -> float:
+    """Spectral radius ρ of the noise-free heavy-ball update near the minimum.
+
+    Per curvature k the update has characteristic polynomial ``z² − (1 + μ − λk) z + μ = 0``;
+    ρ is the largest root modulus over all k.
+    """
+    b = 1.0 + momentum - lr * np.asarray(curvatures, dtype=float)
+    disc = b * b - 4.0 * momentum
+    sq = np.sqrt(np.abs(disc))
+    real_roots = np.maximum(np.abs(b + sq), np.abs(b - sq)) / 2.0
+    complex_mod = np.full_like(b, np.sqrt(momentum))
+    return float(np.max(np.where(disc >= 0, real_roots, complex_mod)))
+
+
+def relaxation_from_curvatures(curvatures: np.ndarray, lr: float, momentum: float) -> float:
+    """1/(1 − ρ) in steps; inf when ρ ≥ 1 (unstable or a flat direction)."""
+    rho = mean_update_radius(curvatures, lr, momentum)
+    return float("inf") if rho >= 1.0 else 1.0 / (1.0 - rho)
+
+
+def data_rng(key: Mapping[str, Any]) -> np.random.Generator:
+    """The generator of a problem's fixed data, keyed by the parameters that determine it."""
+    from ..identity import content_hash, hash_words
+
+    return np.random.default_rng(np.random.SeedSequence([int(key.get("seed", 0)),
+                                                         *hash_words(content_hash(dict(key)))]))

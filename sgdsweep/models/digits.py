@@ -1,0 +1,66 @@
+"""``digits``: one linear layer on scikit-learn's bundled 8×8 digits (physics.md §3, the offline
+substitute for Han, Park, Lee & Han 2021's MNIST).
+
+The 1797 images (pixels 0–16, divided by ``pixel_scale``) lose the pixels that are zero in every
+image (so Σxx is invertible); targets are one-hot (10 outputs). A seeded random
+``test_fraction`` of the images is held out; the training loss is ``1/(2P) Σ ‖W x − y‖²`` over
+the rest and the test loss the same average over the held-out images. The data ship with
+scikit-learn: nothing is downloaded at run time.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..errors import ConfigError
+from .affine import AffineProblem
+from .base import ADDED_NOISE, data_rng
+
+AXES = ("lr", "batch_size", "momentum", "noise")
+OPTIONS: dict[str, Any] = {"test_fraction": 0.2, "pixel_scale": 16.0}
+NOISE_TYPES = ("minibatch", "minibatch_replace", "epoch") + ADDED_NOISE
+
+
+def data_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    return {"model": "digits", "seed": params["seed"], "test_fraction": params["test_fraction"],
+            "pixel_scale": params["pixel_scale"]}
+
+
+@functools.lru_cache(maxsize=4)
+def _make(test_fraction: float, pixel_scale: float, seed: int) -> AffineProblem:
+    from sklearn.datasets import load_digits
+
+    data = load_digits()
+    x_all = data.data.astype(np.float64) / pixel_scale
+    y_all = np.eye(10)[data.target]
+    rng = data_rng({"model": "digits", "test_fraction": test_fraction, "seed": seed})
+    order = rng.permutation(len(x_all))
+    n_test = int(round(test_fraction * len(x_all)))
+    test, train = order[:n_test], order[n_test:]
+    x_all = x_all[:, np.any(x_all[train] != 0, axis=0)]  # pixels never lit in training: Σxx singular
+    xt, yt = x_all[test], y_all[test]
+    sxx_t = xt.T @ xt / max(1, n_test)
+    syx_t = yt.T @ xt / max(1, n_test)
+    yy_t = 0.5 * float(np.mean(np.sum(yt * yt, axis=1))) if n_test else 0.0
+
+    def test_loss(wm: np.ndarray) -> np.ndarray | None:
+        if n_test == 0:
+            return None
+        return 0.5 * np.einsum("loj,loj->l", wm @ sxx_t, wm) - np.einsum("loi,oi->l", wm, syx_t) + yy_t
+
+    problem = AffineProblem("digits", x_all[train], y_all[train], noise_types=NOISE_TYPES, test_loss_fn=test_loss)
+    return problem
+
+
+def check_point(params: Mapping[str, Any], where: str) -> None:
+    p = _make(float(params["test_fraction"]), float(params["pixel_scale"]), int(params["seed"])).n_samples
+    if params["batch_size"] > p:
+        raise ConfigError("grid.batch_size", params["batch_size"], f"at most the {p} training images",
+                          f"At {where}.")
+
+
+def make_problem(d: Mapping[str, Any]) -> AffineProblem:
+    return _make(float(d["test_fraction"]), float(d["pixel_scale"]), int(d["seed"]))

@@ -1,0 +1,213 @@
+"""``landscape``: escape from a minimum (physics.md §6).
+
+``double_well``: the 1-D quartic ``U(w) = ½k_a w² + c₃w³ + c₄w⁴`` with its minimum at w = 0
+(curvature ``curvature_min`` = k_a), the barrier top at ``s = √(12ΔL/(k_a + k_b))`` (height
+``barrier`` = ΔL, curvature −k_b, ``curvature_saddle`` = k_b < k_a) and a second minimum at
+``s·k_a/(k_a − k_b)``; c₃ = −(2k_a − k_b)/(3s), c₄ = (k_a − k_b)/(4s²). A step adds Gaussian (or
+Student-t) noise of variance σ²/S (``noise_std`` = σ). A replica has escaped when it reaches
+the second minimum (Kramers' τ is the mean time to arrive in the other well).
+
+``thesis``: Vescovi's model ``f(a, b; x) = a² + x(1 + b/(1 + e^{−ax}))`` fitted by the mean
+squared error (no ½, as in the thesis' tables) to 600 samples: f(1, 5; x) at 30 equally spaced
+x in [−15, 15], 20 copies each, plus Uniform[−3, 3] label noise (fixed by the seed). Its real
+minimum ≈ (0.97, 5.0), spurious minimum ≈ (−5.6, 3.0) and saddle ≈ (−0.30, 0.16) are located
+numerically. A replica starting in ``start`` has escaped when it crosses the hyperplane
+through the saddle normal to the saddle's unstable direction (the linearised separatrix).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, Mapping
+
+import numpy as np
+import scipy.optimize
+
+from ..errors import ConfigError
+from .base import ADDED_NOISE, Layer, Problem, data_rng
+
+AXES = ("lr", "batch_size", "momentum", "noise")
+OPTIONS: dict[str, Any] = {"landscape": "double_well", "barrier": 1.0, "curvature_min": 1.0,
+                           "curvature_saddle": 0.5, "noise_std": 1.0, "start": "spurious"}
+#: options that only one landscape reads
+_DOUBLE_WELL = ("barrier", "curvature_min", "curvature_saddle", "noise_std")
+NOISE_TYPES = ("minibatch", "minibatch_replace", "epoch") + ADDED_NOISE
+
+
+class DoubleWell(Problem):
+    """See the module docstring."""
+
+    kind = "landscape"
+    noise_types = ("gaussian", "student_t")
+    auto_init = "minimum"
+
+    def __init__(self, barrier: float, k_a: float, k_b: float, noise_std: float) -> None:
+        self.barrier, self.k_min, self.k_saddle = barrier, k_a, k_b
+        s = math.sqrt(12.0 * barrier / (k_a + k_b))
+        self.saddle, self.c3, self.c4 = s, -(2 * k_a - k_b) / (3 * s), (k_a - k_b) / (4 * s * s)
+        self.other_minimum = s * k_a / (k_a - k_b)
+        self.dim = 1
+        self.w_min = np.zeros(1)
+        self.noise_cov = np.array([[noise_std**2]])
+        self.noise_chol = np.array([[noise_std]])
+        self.layers = (Layer("w", 0, 1, 1),)
+        self.loss_min = 0.0
+        self.loss_saddle = None
+
+    def grad(self, w, idx=None, label_eps=None):
+        return self.k_min * w + 3 * self.c3 * w**2 + 4 * self.c4 * w**3
+
+    def loss(self, w):
+        w = w[:, 0]
+        return 0.5 * self.k_min * w**2 + self.c3 * w**3 + self.c4 * w**4
+
+    def escaped(self, w):
+        return w[:, 0] >= self.other_minimum
+
+    def curvatures(self):
+        return np.array([self.k_min])
+
+    def step_noise_var(self, batch_size: int) -> float:
+        return float(self.noise_cov[0, 0] / batch_size)
+
+    def divergence_scale(self):
+        return 1.0 + 100.0 * self.other_minimum**2
+
+    def describe(self):
+        return {"loss_min": 0.0, "barrier": self.barrier, "saddle": self.saddle,
+                "other_minimum": self.other_minimum}
+
+
+def _thesis_f(a, b, x):
+    return a * a + x * (1.0 + b / (1.0 + np.exp(-a * x)))
+
+
+class Thesis(Problem):
+    """See the module docstring. Parameters w = (a, b); loss = mean squared error (no ½)."""
+
+    kind = "landscape"
+    noise_types = NOISE_TYPES
+    auto_init = "minimum"
+
+    def __init__(self, x: np.ndarray, y: np.ndarray, start: str) -> None:
+        self.x, self.y = x, y
+        self.n_samples = x.size
+        self.dim = 2
+        self.layers = (Layer("w", 0, 1, 2),)
+        full = lambda v: self.grad(np.asarray(v, float)[None])[0]  # noqa: E731
+        lossf = lambda v: float(self.loss(np.asarray(v, float)[None])[0])  # noqa: E731
+        real = scipy.optimize.minimize(lossf, [1.0, 5.0], jac=full, method="BFGS", options={"gtol": 1e-10}).x
+        spur = scipy.optimize.minimize(lossf, [-5.6, 3.0], jac=full, method="BFGS", options={"gtol": 1e-10}).x
+        saddle = scipy.optimize.root(full, [-0.30, 0.16], tol=1e-12).x
+        self.minima = {"real": real, "spurious": spur}
+        self.saddle_point = saddle
+        self.w_min = self.minima[start]
+        self.other = self.minima["spurious" if start == "real" else "real"]
+        hs = self.hessian(saddle)
+        vals, vecs = np.linalg.eigh(hs)
+        v = vecs[:, 0]  # unstable direction (negative curvature)
+        self.normal = v if v @ (self.other - saddle) > 0 else -v
+        hm = self.hessian(self.w_min)
+        self._curv = np.linalg.eigvalsh(hm)
+        self.loss_min = lossf(self.w_min)
+        self.loss_saddle = lossf(saddle)
+        self.barrier = self.loss_saddle - self.loss_min
+        self.k_min = float(self._curv[0])  # softest curvature at the minimum
+        self.k_saddle = float(-vals[0])
+
+    def hessian(self, v: np.ndarray, h: float = 1e-6) -> np.ndarray:
+        e = np.eye(2) * h
+        rows = [(self.grad((v + e[i])[None])[0] - self.grad((v - e[i])[None])[0]) / (2 * h) for i in range(2)]
+        m = np.array(rows)
+        return 0.5 * (m + m.T)
+
+    def _residual_and_jac(self, w, x):
+        a = w[:, 0:1]
+        b = w[:, 1:2]
+        sig = 1.0 / (1.0 + np.exp(-a * x))
+        f = a * a + x * (1.0 + b * sig)
+        df_da = 2 * a + b * x * x * sig * (1 - sig)
+        df_db = x * sig
+        return f, df_da, df_db
+
+    def grad(self, w, idx=None, label_eps=None):
+        x = self.x[None, :] if idx is None else self.x[idx]
+        y = self.y[None, :] if idx is None else self.y[idx]
+        f, da, db = self._residual_and_jac(w, x)
+        r = 2.0 * (f - y)
+        return np.stack([np.mean(r * da, axis=1), np.mean(r * db, axis=1)], axis=1)
+
+    def sample_grads(self, w):
+        f, da, db = self._residual_and_jac(w, self.x[None, :])
+        r = 2.0 * (f - self.y[None, :])
+        return np.stack([r * da, r * db], axis=2)
+
+    def loss(self, w):
+        f, _, _ = self._residual_and_jac(w, self.x[None, :])
+        return np.mean((f - self.y[None, :]) ** 2, axis=1)
+
+    def escaped(self, w):
+        return (w - self.saddle_point) @ self.normal > 0
+
+    def curvatures(self):
+        return self._curv
+
+    def step_noise_var(self, batch_size: int) -> float:
+        """Minibatch gradient-noise variance per step along the escape direction at the minimum."""
+        g = self.sample_grads(self.w_min[None])[0]
+        g = g - g.mean(axis=0)
+        p = self.n_samples
+        c = g.T @ g / p * (p - batch_size) / (batch_size * (p - 1))
+        return float(self.normal @ c @ self.normal)
+
+    def divergence_scale(self):
+        return 1.0 + 1e4
+
+    def describe(self):
+        return {"loss_min": self.loss_min, "loss_saddle": self.loss_saddle, "barrier": self.barrier,
+                "minimum": self.w_min.tolist(), "saddle": self.saddle_point.tolist(),
+                "other_minimum": self.other.tolist()}
+
+
+def data_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    if params["landscape"] == "double_well":
+        return {"model": "landscape", "landscape": "double_well",
+                **{k: params[k] for k in _DOUBLE_WELL}}
+    return {"model": "landscape", "landscape": "thesis", "start": params["start"], "seed": params["seed"]}
+
+
+def check_point(params: Mapping[str, Any], where: str) -> None:
+    if params["landscape"] == "double_well":
+        if params["noise"] not in DoubleWell.noise_types:
+            raise ConfigError("grid.noise", params["noise"],
+                              "for landscape double_well: " + ", ".join(DoubleWell.noise_types),
+                              f"The 1-D well has no data set to sample from. At {where}.")
+        if not params["curvature_saddle"] < params["curvature_min"]:
+            raise ConfigError("model.curvature_saddle", params["curvature_saddle"],
+                              f"a value below curvature_min = {params['curvature_min']}",
+                              "The quartic needs k_b < k_a to have a second minimum to escape to.")
+    elif params["batch_size"] > 600:
+        raise ConfigError("grid.batch_size", params["batch_size"], "at most the 600 samples of the thesis data set",
+                          f"At {where}.")
+
+
+@functools.lru_cache(maxsize=8)
+def _thesis(start: str, seed: int) -> Thesis:
+    rng = data_rng({"model": "landscape", "landscape": "thesis", "seed": seed})
+    grid = np.linspace(-15.0, 15.0, 30)
+    x = np.repeat(grid, 20)
+    y = _thesis_f(1.0, 5.0, x) + rng.uniform(-3.0, 3.0, x.size)
+    return Thesis(x, y, start)
+
+
+def make_problem(d: Mapping[str, Any]) -> Problem:
+    if d["landscape"] == "double_well":
+        return _double_well(float(d["barrier"]), float(d["curvature_min"]), float(d["curvature_saddle"]),
+                            float(d["noise_std"]))
+    return _thesis(d["start"], int(d["seed"]))
+
+
+@functools.lru_cache(maxsize=8)
+def _double_well(barrier: float, k_a: float, k_b: float, noise_std: float) -> DoubleWell:
+    return DoubleWell(barrier, k_a, k_b, noise_std)

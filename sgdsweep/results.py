@@ -1,0 +1,258 @@
+"""From one point's lane accumulators to its stored arrays and scalar summary.
+
+Estimators (physics.md §8): every per-point number is a mean over the point's non-diverged
+replicas of that replica's time average after burn-in; its standard error comes from the
+spread of the replicas (independent), never from correlated time steps. Diverged replicas are
+flagged and excluded, never averaged in.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+import numpy as np
+
+from . import observables as obs
+
+
+def finite_or_none(value: Any) -> float | None:
+    """JSON-friendly float: None for NaN/inf."""
+    return float(value) if value is not None and math.isfinite(value) else None
+
+
+def mean_se(values: np.ndarray) -> tuple[float, float]:
+    """Mean and standard error of the finite entries (NaN when undefined)."""
+    v = values[np.isfinite(values)]
+    if v.size == 0:
+        return math.nan, math.nan
+    se = float(np.std(v, ddof=1) / np.sqrt(v.size)) if v.size > 1 else math.nan
+    return float(np.mean(v)), se
+
+
+def second_moments(lanes: Mapping[str, np.ndarray], centred: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per replica: mean δ (R, d), second moment (R, d, d) or its diagonal (R, d), and an ok mask.
+
+    ``centred``: subtract each replica's own time mean (models without a unique minimum).
+    """
+    n = lanes["n"].astype(float)
+    ok = (lanes["diverged_step"] < 0) & (n > 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = lanes["sum_d"] / n[:, None]
+        if "sum_dd" in lanes:
+            m2 = lanes["sum_dd"] / n[:, None, None]
+            if centred:
+                m2 = m2 - mean[:, :, None] * mean[:, None, :]
+        else:
+            m2 = lanes["sum_d2"] / n[:, None]
+            if centred:
+                m2 = m2 - mean**2
+    return mean, m2, ok
+
+
+def escape_summary(escape_step: np.ndarray, cap: int, step_unit: float) -> dict[str, Any]:
+    """Mean escape time (in SGD steps) by the exponential maximum-likelihood estimator with
+    censoring: τ = (Σ escape times + Σ censoring times) / (number escaped), SE = τ/√k.
+
+    Replicas that did not escape within ``cap`` integrator steps are censored at the cap (kept,
+    not dropped). ``step_unit`` converts integrator steps to SGD steps (dt/λ for the SDE).
+    """
+    escaped = escape_step >= 0
+    k = int(escaped.sum())
+    times = np.where(escaped, escape_step + 1, cap).astype(float) * step_unit
+    total = float(times.sum())
+    tau = total / k if k else math.inf
+    return {"escape_time": finite_or_none(tau), "escape_time_se": finite_or_none(tau / math.sqrt(k)) if k else None,
+            "escaped_fraction": k / max(1, escape_step.size), "escape_censored": int((~escaped).sum())}
+
+
+def autocorr_times(lanes: Mapping[str, np.ndarray], ok: np.ndarray, stride: int) -> tuple[np.ndarray, int]:
+    """Per replica integrated autocorrelation time of the loss in steps; and how many are
+    truncated (lower bounds: the stored lags did not reach the window)."""
+    if "loss_lag" not in lanes:
+        return np.full(ok.size, np.nan), 0
+    taus = np.full(ok.size, np.nan)
+    truncated = 0
+    for r in np.flatnonzero(ok):
+        head, last, n = obs.loss_series_ends(lanes, r)
+        tau, trunc = obs.integrated_autocorr_time(lanes["loss_lag"][r], head, last, lanes["loss_sum_ac"][r], n)
+        taus[r] = tau * stride
+        truncated += int(trunc)
+    return taus, truncated
+
+
+def fluctuation_dissipation(problem, lanes: Mapping[str, np.ndarray], ok: np.ndarray, lr: float,
+                            lags: list[int]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Han et al.'s estimators (physics.md §3) pooled over the point's replicas.
+
+    Σ_WW = mean δᵀδ, D(m) = mean b_{t+m}ᵀ b_t; residual ‖ΣxxΣ_WW + Σ_WWΣxx − λD(0)‖/‖λD(0)‖
+    (Frobenius); Q = (ΣxxΣ_WW − Σ_WWΣxx)/2 and max|Q|/max|D_sym| with D_sym = (ΣxxΣ_WW +
+    Σ_WWΣxx)/2; whiteness max over m ≠ 0 of ‖D(m)‖/‖D(0)‖.
+    """
+    n = lanes["n"][ok].astype(float)
+    if n.size == 0:
+        return {}, {}
+    sww = (lanes["sum_gram"][ok] / n[:, None, None]).mean(axis=0)
+    pairs = np.array([np.maximum(n - m, 1) for m in lags]).T  # (R, lags)
+    dm = (lanes["noise_lag"][ok] / pairs[:, :, None, None]).mean(axis=0)
+    sxx = problem.sxx
+    a = sxx @ sww
+    sym = a + a.T
+    d0 = dm[0]
+    resid = np.linalg.norm(sym - lr * d0) / np.linalg.norm(lr * d0)
+    q = (a - a.T) / 2
+    q_ratio = np.abs(q).max() / np.abs(sym / 2).max()
+    norms = [np.linalg.norm(dm[j]) / np.linalg.norm(d0) for j in range(1, len(lags))]
+    summary = {"fdr_residual": finite_or_none(resid), "q_ratio": finite_or_none(q_ratio),
+               "noise_whiteness": finite_or_none(max(norms)) if norms else None}
+    arrays = {"sigma_ww": (("input", "input_t"), sww), "noise_cov_lag": (("lag", "input", "input_t"), dm),
+              "lag": (("lag",), np.asarray(lags, dtype=np.int64)),
+              "noise_cov_ratio": (("lag",), np.array([1.0] + norms))}
+    return summary, arrays
+
+
+def _layer_arrays(problem, lanes, ok) -> dict[str, Any]:
+    """Final singular values of every weight matrix, per replica (NaN for diverged ones)."""
+    arrays: dict[str, Any] = {}
+    w = lanes["w_final"]
+    for layer in problem.layers:
+        mats = layer.take(w)
+        sv = np.full((w.shape[0], min(layer.rows, layer.cols)), np.nan)
+        good = ok & np.all(np.isfinite(w), axis=1)
+        if good.any():
+            sv[good] = np.linalg.svd(mats[good], compute_uv=False)
+        arrays[f"singular_values_{layer.name}"] = (("replica", f"sv_{layer.name}"), sv)
+    return arrays
+
+
+def _hessian_fd(problem, w: np.ndarray, h: float = 1e-5) -> np.ndarray:
+    """Loss Hessian at w (d,) by central differences of the full gradient."""
+    d = w.size
+    plus = w[None, :] + h * np.eye(d)
+    minus = w[None, :] - h * np.eye(d)
+    hess = (problem.grad(plus) - problem.grad(minus)) / (2 * h)
+    return 0.5 * (hess + hess.T)
+
+
+def _spectra_per_replica(problem, lanes, m2, mean, ok) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Models without a unique minimum: covariance spectra per replica (around each replica's own
+    time mean), averaged over replicas; per layer too; and the loss curvature vᵢᵀ H vᵢ along the
+    covariance eigenvectors, H the Hessian at the replica's mean weights."""
+    rep = np.flatnonzero(ok)
+    d = m2.shape[1]
+    eig = np.full((rep.size, d), np.nan)
+    curv = np.full((rep.size, d), np.nan)
+    per_layer: dict[str, list[np.ndarray]] = {layer.name: [] for layer in problem.layers}
+    k_range = problem.hessian_rank if hasattr(problem, "hessian_rank") else d
+    on_range = np.full((rep.size, k_range), np.nan)
+    for j, r in enumerate(rep):
+        vals, vecs = np.linalg.eigh(m2[r])
+        order = np.argsort(vals)[::-1]
+        vals, vecs = vals[order], vecs[:, order]
+        eig[j] = vals
+        centre = lanes["reference"][r] + mean[r]
+        hess = _hessian_fd(problem, centre)
+        curv[j] = np.einsum("dk,de,ek->k", vecs, hess, vecs)
+        hv, hu = np.linalg.eigh(hess)
+        u = hu[:, np.argsort(hv)[::-1][:k_range]]  # range of the Hessian (of Γ)
+        on_range[j] = np.sort(np.linalg.eigvalsh(u.T @ m2[r] @ u))[::-1]
+        for layer in problem.layers:
+            blk = m2[r][layer.start:layer.start + layer.size, layer.start:layer.start + layer.size]
+            per_layer[layer.name].append(np.sort(np.linalg.eigvalsh(blk))[::-1])
+    arrays: dict[str, Any] = {
+        "weight_cov_eigenvalues": (("mode",), eig.mean(axis=0) if rep.size else np.full(d, np.nan)),
+        "mode_curvature": (("mode",), curv.mean(axis=0) if rep.size else np.full(d, np.nan)),
+        "range_cov_eigenvalues": (("range_mode",), on_range.mean(axis=0) if rep.size else np.full(k_range, np.nan)),
+    }
+    for layer in problem.layers:
+        vals = np.mean(per_layer[layer.name], axis=0) if rep.size else np.full(layer.size, np.nan)
+        arrays[f"layer_cov_eigenvalues_{layer.name}"] = ((f"mode_{layer.name}",), vals)
+    summary: dict[str, Any] = {}
+    if problem.kind == "two_layer" and rep.size:
+        top = on_range.mean(axis=1)
+        summary["joint_eigenvalue"], summary["joint_eigenvalue_se"] = map(finite_or_none, mean_se(top))
+        spread = on_range.std(axis=1) / on_range.mean(axis=1)
+        summary["joint_anisotropy"] = finite_or_none(float(np.mean(spread)))
+    return arrays, summary
+
+
+def point_result(problem, params: Mapping[str, Any], burn_in: int, lanes: Mapping[str, np.ndarray],
+                 pred, stride: int, substeps: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Arrays (name → (dims, values)) and JSON summary of one point from its lanes."""
+    centred = problem.w_min is None
+    mean, m2, ok = second_moments(lanes, centred)
+    full = m2.ndim == 3
+    d = problem.dim
+    with np.errstate(invalid="ignore"):
+        var_rep = np.where(ok, (np.trace(m2, axis1=1, axis2=2) if full else m2.sum(axis=1)) / d, np.nan)
+    arrays: dict[str, Any] = {"weight_var_replica": (("replica",), var_rep),
+                              "diverged_step": (("replica",), lanes["diverged_step"].astype(np.int64))}
+    summary: dict[str, Any] = {}
+    wv, wv_se = mean_se(var_rep)
+    summary.update(weight_var=finite_or_none(wv), weight_var_se=finite_or_none(wv_se))
+    n_ok = int(ok.sum())
+    arrays["weight_mean"] = (("param",), mean[ok].mean(axis=0) if n_ok else np.full(d, np.nan))
+    if full:
+        cov = m2[ok].mean(axis=0) if n_ok else np.full((d, d), np.nan)
+        arrays["weight_cov"] = (("param", "param_t"), cov)
+        if centred:
+            spec_arrays, spec_summary = _spectra_per_replica(problem, lanes, m2, mean, ok)
+            arrays.update(spec_arrays)
+            summary.update(spec_summary)
+        elif n_ok:
+            arrays["weight_cov_eigenvalues"] = (("mode",), np.sort(np.linalg.eigvalsh(cov))[::-1])
+    else:
+        arrays["weight_var_diag"] = (("param",), m2[ok].mean(axis=0) if n_ok else np.full(d, np.nan))
+    summary["weight_var_theory"] = None
+    if pred.weight_cov is not None:
+        arrays["weight_cov_theory"] = (("param", "param_t"), pred.weight_cov)
+        finite = bool(np.all(np.isfinite(pred.weight_cov)))
+        summary["weight_var_theory"] = finite_or_none(np.trace(pred.weight_cov) / d) if finite else None
+        if finite:
+            arrays["weight_cov_eigenvalues_theory"] = (("mode",), np.sort(np.linalg.eigvalsh(pred.weight_cov))[::-1])
+    summary["loss_theory"] = finite_or_none(pred.loss)
+    n = lanes["n"].astype(float)
+    for name in ("loss", "test_loss"):
+        key = f"sum_{name}"
+        if key in lanes and (name != "test_loss" or problem.test_loss(problem_probe(problem)) is not None):
+            with np.errstate(invalid="ignore", divide="ignore"):
+                per = np.where(ok, lanes[key] / n, np.nan)
+            arrays[f"{name}_replica"] = (("replica",), per)
+            m, se = mean_se(per)
+            summary[name], summary[f"{name}_se"] = finite_or_none(m), finite_or_none(se)
+    taus, truncated = autocorr_times(lanes, ok, stride)
+    if "loss_lag" in lanes:
+        arrays["loss_autocorr_time_replica"] = (("replica",), taus / substeps)
+        m, se = mean_se(taus / substeps)
+        summary.update(loss_autocorr_time=finite_or_none(m), loss_autocorr_time_se=finite_or_none(se),
+                       loss_autocorr_truncated=truncated)
+    if "noise_lag" in lanes:
+        from .observables import ObserveSpec, noise_lag_list
+
+        lags = noise_lag_list(ObserveSpec(noise_lags=tuple(params["observe"]["noise_lags"])))
+        fdr_summary, fdr_arrays = fluctuation_dissipation(problem, lanes, ok, params["lr"], lags)
+        summary.update(fdr_summary)
+        arrays.update(fdr_arrays)
+    if params["observe"]["escape"]:
+        arrays["escape_step"] = (("replica",), lanes["escape_step"].astype(np.int64))
+        summary.update(escape_summary(lanes["escape_step"][lanes["diverged_step"] < 0],
+                                      int(params["steps"]) * substeps, 1.0 / substeps))
+        summary["escape_time_theory_arrhenius"] = finite_or_none(pred.escape_arrhenius)
+        summary["escape_time_theory_powerlaw"] = finite_or_none(pred.escape_powerlaw)
+    if pred.joint_eigenvalue is not None:
+        summary["joint_eigenvalue_theory"] = finite_or_none(pred.joint_eigenvalue)
+    arrays.update(_layer_arrays(problem, lanes, ok))
+    div = lanes["diverged_step"]
+    summary.update(
+        diverged=bool(np.any(div >= 0)), diverged_replicas=int(np.sum(div >= 0)),
+        measured_steps=int(n[ok].max()) // substeps if n_ok else 0, burn_in=int(burn_in),
+        n_samples=problem.n_samples, autocorr_stride=int(stride),
+        theory_formulas=pred.formulas, theory_reasons=pred.reasons,
+        problem=problem.describe())
+    return arrays, summary
+
+
+def problem_probe(problem) -> np.ndarray:
+    """One lane at the minimum (or zero), to ask a problem whether it defines an observable."""
+    w = problem.w_min if problem.w_min is not None else np.zeros(problem.dim)
+    return w[None, :]

@@ -1,0 +1,102 @@
+"""The theory of one point, whatever its model: what goes into the ``*_theory`` columns.
+
+:func:`predict` returns a :class:`Prediction`; an entry is absent when the point's model,
+noise or dynamics has no prediction (``reasons`` says why). Theory never costs a simulation: a
+failing solver records its error and the point keeps its measurements.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+from . import escape as escape_theory
+from . import linear as linear_theory
+from . import quadratic as quadratic_theory
+
+
+@dataclass
+class Prediction:
+    """Theory values of one point.
+
+    Attributes:
+        weight_cov: stationary E[(w − w*)(w − w*)ᵀ] (d × d), or None.
+        loss: stationary E[L].
+        escape_arrhenius, escape_powerlaw: mean escape time in SGD steps.
+        joint_eigenvalue: two_layer's isotropic joint fluctuation eigenvalue λ⟨r²⟩/(2S).
+        formulas: column name → which formula and approximation.
+        reasons: column name → why there is no prediction.
+    """
+
+    weight_cov: np.ndarray | None = None
+    loss: float | None = None
+    escape_arrhenius: float | None = None
+    escape_powerlaw: float | None = None
+    joint_eigenvalue: float | None = None
+    formulas: dict[str, str] = field(default_factory=dict)
+    reasons: dict[str, str] = field(default_factory=dict)
+
+
+def _sde_step(params: Mapping[str, Any]) -> tuple[float, float]:
+    """(integrator step, noise gain): (λ, 1) for SGD, (dt, λ/dt) for the SDE."""
+    lr = params["lr"]
+    if params["method"] == "sde":
+        dt = lr * params["dt_over_lr"]
+        return dt, lr / dt
+    return lr, 1.0
+
+
+def predict(problem, params: Mapping[str, Any]) -> Prediction:
+    """Theory for ``params`` on ``problem`` (see :class:`Prediction`)."""
+    pred = Prediction()
+    kind, noise = params["model"], params["noise"]
+    step, gain = _sde_step(params)
+    mu, s = params["momentum"], params["batch_size"]
+    try:
+        if kind == "quadratic":
+            c = problem.noise_cov / s * gain
+            pred.weight_cov = quadratic_theory.stationary_covariance(problem.hessian, c, step, mu)
+            pred.loss = quadratic_theory.training_loss(problem.hessian, c, step, mu)
+            pred.formulas["weight_cov"] = quadratic_theory.FORMULA["stationary_covariance"]
+            pred.formulas["loss"] = quadratic_theory.FORMULA["training_loss"]
+        elif kind == "linear" and problem.n_outputs == 1 and noise in linear_theory.NOISE_TYPES:
+            pred.weight_cov = linear_theory.stationary_second_moment(problem, step, s, mu, noise, gain)
+            pred.loss = linear_theory.training_loss(problem, pred.weight_cov)
+            pred.formulas["weight_cov"] = linear_theory.FORMULA
+            pred.formulas["loss"] = "L(w*) + ½ Tr(H M) with M from " + linear_theory.FORMULA
+        else:
+            pred.reasons["weight_cov"] = (f"no exact stationary covariance for model {kind} with noise {noise}"
+                                          + (" and several outputs" if getattr(problem, "n_outputs", 1) > 1 else ""))
+    except (RuntimeError, np.linalg.LinAlgError, MemoryError, ValueError) as exc:
+        pred.reasons["weight_cov"] = f"{type(exc).__name__}: {exc}"
+    if hasattr(problem, "barrier"):
+        _escape(problem, params, pred)
+    if kind == "two_layer":
+        pred.joint_eigenvalue = params["lr"] * 2.0 * problem.loss_min / (2.0 * s)
+        pred.formulas["joint_eigenvalue"] = (
+            "λ⟨r²⟩/(2S), ⟨r²⟩ = 2 L_min: isotropic joint fluctuations on the range of Γ (Gross et al. "
+            "2024 Sec. III, physics.md §4; leading order in λ, P ≫ N)")
+    return pred
+
+
+def _escape(problem, params: Mapping[str, Any], pred: Prediction) -> None:
+    """Kramers (Arrhenius) and state-dependent power-law escape times in SGD steps."""
+    lr, s = params["lr"], params["batch_size"]
+    var = problem.step_noise_var(s)
+    if var is not None:
+        pred.escape_arrhenius = escape_theory.kramers_steps(problem.barrier, problem.k_min, problem.k_saddle,
+                                                            lr, var)
+        pred.formulas["escape_time_arrhenius"] = (
+            escape_theory.FORMULA["kramers_steps"] + " with the per-step gradient-noise variance at the "
+            "minimum along the escape direction")
+    else:
+        pred.reasons["escape_time_arrhenius"] = "no constant noise temperature for this landscape"
+    if getattr(problem, "loss_saddle", None) and problem.loss_min > 0:
+        slope = escape_theory.powerlaw_slope(problem.k_min, problem.loss_min, problem.loss_saddle)
+        pred.escape_powerlaw = math.exp(slope * s / lr) / lr
+        pred.formulas["escape_time_powerlaw"] = (
+            "Mori's state-dependent law τ_t ∝ exp((S/(λ h*)) ln(L_saddle/L_min)) with unit prefactor, "
+            "τ_steps = τ_t/λ; only the slope of ln τ against S/λ is predicted")
