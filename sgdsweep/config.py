@@ -137,6 +137,7 @@ def build_sweep(raw: Mapping[str, Any]) -> Sweep:
     kind = cfg["model"]["kind"]
     model = get_model(kind)
     options = _model_options(cfg["model"], model, kind, raw_grid)
+    cfg["model"] = {"kind": kind, **options}  # the resolved config shows the model's defaults
     required = tuple(a for a in REQUIRED_AXES if a in model.AXES)
     expanded = gridmod.expand(cfg["grid"], cfg.get("points", []), required)
     if not expanded:
@@ -162,6 +163,8 @@ def build_sweep(raw: Mapping[str, Any]) -> Sweep:
         _check_dynamics(params, model, where)
         model.check_point(params, where)
         problem = model.make_problem(model.data_params(params))
+        if params["init"] == "auto":  # hash the concrete start, so 'auto' and its meaning hash alike
+            params["init"] = problem.auto_init
         burn = _resolve_burn_in(params, problem, where)
         h = content_hash(params)
         if h in seen:

@@ -187,21 +187,17 @@ def run_lanes(problem: Problem, *, noise: str, batch_size: int, steps: int, lr: 
                     break
         t0 += nb
     stop(np.ones(ids.size, dtype=bool))
+    if "sum_dd" in out:
+        obs.symmetrize(out["sum_dd"])
     return out
 
 
 def update_obs(acc, problem, observe, w, delta, sel, t, stride, idx, eps, noise_lags) -> None:
     """One measured step's contributions to the accumulators."""
     obs.update_moments(acc, delta, sel)
-    if observe.loss:
-        obs.update_loss(acc, problem.loss(w), sel, t % stride == 0)
-    if observe.test_loss and "sum_test_loss" in acc.arrays:
-        tl = problem.test_loss(w)
-        if tl is not None:
-            if sel is None:
-                acc.arrays["sum_test_loss"] += tl
-            else:
-                acc.arrays["sum_test_loss"][sel] += tl[sel]
+    if t % stride == 0 and "loss_count" in acc.arrays:
+        obs.update_losses(acc, problem.loss(w) if observe.loss else None,
+                          problem.test_loss(w) if observe.test_loss else None, sel)
     if noise_lags and idx is not None:
         wm = np.broadcast_to(problem.w_min, w.shape)
         b = -problem.grad(wm, idx, eps).reshape(w.shape[0], problem.n_outputs, problem.n_inputs)

@@ -40,7 +40,8 @@ def fit_power_law(lr: np.ndarray, batch_size: np.ndarray, value: np.ndarray, se:
     Args:
         lr, batch_size: the axes, shape (n,).
         value, se: measured values and their standard errors, shape (n,).
-        theory: exact theory at the same points (optional), shape (n,).
+        theory: exact theory at the same points (optional), shape (n,); when no point has a
+            finite theory value the measurements are fitted alone (theory values None).
         confidence: level of the intervals, in (0, 1).
 
     Returns:
@@ -53,7 +54,11 @@ def fit_power_law(lr: np.ndarray, batch_size: np.ndarray, value: np.ndarray, se:
     ok = np.isfinite(value) & np.isfinite(se) & (value > 0) & (se > 0) & (lr > 0) & (batch_size > 0)
     if theory is not None:
         theory = np.asarray(theory, float)
-        ok &= np.isfinite(theory) & (theory > 0)
+        has_theory = np.isfinite(theory) & (theory > 0)
+        if has_theory[ok].any():  # fit where theory exists, so that both fits see the same points
+            ok &= has_theory
+        else:  # no theory for this model: fit the measurements alone
+            theory = None
     columns = [("log_A", np.ones(ok.sum()))]
     if len(np.unique(lr[ok])) > 1:
         columns.append(("a", np.log(lr[ok])))

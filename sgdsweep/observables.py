@@ -5,9 +5,11 @@ What is accumulated after a lane's burn-in, per lane (``L`` lanes, ``d`` paramet
 - ``n``: measured steps; ``sum_d``: Σδ; ``sum_dd``: Σδδᵀ (d ≤ ``cov_max_dim``) or ``sum_d2``:
   Σδ² (the diagonal) beyond, with δ = w − reference (the unique minimiser, or for models whose
   minima form a manifold the lane's weights at its first measured step — centred at the end);
-- ``sum_loss``, ``sum_test_loss``: Σ L(w), Σ L_test(w);
-- ``loss_lag``: Σ L_t L_{t−m·stride} for m = 0 … K−1 over the loss sampled every ``stride``
-  steps (ring buffer of K values), for the integrated autocorrelation time;
+- ``sum_loss``, ``sum_test_loss``, ``loss_count``: Σ L(w), Σ L_test(w) over the measured steps
+  that are multiples of ``stride`` (an eighth of the fastest relaxation time: thinning that
+  costs almost no information), and their number;
+- ``loss_lag``: Σ L_t L_{t−m·stride} for m = 0 … K−1 (ring buffer of K values), for the
+  integrated autocorrelation time;
 - ``noise_lag``: Σ b_tᵀ b_{t−m} (n_in × n_in per lag) of the gradient noise at the minimum
   b_t = −g_{B_t}(W*) (single-layer models), and ``sum_gram``: Σ δᵀδ (n_in × n_in) — Han et
   al.'s D(m) and Σ_WW (physics.md §3).
@@ -29,7 +31,9 @@ class ObserveSpec:
     """Which observables to accumulate (``dynamics.observe`` in the config).
 
     Attributes:
-        cov_max_dim: full covariance up to this many parameters, diagonal beyond.
+        cov_max_dim: full covariance up to this many parameters, diagonal beyond (plus the
+            leading ``n_eigenpairs`` eigenpairs from a streaming sketch).
+        n_eigenpairs: eigenpairs estimated beyond ``cov_max_dim``.
         loss: accumulate the training loss (and its autocorrelation).
         test_loss: accumulate the test loss (models that define one).
         autocorr_lags: K, lags of the loss autocorrelation ring buffer (0 = off).
@@ -39,6 +43,7 @@ class ObserveSpec:
     """
 
     cov_max_dim: int = 64
+    n_eigenpairs: int = 8
     loss: bool = True
     test_loss: bool = True
     autocorr_lags: int = 128
@@ -66,18 +71,19 @@ class Accumulators:
             a["sum_dd"] = np.zeros((n_lanes, d, d))
         else:
             a["sum_d2"] = np.zeros((n_lanes, d))
+            if spec.n_eigenpairs > 0:
+                a["sketch"] = np.zeros((n_lanes, d, sketch_width(spec, d)))
         if reference_per_lane:
             a["reference"] = np.full((n_lanes, d), np.nan)
+        if spec.loss or spec.test_loss:
+            a["loss_count"] = np.zeros(n_lanes, np.int64)
         if spec.loss:
             a["sum_loss"] = np.zeros(n_lanes)
-            a["sum_loss2"] = np.zeros(n_lanes)
             if spec.autocorr_lags > 0:
                 k = spec.autocorr_lags
                 a["loss_buf"] = np.zeros((n_lanes, k))
                 a["loss_lag"] = np.zeros((n_lanes, k))
                 a["loss_head"] = np.zeros((n_lanes, k))
-                a["loss_n"] = np.zeros(n_lanes, np.int64)
-                a["loss_sum_ac"] = np.zeros(n_lanes)
         if spec.test_loss:
             a["sum_test_loss"] = np.zeros(n_lanes)
         if spec.noise_lags and problem.linear_in_w:
@@ -100,40 +106,89 @@ def noise_lag_list(spec: ObserveSpec) -> list[int]:
 def update_moments(acc: Accumulators, delta: np.ndarray, sel: np.ndarray | None) -> None:
     """Add δ (L, d) of the lanes ``sel`` (bool mask, None = all)."""
     a = acc.arrays
-    if sel is None:
-        a["n"] += 1
-        a["sum_d"] += delta
-        if "sum_dd" in a:
-            a["sum_dd"] += delta[:, :, None] * delta[:, None, :]
-        else:
-            a["sum_d2"] += delta * delta
-        return
-    a["n"][sel] += 1
-    a["sum_d"][sel] += delta[sel]
+    mask = np.ones(delta.shape[0], dtype=np.bool_) if sel is None else sel
     if "sum_dd" in a:
-        a["sum_dd"][sel] += delta[sel, :, None] * delta[sel, None, :]
-    else:
-        a["sum_d2"][sel] += delta[sel] ** 2
-
-
-def update_loss(acc: Accumulators, loss: np.ndarray, sel: np.ndarray | None, sample_ac: bool) -> None:
-    """Add L(w) (L,); when ``sample_ac`` also feed the autocorrelation ring buffer."""
-    a = acc.arrays
-    if sel is None:
-        a["sum_loss"] += loss
-        a["sum_loss2"] += loss * loss
-    else:
-        a["sum_loss"][sel] += loss[sel]
-        a["sum_loss2"][sel] += loss[sel] ** 2
-    if not sample_ac or "loss_buf" not in a:
+        _accumulate_full(delta, mask, a["n"], a["sum_d"], a["sum_dd"])
         return
-    mask = np.ones(loss.size, dtype=np.bool_) if sel is None else sel
-    _feed_autocorr(loss, mask, a["loss_buf"], a["loss_head"], a["loss_lag"], a["loss_n"], a["loss_sum_ac"])
+    a["n"][mask] += 1
+    a["sum_d"][mask] += delta[mask]
+    a["sum_d2"][mask] += delta[mask] ** 2
+    if "sketch" in a:
+        omega = sketch_matrix(delta.shape[1], a["sketch"].shape[2])
+        a["sketch"][mask] += delta[mask, :, None] * (delta[mask] @ omega)[:, None, :]
 
 
 @numba.njit(cache=True, nogil=True)
-def _feed_autocorr(loss, mask, buf, head, lag, count, total):  # pragma: no cover - compiled
-    """Append one loss sample per selected lane to its ring buffer and lagged-product sums."""
+def _accumulate_full(delta, mask, count, sum_d, sum_dd):  # pragma: no cover - compiled
+    """n += 1, Σδ += δ and the lower triangle of Σδδᵀ += δδᵀ (mirrored by :func:`symmetrize`)."""
+    n_lanes, d = delta.shape
+    for lane in range(n_lanes):
+        if not mask[lane]:
+            continue
+        count[lane] += 1
+        for i in range(d):
+            di = delta[lane, i]
+            sum_d[lane, i] += di
+            for j in range(i + 1):
+                sum_dd[lane, i, j] += di * delta[lane, j]
+
+
+def symmetrize(sum_dd: np.ndarray) -> None:
+    """Fill the upper triangle of the accumulated Σδδᵀ (L, d, d) from its lower one, in place."""
+    iu = np.triu_indices(sum_dd.shape[1], 1)
+    sum_dd[:, iu[0], iu[1]] = sum_dd[:, iu[1], iu[0]]
+
+
+def sketch_width(spec: ObserveSpec, d: int) -> int:
+    """Columns of the random test matrix: the eigenpairs wanted plus 24 for oversampling (a
+    Nyström estimate is biased low by the energy of the spectrum's tail beyond the sketch)."""
+    return min(d, spec.n_eigenpairs + 24)
+
+
+_OMEGA: dict[tuple[int, int], np.ndarray] = {}
+
+
+def sketch_matrix(d: int, k: int) -> np.ndarray:
+    """The fixed Gaussian test matrix Ω (d × k) of the Nyström sketch Y = Σ δ (δᵀΩ) = n·MΩ."""
+    key = (d, k)
+    if key not in _OMEGA:
+        _OMEGA[key] = np.random.default_rng(12345).standard_normal((d, k))
+    return _OMEGA[key]
+
+
+def nystrom_eigenpairs(y: np.ndarray, omega: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Leading k eigenpairs of a PSD matrix M from its sketch Y = MΩ (single-pass Nyström,
+    Tropp et al. 2017): M ≈ Y (ΩᵀY)⁺ Yᵀ. Returns (eigenvalues descending, eigenvectors d × k)."""
+    nu = np.finfo(float).eps * np.linalg.norm(y)
+    ys = y + nu * omega
+    b = omega.T @ ys
+    b = 0.5 * (b + b.T)
+    c = np.linalg.cholesky(b + 1e-14 * np.trace(b) * np.eye(b.shape[0]))
+    f = np.linalg.solve(c, ys.T).T  # Y C⁻ᵀ
+    u, sv, _ = np.linalg.svd(f, full_matrices=False)
+    vals = np.maximum(sv**2 - nu, 0.0)
+    return vals[:k], u[:, :k]
+
+
+def update_losses(acc: Accumulators, loss: np.ndarray | None, test_loss: np.ndarray | None,
+                  sel: np.ndarray | None) -> None:
+    """Add one sample of L(w) and L_test(w) (each (L,) or None) of the lanes ``sel``; the
+    training loss also feeds the autocorrelation ring buffer."""
+    a = acc.arrays
+    mask = np.ones(a["loss_count"].size, dtype=np.bool_) if sel is None else sel
+    if loss is not None:
+        if "loss_buf" in a:
+            _feed_autocorr(loss, mask, a["loss_buf"], a["loss_head"], a["loss_lag"], a["loss_count"])
+        a["sum_loss"][mask] += loss[mask]
+    if test_loss is not None:
+        a["sum_test_loss"][mask] += test_loss[mask]
+    a["loss_count"][mask] += 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _feed_autocorr(loss, mask, buf, head, lag, count):  # pragma: no cover - compiled
+    """Append one loss sample per selected lane (its index: ``count``) to its ring buffer and
+    lagged-product sums."""
     k = buf.shape[1]
     for lane in range(loss.size):
         if not mask[lane]:
@@ -146,8 +201,6 @@ def _feed_autocorr(loss, mask, buf, head, lag, count, total):  # pragma: no cove
             head[lane, n] = v
         for m in range(min(n + 1, k)):
             lag[lane, m] += v * buf[lane, (pos - m) % k]
-        total[lane] += v
-        count[lane] = n + 1
 
 
 def update_noise(acc: Accumulators, b: np.ndarray, delta_mat: np.ndarray, sel: np.ndarray | None,
@@ -192,7 +245,7 @@ def _feed_noise(b, delta, mask, lags, count, buf, lag_sums, gram):  # pragma: no
 def loss_series_ends(acc_arrays, lane: int) -> tuple[np.ndarray, np.ndarray, int]:
     """(first K, last K in time order, n) loss samples of one lane from its buffers."""
     k = acc_arrays["loss_buf"].shape[1]
-    n = int(acc_arrays["loss_n"][lane])
+    n = int(acc_arrays["loss_count"][lane])
     buf = acc_arrays["loss_buf"][lane]
     m = min(n, k)
     last = buf[(np.arange(n - m, n)) % k]

@@ -75,7 +75,7 @@ def autocorr_times(lanes: Mapping[str, np.ndarray], ok: np.ndarray, stride: int)
     truncated = 0
     for r in np.flatnonzero(ok):
         head, last, n = obs.loss_series_ends(lanes, r)
-        tau, trunc = obs.integrated_autocorr_time(lanes["loss_lag"][r], head, last, lanes["loss_sum_ac"][r], n)
+        tau, trunc = obs.integrated_autocorr_time(lanes["loss_lag"][r], head, last, lanes["sum_loss"][r], n)
         taus[r] = tau * stride
         truncated += int(trunc)
     return taus, truncated
@@ -181,6 +181,7 @@ def point_result(problem, params: Mapping[str, Any], burn_in: int, lanes: Mappin
     """Arrays (name → (dims, values)) and JSON summary of one point from its lanes."""
     centred = problem.w_min is None
     mean, m2, ok = second_moments(lanes, centred)
+    n = lanes["n"].astype(float)
     full = m2.ndim == 3
     d = problem.dim
     with np.errstate(invalid="ignore"):
@@ -203,6 +204,15 @@ def point_result(problem, params: Mapping[str, Any], burn_in: int, lanes: Mappin
             arrays["weight_cov_eigenvalues"] = (("mode",), np.sort(np.linalg.eigvalsh(cov))[::-1])
     else:
         arrays["weight_var_diag"] = (("param",), m2[ok].mean(axis=0) if n_ok else np.full(d, np.nan))
+        if "sketch" in lanes and n_ok:
+            k_sketch = lanes["sketch"].shape[2]
+            y = (lanes["sketch"][ok] / n[ok, None, None]).mean(axis=0)
+            if centred:
+                y = y - (mean[ok][:, :, None] * (mean[ok] @ obs.sketch_matrix(d, k_sketch))[:, None, :]).mean(axis=0)
+            k = int(params["observe"]["n_eigenpairs"])
+            vals, vecs = obs.nystrom_eigenpairs(y, obs.sketch_matrix(d, k_sketch), k)
+            arrays["weight_cov_eigenvalues"] = (("mode",), vals)
+            arrays["weight_cov_eigenvectors"] = (("param", "mode"), vecs)
     summary["weight_var_theory"] = None
     if pred.weight_cov is not None:
         arrays["weight_cov_theory"] = (("param", "param_t"), pred.weight_cov)
@@ -211,12 +221,11 @@ def point_result(problem, params: Mapping[str, Any], burn_in: int, lanes: Mappin
         if finite:
             arrays["weight_cov_eigenvalues_theory"] = (("mode",), np.sort(np.linalg.eigvalsh(pred.weight_cov))[::-1])
     summary["loss_theory"] = finite_or_none(pred.loss)
-    n = lanes["n"].astype(float)
     for name in ("loss", "test_loss"):
         key = f"sum_{name}"
         if key in lanes and (name != "test_loss" or problem.test_loss(problem_probe(problem)) is not None):
             with np.errstate(invalid="ignore", divide="ignore"):
-                per = np.where(ok, lanes[key] / n, np.nan)
+                per = np.where(ok, lanes[key] / lanes["loss_count"], np.nan)
             arrays[f"{name}_replica"] = (("replica",), per)
             m, se = mean_se(per)
             summary[name], summary[f"{name}_se"] = finite_or_none(m), finite_or_none(se)

@@ -41,7 +41,7 @@ def observe_spec(params: Mapping[str, Any], problem, lrs: Sequence[float], momen
     o = params["observe"]
     tau = min(problem.relaxation_steps(lr, mu) for lr, mu in zip(lrs, momenta))
     stride = 1 if not math.isfinite(tau) else max(1, int(tau * substeps / 8))
-    return ObserveSpec(cov_max_dim=int(o["cov_max_dim"]), loss=bool(o["loss"]), test_loss=bool(o["test_loss"]),
+    return ObserveSpec(cov_max_dim=int(o["cov_max_dim"]), n_eigenpairs=int(o["n_eigenpairs"]), loss=bool(o["loss"]), test_loss=bool(o["test_loss"]),
                        autocorr_lags=int(o["autocorr_lags"]) if o["loss"] else 0, autocorr_stride=stride,
                        noise_lags=tuple(o["noise_lags"]) if o["gradient_noise"] else (),
                        escape=bool(o["escape"]))

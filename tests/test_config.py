@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 import yaml
@@ -26,9 +27,12 @@ def test_defaults_are_filled():
     sweep = build_sweep({"grid": {"lr": 0.1, "batch_size": 4, "samples_per_param": 8}})
     cfg = sweep.config
     assert cfg["sweep"] == "default" and cfg["results_dir"] == "results" and cfg["seed"] == 0
-    assert cfg["model"] == {"kind": "linear", "n_inputs": 20, "label_noise": 0.5}
+    assert cfg["model"] == {"kind": "linear", "n_inputs": 20, "n_outputs": 1, "label_noise": 0.5,
+                            "inputs": "isotropic", "wishart_ratio": 2.0, "labels": "teacher"}
     assert cfg["dynamics"]["burn_in"] == "auto" and cfg["dynamics"]["replicas"] == 64
-    assert cfg["grid"]["momentum"] == 0.0 and cfg["grid"]["noise"] == "minibatch"
+    assert cfg["dynamics"]["method"] == "sgd" and cfg["dynamics"]["observe"]["cov_max_dim"] == 64
+    assert cfg["grid"]["momentum"] == 0.0
+    assert sweep.points[0].params["noise"] == "minibatch" and sweep.points[0].params["init"] == "zero"
     assert cfg["fit"]["power_law"] == {"enabled": True, "confidence": 0.95}
     assert cfg["execution"]["scheduler"] is None
     (point,) = sweep.points
@@ -96,9 +100,30 @@ BAD_CONFIGS = [
     ("lr_negative_scalar", {"grid.lr": -0.1}, ["grid.lr", "-0.1", "> 0"]),
     ("batch_size_above_samples", {"grid.batch_size": [2, 41]}, ["grid.batch_size", "41", "P = 40"]),
     ("non_integer_hidden_width", {"grid.hidden_width": 2.5}, ["grid.hidden_width", "2.5", "integer"]),
-    ("hidden_width_for_linear", {"grid.hidden_width": 4}, ["grid.hidden_width", "linear"]),
+    ("hidden_width_for_linear", {"grid.hidden_width": 4}, ["grid.hidden_width", "linear", "samples_per_param"]),
     ("unknown_noise", {"grid.noise": "pink"}, ["grid.noise", "'pink'", "minibatch"]),
-    ("noise_not_supported_by_model", {"grid.noise": "epoch"}, ["grid.noise", "'epoch'", "minibatch_replace"]),
+    ("label_noise_without_teacher", {"grid.noise": "label", "model.labels": "noise"},
+     ["grid.noise", "'label'", "labels: teacher"]),
+    ("noise_not_supported_by_model", {"model": {"kind": "quadratic"}, "grid.samples_per_param": _DELETE,
+                                      "grid.noise": "minibatch"},
+     ["grid.noise", "'minibatch'", "gaussian, student_t"]),
+    ("model_key_of_another_kind", {"model.kind": "quadratic"}, ["model.n_inputs", "curvatures, noise_cov"]),
+    ("axis_not_used_by_model", {"model": {"kind": "digits"}}, ["grid.samples_per_param", "digits", "lr, batch_size"]),
+    ("sde_with_momentum", {"dynamics.method": "sde", "grid.noise": "gaussian", "grid.momentum": 0.5},
+     ["grid.momentum", "0.5", "sde"]),
+    ("sde_with_sampling_noise", {"dynamics.method": "sde"}, ["grid.noise", "'minibatch'", "gaussian_matched"]),
+    ("sde_step_not_a_fraction", {"dynamics.method": "sde", "grid.noise": "gaussian", "dynamics.dt_over_lr": 0.3},
+     ["dynamics.dt_over_lr", "0.3", "1/k"]),
+    ("dt_without_sde", {"dynamics.dt_over_lr": 0.5}, ["dynamics.dt_over_lr", "sde"]),
+    ("gradient_noise_with_added_noise", {"dynamics.observe.gradient_noise": True, "grid.noise": "gaussian"},
+     ["dynamics.observe.gradient_noise", "minibatch"]),
+    ("escape_without_landscape", {"dynamics.observe.escape": True}, ["dynamics.observe.escape", "landscape"]),
+    ("saddle_stiffer_than_minimum", {"model": {"kind": "landscape", "curvature_saddle": 2.0},
+                                     "grid.samples_per_param": _DELETE, "grid.noise": "gaussian"},
+     ["model.curvature_saddle", "2.0", "curvature_min"]),
+    ("quadratic_noise_cov_shape", {"model": {"kind": "quadratic", "curvatures": [1.0, 2.0], "noise_cov": [1.0]},
+                                   "grid.samples_per_param": _DELETE, "grid.noise": "gaussian"},
+     ["model.noise_cov", "2×2"]),
     ("empty_axis", {"grid.lr": []}, ["grid.lr", "[]", "at least 1"]),
     ("duplicate_values", {"grid.lr": [0.1, 0.2, 0.1]}, ["grid.lr", "distinct"]),
     ("duplicate_values_spelled_differently", {"grid.lr": [0.1, 1e-1]}, ["grid.lr", "distinct"]),
@@ -178,3 +203,14 @@ def test_float_spellings_in_yaml_are_one_value(tmp_path):
     path.write_text(text.format("0.1, 1e-1"))
     with pytest.raises(ConfigError, match="distinct"):
         load_sweep(path)
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[1] / "config" / "models").glob("*.yaml")),
+                         ids=lambda p: p.stem)
+def test_model_example_configs_are_valid(path):
+    """Every model's example config builds a sweep whose points use that model."""
+    from sgdsweep.config import load_sweep
+
+    sweep = load_sweep(path)
+    assert sweep.points and sweep.config["sweep"] == path.stem
+    assert {p.params["model"] for p in sweep.points} == {sweep.config["model"]["kind"]}

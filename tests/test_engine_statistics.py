@@ -69,13 +69,14 @@ def test_momentum_corollary_and_divergence(tmp_path):
         assert abs(z(r["summary"], exact)) < 3, (mu, r["summary"]["weight_var"], exact)
         if mu > 0:
             assert abs(z(r["summary"], 0.5 / (1 - mu) / (2 - 0.5 / (1 - mu)))) > 5  # naive λ → λ/(1−μ)
-    res = run({"model": {"kind": "quadratic"}, "dynamics": {"steps": 3000, "replicas": 8, "burn_in": 1000},
+    # near the stability edge the second moment relaxes slowly: a long burn-in
+    res = run({"model": {"kind": "quadratic"}, "dynamics": {"steps": 20000, "replicas": 16, "burn_in": 5000},
                "grid": {"lr": 2.75, "batch_size": 1, "momentum": [0.0, 0.3, 0.45, 0.6], "noise": "gaussian"}},
               tmp_path)
     for r in res:
         s, mu = r["summary"], r["params"]["momentum"]
         if mu < 0.375:
-            assert s["diverged_replicas"] == 8 and s["weight_var"] is None and s["weight_var_theory"] is None
+            assert s["diverged_replicas"] == 16 and s["weight_var"] is None and s["weight_var_theory"] is None
         else:
             exact = 2.75 / ((1 - mu) * (2 - 2.75 / (1 + mu)))
             assert not s["diverged"] and abs(z(s, exact)) < 3, (mu, s["weight_var"], exact)
@@ -293,3 +294,32 @@ def test_matrix_model_fluctuations_scale_as_one_over_batch_size(tmp_path):
     # 4 at leading order; the multiplicative x xᵀ sampling noise adds O(λ(N+1)/(2S)) ≈ 4 % at S = 4
     assert abs(ratio / 4 - 1) < 0.06, (ratio, se)
     assert abs(ratio - 1) > 10 * se  # batch noise that ignored S would give 1
+
+
+def test_leading_eigenpairs_beyond_cov_max_dim(tmp_path):
+    """Above cov_max_dim only the diagonal and a streaming Nyström sketch are kept; the sketch's
+    leading eigenpairs agree with the full covariance's and the exact ones (for a decaying
+    spectrum: a Nyström estimate is biased low by the energy of a flat tail)."""
+    d = 60
+    c = np.diag([6.0, 3.0, 2.0] + list(0.9 * 0.85 ** np.arange(d - 3)))  # a decaying tail
+    rot, _ = np.linalg.qr(np.random.default_rng(1).standard_normal((d, d)))
+    c = rot @ c @ rot.T  # not aligned with the axes: only a real eigen-solver finds the modes
+    base = {"model": {"kind": "quadratic", "curvatures": [1.0] * d, "noise_cov": c.tolist()},
+            "dynamics": {"steps": 6000, "replicas": 8}, "grid": {"lr": 0.5, "batch_size": 1, "noise": "gaussian"}}
+    full = run({**base, "dynamics": {**base["dynamics"], "observe": {"cov_max_dim": d}}}, tmp_path / "full")[0]
+    sketch = run({**base, "dynamics": {**base["dynamics"], "observe": {"cov_max_dim": 8, "n_eigenpairs": 3}}},
+                 tmp_path / "sketch")[0]
+    cov = store.read_array(full["path"], "weight_cov")
+    vals, vecs = np.linalg.eigh(cov)
+    est_vals = store.read_array(sketch["path"], "weight_cov_eigenvalues")
+    est_vecs = store.read_array(sketch["path"], "weight_cov_eigenvectors")
+    assert est_vals.shape == (3,) and est_vecs.shape == (d, 3)
+    assert not store.has_array(sketch["path"], "weight_cov")
+    np.testing.assert_allclose(np.diag(cov), store.read_array(sketch["path"], "weight_var_diag"), rtol=0.3)
+    # the runs have different seeds (the config is part of the hash): compare statistically with
+    # each other and with the exact Σ = λC/(2 − λ) (K = I)
+    exact_vals = 0.5 * np.array([6.0, 3.0, 2.0]) / 1.5
+    np.testing.assert_allclose(est_vals, exact_vals, rtol=0.1)
+    np.testing.assert_allclose(vals[::-1][:3], exact_vals, rtol=0.1)
+    for j in range(3):
+        assert abs(est_vecs[:, j] @ rot[:, j]) > 0.95

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.workflow
 
 # 8 points of ~0.5 s each, one per task, on one worker: a run long enough to interrupt.
 SLOW = dict(grid={"lr": [0.2, 0.25, 0.3, 0.35], "batch_size": [2, 4]},
-            dynamics={"steps": 150000, "replicas": 8}, execution={"workers": 1, "points_per_task": 1})
+            dynamics={"steps": 40000, "replicas": 8}, execution={"workers": 1, "points_per_task": 1})
 
 
 def _start(workdir: Path, cfg: Path) -> subprocess.Popen:

@@ -103,3 +103,11 @@ def test_fit_ensemble_fits_each_group_of_the_other_axes():
         for name in ("a", "b"):  # within 4 standard errors (a 95% interval misses 1 time in 20)
             q = r["params"][name]
             assert abs(q["estimate"] - q["theory"]) < 4 * q["stderr"]
+
+
+def test_models_without_theory_are_still_fitted():
+    """A model without a theory column (all NaN) fits the measurements; theory values are None."""
+    lr, s, y, se, _ = _synthetic(a=1.0, b=-1.0, rel_se=0.001, seed=2)
+    res = fit_power_law(lr, s, y, se, theory=np.full(lr.size, np.nan))
+    assert res["n_points"] == lr.size and abs(res["params"]["a"]["estimate"] - 1.0) < 0.005
+    assert res["params"]["a"]["theory"] is None and res["params"]["a"]["theory_inside"] is None

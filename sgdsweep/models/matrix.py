@@ -33,8 +33,10 @@ INIT_STD = 0.1
 class MatrixProblem(AffineProblem):
     """An :class:`AffineProblem` whose ``auto`` initialisation is random (see module docstring)."""
 
+    auto_init = "random"
+
     def initial(self, how, rng):
-        if how == "auto":
+        if how == "random":
             return INIT_STD * rng.standard_normal(self.dim)
         return super().initial(how, rng)
 

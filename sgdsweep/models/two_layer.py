@@ -34,6 +34,7 @@ class TwoLayerProblem(Problem):
 
     kind = "two_layer"
     noise_types = NOISE_TYPES
+    auto_init = "random"
 
     def __init__(self, x: np.ndarray, y: np.ndarray, hidden: int, init_scale: str, label_noise: float,
                  teacher: np.ndarray) -> None:
@@ -98,7 +99,7 @@ class TwoLayerProblem(Problem):
     def initial(self, how, rng):
         if how == "zero":
             return np.zeros(self.dim)
-        if how != "auto":
+        if how != "random":
             raise ValueError(f"init {how!r}: two_layer has no unique minimum; use auto (init_scale) or zero")
         v = INIT_VARIANCE[self.init_scale]
         w1 = rng.standard_normal(self.layers[0].size) * np.sqrt(v / self.n_inputs)
