@@ -17,9 +17,10 @@ import time
 
 import numpy as np
 
-from sgdsweep.kernel import run_lanes
-from sgdsweep.models.linear import make_data
-from sgdsweep.simulate import replica_generators
+from sgdsweep.engine import run_lanes
+from sgdsweep.models import linear
+from sgdsweep.observables import ObserveSpec
+from sgdsweep.simulate import replica_streams
 
 N, P, S, LR = 100, 1000, 10, 0.1
 
@@ -32,18 +33,21 @@ def numpy_baseline(data, replicas: int, steps: int, seed: int = 0) -> float:
     for _ in range(steps):
         idx = np.argpartition(rng.random((replicas, P)), S, axis=1)[:, :S]
         xb = data.x[idx]  # (R, S, N)
-        resid = np.einsum("rsn,rn->rs", xb, w) - data.y[idx]
+        resid = np.einsum("rsn,rn->rs", xb, w) - data.y[idx, 0]
         w -= LR * np.einsum("rsn,rs->rn", xb, resid) / S
     return replicas * steps / (time.perf_counter() - t0)
 
 
 def sgdsweep_kernel(data, replicas: int, steps: int, accumulate: bool) -> float:
-    gens = replica_generators(0, "0123456789abcdef", replicas)
+    """The engine as a sweep runs it; ``accumulate`` = the default observables (N×N second
+    moment, losses every eighth relaxation time), otherwise bare steps (burn-in = all steps)."""
+    streams = [g[:2] for g in replica_streams(0, "0123456789abcdef", replicas)]
     burn = np.zeros(replicas, np.int64) if accumulate else np.full(replicas, steps, np.int64)
+    stride = max(1, int(data.relaxation_steps(LR, 0.0) / 8))
     t0 = time.perf_counter()
-    run_lanes(data.x, data.y, data.w_hat, np.zeros(N), lr=np.full(replicas, LR), momentum=np.zeros(replicas),
-              burn_in=burn, bound=np.full(replicas, 1e12), batch_size=S, replace=False, steps=steps,
-              generators=gens)
+    run_lanes(data, noise="minibatch", batch_size=S, steps=steps, lr=np.full(replicas, LR),
+              momentum=np.zeros(replicas), burn_in=burn, bound=np.full(replicas, 1e12),
+              w0=np.zeros((replicas, N)), streams=streams, observe=ObserveSpec(cov_max_dim=N, autocorr_stride=stride))
     return replicas * steps / (time.perf_counter() - t0)
 
 
@@ -56,7 +60,8 @@ def main() -> None:
     ap.add_argument("--replicas", type=int, nargs="+", default=[1, 64, 1024])
     ap.add_argument("--seconds", type=float, default=2.0, help="target duration of each measurement")
     args = ap.parse_args()
-    data = make_data({"n_inputs": N, "n_samples": P, "label_noise": 0.5, "seed": 0})
+    data = linear.make_problem({"n_inputs": N, "n_outputs": 1, "n_samples": P, "label_noise": 0.5, "inputs": "isotropic",
+                                "wishart_ratio": None, "labels": "teacher", "noiseless": False, "seed": 0})
     sgdsweep_kernel(data, 2, 10, True)  # compile (numba) outside the timings
     print(f"linreg-ref: N={N}, P={P}, S={S}, lr={LR}, float64, one core; replica-steps/s")
     print(f"{'R':>6} {'numpy':>10} {'sgdsweep bare':>14} {'ratio':>7} {'sgdsweep +acc':>14} {'ratio':>7}")

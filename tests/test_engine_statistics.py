@@ -189,14 +189,15 @@ def test_double_well_escape_time_matches_kramers(tmp_path):
     sigma = math.sqrt(2 * 5 ** -1 / 0.05)  # T = 0.2 for ΔL = 1
     res = run({"model": {"kind": "landscape", "barrier": 1.0, "curvature_min": 1.0, "curvature_saddle": 0.5,
                          "noise_std": sigma},
-               "dynamics": {"steps": 150000, "replicas": 128},
+               "dynamics": {"steps": 250000, "replicas": 512},
                "grid": {"lr": 0.05, "batch_size": 1, "noise": "gaussian"}}, tmp_path)
     s = res[0]["summary"]
     assert s["escaped_fraction"] == 1.0 and s["escape_censored"] == 0
+    # measured 1.06 ± 0.045 (two seeds): Kramers' O(T/ΔL) correction, well inside 20 %
     assert abs(s["escape_time"] / s["escape_time_theory_arrhenius"] - 1) < 0.2, s
-    assert s["escape_time_se"] < 0.1 * s["escape_time"]
+    assert s["escape_time_se"] < 0.05 * s["escape_time"]
     steps = store.read_array(res[0]["path"], "escape_step")
-    assert steps.shape == (128,) and (steps > 0).all()
+    assert steps.shape == (512,) and (steps > 0).all()
 
 
 def test_escape_is_censored_not_dropped(tmp_path):
