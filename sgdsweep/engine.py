@@ -47,7 +47,8 @@ class Dynamics:
 def run_lanes(problem: Problem, *, noise: str, batch_size: int, steps: int, lr: np.ndarray,
               momentum: np.ndarray, burn_in: np.ndarray, bound: np.ndarray, w0: np.ndarray,
               streams: list[tuple[np.random.Generator, np.random.Generator]],
-              observe: obs.ObserveSpec, dynamics: Dynamics = Dynamics()) -> dict[str, np.ndarray]:
+              observe: obs.ObserveSpec, dynamics: Dynamics = Dynamics(),
+              loss_stride: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Advance L lanes for ``steps`` integrator steps and return their accumulators.
 
     Args:
@@ -61,6 +62,9 @@ def run_lanes(problem: Problem, *, noise: str, batch_size: int, steps: int, lr: 
         streams: per lane, its (uniforms, normals) generators.
         observe: what to accumulate.
         dynamics: sgd or sde.
+        loss_stride: per lane, integrator steps between loss samples (default
+            ``observe.autocorr_stride``); per lane, so that a lane's results do not depend on
+            the other lanes of the call.
 
     Returns:
         name → full-size (L, …) arrays: the accumulators of :mod:`sgdsweep.observables`,
@@ -95,12 +99,13 @@ def run_lanes(problem: Problem, *, noise: str, batch_size: int, steps: int, lr: 
         n_batches = max(1, problem.n_samples // batch_size)
     noise_lags = obs.noise_lag_list(observe) if "noise_lag" in acc.arrays else []
     w_min_tiled = None
-    stride = max(1, int(observe.autocorr_stride))
+    stride = np.maximum(1, np.asarray(loss_stride if loss_stride is not None
+                                      else np.full(n_lanes, observe.autocorr_stride), dtype=np.int64))
     gens_u = [s[0] for s in streams]
     gens_z = [s[1] for s in streams]
 
     def stop(mask: np.ndarray) -> None:
-        nonlocal ids, w, mom, perm_view, pos_view, lr_v, mu_v, step_v, burn_v, bound_v, gu, gz
+        nonlocal ids, w, mom, perm_view, pos_view, lr_v, mu_v, step_v, burn_v, bound_v, stride_v, gu, gz
         gone = ids[mask]
         for k, v in acc.arrays.items():
             out[k][gone] = v[mask]
@@ -113,12 +118,13 @@ def run_lanes(problem: Problem, *, noise: str, batch_size: int, steps: int, lr: 
         if perm_view is not None:
             perm_view, pos_view = perm_view[keep], pos_view[keep]
         lr_v, mu_v, step_v, burn_v, bound_v = lr_v[keep], mu_v[keep], step_v[keep], burn_v[keep], bound_v[keep]
+        stride_v = stride_v[keep]
         gu = [g for g, k in zip(gu, keep) if k]
         gz = [g for g, k in zip(gz, keep) if k]
 
     perm_view = perm if noise in MODE else None
     pos_view = pos if noise in MODE else None
-    lr_v, mu_v, step_v, burn_v, bound_v = lr, mu, step_size, burn, bound
+    lr_v, mu_v, step_v, burn_v, bound_v, stride_v = lr, mu, step_size, burn, bound, stride
     gu, gz = gens_u, gens_z
     per_step = max(1, n_u + n_z)
     t0 = 0
@@ -170,7 +176,7 @@ def run_lanes(problem: Problem, *, noise: str, batch_size: int, steps: int, lr: 
                     delta = w - r
                 if bad.any():  # never let a diverging step into the sums
                     sel = measuring & ~bad
-                update_obs(acc, problem, observe, w, delta, sel, t, stride, idx, eps, noise_lags)
+                update_obs(acc, problem, observe, w, delta, sel, t, stride_v, idx, eps, noise_lags)
             stopping = bad.copy()
             if bad.any():
                 acc.arrays["diverged_step"][bad] = t
@@ -193,11 +199,16 @@ def run_lanes(problem: Problem, *, noise: str, batch_size: int, steps: int, lr: 
 
 
 def update_obs(acc, problem, observe, w, delta, sel, t, stride, idx, eps, noise_lags) -> None:
-    """One measured step's contributions to the accumulators."""
+    """One measured step's contributions to the accumulators (``stride``: per-lane loss stride)."""
     obs.update_moments(acc, delta, sel)
-    if t % stride == 0 and "loss_count" in acc.arrays:
-        obs.update_losses(acc, problem.loss(w) if observe.loss else None,
-                          problem.test_loss(w) if observe.test_loss else None, sel)
+    if "loss_count" in acc.arrays:
+        sample = (t % stride) == 0
+        if sel is not None:
+            sample &= sel
+        if sample.any():
+            obs.update_losses(acc, problem.loss(w) if observe.loss else None,
+                              problem.test_loss(w) if observe.test_loss else None,
+                              None if sample.all() else sample)
     if noise_lags and idx is not None:
         wm = np.broadcast_to(problem.w_min, w.shape)
         b = -problem.grad(wm, idx, eps).reshape(w.shape[0], problem.n_outputs, problem.n_inputs)

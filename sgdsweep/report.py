@@ -39,6 +39,11 @@ def _fmt(x: Any, digits: int = 4) -> str:
     return html.escape(str(x))
 
 
+def _scalar(value: Any) -> Any:
+    """A numpy scalar as a Python value (strings stay strings)."""
+    return value.item() if hasattr(value, "item") else value
+
+
 def _table(header: list[str], rows: list[list[Any]], cls: str = "") -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{_fmt(c)}</td>" for c in row) + "</tr>" for row in rows)
@@ -107,13 +112,18 @@ def build_report(ds: xr.Dataset, fits: dict[str, Any], report_spec: dict[str, An
     title = report_spec["report"]["title"]
     ok = ~ds["diverged"].values.astype(bool)
     z = (ds["weight_var"] - ds["weight_var_theory"]) / ds["weight_var_se"]
-    zmax = float(np.nanmax(np.abs(z.values[ok]))) if ok.any() else float("nan")
+    has_theory = bool(np.isfinite(ds["weight_var_theory"].values[ok]).any()) if ok.any() else False
     parts = [f"<h1>{html.escape(title)}</h1>"]
-    parts.append(
-        f"<p>Sweep <b>{html.escape(ds.attrs['sweep'])}</b>: {ds.sizes['point']} points, "
-        f"{int((~ok).sum())} diverged (excluded from fits). Measured weight variance agrees with the exact "
-        f"discrete-time theory within {zmax:.2f} standard errors at every non-diverged point "
-        f"(max |measured − theory| / SE).</p>")
+    summary = (f"<p>Sweep <b>{html.escape(ds.attrs['sweep'])}</b>: {ds.sizes['point']} points, "
+               f"{int((~ok).sum())} diverged (excluded from fits). ")
+    if has_theory:
+        zmax = float(np.nanmax(np.abs(z.values[ok])))
+        summary += (f"Measured weight variance agrees with the exact discrete-time theory within {zmax:.2f} "
+                    "standard errors at every non-diverged point with a theory value (max |measured − theory| / SE).")
+    else:
+        why = ds["weight_var_theory"].attrs.get("missing_because", "no theory for this model")
+        summary += f"No exact weight-variance theory for these points ({html.escape(why)})."
+    parts.append(summary + "</p>")
 
     for pl in fits.get("power_law", []):
         where = ", ".join(f"{k} = {v}" for k, v in pl["group"].items())
@@ -153,13 +163,23 @@ def build_report(ds: xr.Dataset, fits: dict[str, Any], report_spec: dict[str, An
     axes = json.loads(ds.attrs.get("swept_axes", "[]")) or ["lr", "batch_size"]
     rows = []
     for i in range(ds.sizes["point"]):
-        rows.append([ds["point"].values[i]] + [ds[a].values[i].item() for a in axes] + [
+        rows.append([ds["point"].values[i]] + [_scalar(ds[a].values[i]) for a in axes] + [
             ds["weight_var"].values[i], ds["weight_var_se"].values[i], ds["weight_var_theory"].values[i],
             z.values[i], ds["loss"].values[i], ds["loss_theory"].values[i], bool(ds["diverged"].values[i]),
             int(ds["burn_in"].values[i])])
     parts.append("<h2>Points</h2>")
     parts.append(_table(["point"] + axes + ["weight_var", "SE", "theory", "(meas−theory)/SE", "loss",
                                             "loss theory", "diverged", "burn-in [steps]"], rows, "points"))
+
+    shown = {"weight_var", "weight_var_se", "weight_var_theory", "loss", "loss_theory", "diverged", "burn_in",
+             "simulation_seconds"}
+    others = [v for v in ds.data_vars if ds[v].dims == ("point",) and v not in shown]
+    if others:
+        parts.append("<h2>Other observables</h2><p>Per point, as stored in <code>ensemble.zarr</code> "
+                     "(units in each variable's attributes).</p>")
+        header = ["point"] + [f"{v} [{ds[v].attrs.get('units', '')}]" for v in others]
+        parts.append(_table(header, [[ds["point"].values[i]] + [_scalar(ds[v].values[i]) for v in others]
+                                     for i in range(ds.sizes["point"])], "points"))
 
     per_shard = ds["simulation_seconds"].groupby(ds["shard"]).sum()
     parts.append("<h2>Run time per shard</h2>")

@@ -33,16 +33,18 @@ def replica_streams(seed: int, point_hash: str, replicas: int) -> list[tuple[np.
     return [lane_streams(np.random.SeedSequence([seed, *words, r])) for r in range(replicas)]
 
 
-def observe_spec(params: Mapping[str, Any], problem, lrs: Sequence[float], momenta: Sequence[float],
-                 substeps: int) -> ObserveSpec:
-    """The :class:`ObserveSpec` of a call: the config's ``dynamics.observe`` plus the loss
-    autocorrelation stride (an eighth of the fastest point's relaxation time, in integrator
-    steps)."""
+def loss_stride(problem, params: Mapping[str, Any], substeps: int) -> int:
+    """Integrator steps between loss samples of a point: an eighth of its relaxation time
+    (successive samples closer than that carry almost no new information)."""
+    tau = problem.relaxation_steps(params["lr"], params["momentum"])
+    return 1 if not math.isfinite(tau) else max(1, int(tau * substeps / 8))
+
+
+def observe_spec(params: Mapping[str, Any]) -> ObserveSpec:
+    """The :class:`ObserveSpec` of the config's ``dynamics.observe``."""
     o = params["observe"]
-    tau = min(problem.relaxation_steps(lr, mu) for lr, mu in zip(lrs, momenta))
-    stride = 1 if not math.isfinite(tau) else max(1, int(tau * substeps / 8))
-    return ObserveSpec(cov_max_dim=int(o["cov_max_dim"]), n_eigenpairs=int(o["n_eigenpairs"]), loss=bool(o["loss"]), test_loss=bool(o["test_loss"]),
-                       autocorr_lags=int(o["autocorr_lags"]) if o["loss"] else 0, autocorr_stride=stride,
+    return ObserveSpec(cov_max_dim=int(o["cov_max_dim"]), n_eigenpairs=int(o["n_eigenpairs"]), loss=bool(o["loss"]),
+                       test_loss=bool(o["test_loss"]), autocorr_lags=int(o["autocorr_lags"]) if o["loss"] else 0,
                        noise_lags=tuple(o["noise_lags"]) if o["gradient_noise"] else (),
                        escape=bool(o["escape"]))
 
@@ -64,7 +66,7 @@ def simulate_points(points: Sequence[Mapping[str, Any]], points_dir: str) -> dic
     problem = model.make_problem(model.data_params(first))
     dyn = Dynamics(first["method"], first["dt_over_lr"])
     sub = dyn.substeps
-    lr, mom, burn, streams, w0, slices = [], [], [], [], [], []
+    lr, mom, burn, streams, w0, slices, strides = [], [], [], [], [], [], []
     for spec in points:
         p = spec["params"]
         r = int(p["replicas"])
@@ -76,20 +78,20 @@ def simulate_points(points: Sequence[Mapping[str, Any]], points_dir: str) -> dic
         lr += [p["lr"]] * r
         mom += [p["momentum"]] * r
         burn += [spec["burn_in"] * sub] * r
-    observe = observe_spec(first, problem, [s["params"]["lr"] for s in points],
-                           [s["params"]["momentum"] for s in points], sub)
+        strides += [loss_stride(problem, p, sub)] * r
+    observe = observe_spec(first)
     bound = first["divergence_threshold"] * problem.divergence_scale()
     lanes = run_lanes(problem, noise=first["noise"], batch_size=int(first["batch_size"]),
                       steps=int(first["steps"]) * sub, lr=np.array(lr), momentum=np.array(mom),
                       burn_in=np.array(burn), bound=np.full(len(streams), bound), w0=np.array(w0),
-                      streams=streams, observe=observe, dynamics=dyn)
+                      streams=streams, observe=observe, dynamics=dyn, loss_stride=np.array(strides))
     elapsed_sim = time.perf_counter() - t_start
     replica_steps = 0
     for spec, sl in zip(points, slices):
         point_lanes = {k: v[sl] for k, v in lanes.items()}
         pred = predict(problem, spec["params"])
         arrays, summary = point_result(problem, spec["params"], spec["burn_in"], point_lanes, pred,
-                                       observe.autocorr_stride, sub)
+                                       loss_stride(problem, spec["params"], sub), sub)
         replica_steps += int(spec["params"]["replicas"]) * int(spec["params"]["steps"]) * sub
         attrs = {"point_hash": spec["hash"], "params": dict(spec["params"]), "summary": summary,
                  "code_version": code_version(),

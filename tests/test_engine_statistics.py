@@ -267,7 +267,7 @@ def test_lanes_are_independent_of_batching(tmp_path):
     simulate_points([sweep.points[1].spec()], str(tmp_path / "alone"))
     a = store.point_path(tmp_path / "together", sweep.points[1].hash)
     b = store.point_path(tmp_path / "alone", sweep.points[1].hash)
-    for name in ("weight_cov", "loss_replica", "weight_var_replica"):
+    for name in ("weight_cov", "loss_replica", "weight_var_replica", "test_loss_replica", "loss_autocorr_time_replica"):
         np.testing.assert_array_equal(store.read_array(a, name), store.read_array(b, name))
 
 

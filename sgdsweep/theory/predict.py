@@ -72,6 +72,8 @@ def predict(problem, params: Mapping[str, Any]) -> Prediction:
                                           + (" and several outputs" if getattr(problem, "n_outputs", 1) > 1 else ""))
     except (RuntimeError, np.linalg.LinAlgError, MemoryError, ValueError) as exc:
         pred.reasons["weight_cov"] = f"{type(exc).__name__}: {exc}"
+    if "weight_cov" in pred.reasons:
+        pred.reasons["loss"] = pred.reasons["weight_cov"]
     if hasattr(problem, "barrier"):
         _escape(problem, params, pred)
     if kind == "two_layer":
@@ -100,3 +102,6 @@ def _escape(problem, params: Mapping[str, Any], pred: Prediction) -> None:
         pred.formulas["escape_time_powerlaw"] = (
             "Mori's state-dependent law τ_t ∝ exp((S/(λ h*)) ln(L_saddle/L_min)) with unit prefactor, "
             "τ_steps = τ_t/λ; only the slope of ln τ against S/λ is predicted")
+    else:
+        pred.reasons["escape_time_powerlaw"] = ("the state-dependent law needs SGD's own noise at a minimum with "
+                                                "L_min > 0 (the thesis landscape); this landscape has additive noise")
