@@ -33,11 +33,15 @@ def replica_streams(seed: int, point_hash: str, replicas: int) -> list[tuple[np.
     return [lane_streams(np.random.SeedSequence([seed, *words, r])) for r in range(replicas)]
 
 
-def loss_stride(problem, params: Mapping[str, Any], substeps: int) -> int:
+def loss_stride(problem, params: Mapping[str, Any], burn_in: int, substeps: int) -> int:
     """Integrator steps between loss samples of a point: an eighth of its relaxation time
-    (successive samples closer than that carry almost no new information)."""
+    (successive samples closer than that carry almost no new information), but at least
+    2·autocorr_lags + 2 samples in the measured window (slow modes must not starve the mean)."""
     tau = problem.relaxation_steps(params["lr"], params["momentum"])
-    return 1 if not math.isfinite(tau) else max(1, int(tau * substeps / 8))
+    by_tau = int(tau * substeps / 8) if math.isfinite(tau) else 1
+    window = (int(params["steps"]) - int(burn_in)) * substeps
+    by_window = window // (2 * int(params["observe"]["autocorr_lags"]) + 2)
+    return max(1, min(by_tau, by_window))
 
 
 def observe_spec(params: Mapping[str, Any]) -> ObserveSpec:
@@ -78,7 +82,7 @@ def simulate_points(points: Sequence[Mapping[str, Any]], points_dir: str) -> dic
         lr += [p["lr"]] * r
         mom += [p["momentum"]] * r
         burn += [spec["burn_in"] * sub] * r
-        strides += [loss_stride(problem, p, sub)] * r
+        strides += [loss_stride(problem, p, spec["burn_in"], sub)] * r
     observe = observe_spec(first)
     bound = first["divergence_threshold"] * problem.divergence_scale()
     lanes = run_lanes(problem, noise=first["noise"], batch_size=int(first["batch_size"]),
@@ -91,7 +95,7 @@ def simulate_points(points: Sequence[Mapping[str, Any]], points_dir: str) -> dic
         point_lanes = {k: v[sl] for k, v in lanes.items()}
         pred = predict(problem, spec["params"])
         arrays, summary = point_result(problem, spec["params"], spec["burn_in"], point_lanes, pred,
-                                       loss_stride(problem, spec["params"], sub), sub)
+                                       loss_stride(problem, spec["params"], spec["burn_in"], sub), sub)
         replica_steps += int(spec["params"]["replicas"]) * int(spec["params"]["steps"]) * sub
         attrs = {"point_hash": spec["hash"], "params": dict(spec["params"]), "summary": summary,
                  "code_version": code_version(),

@@ -324,3 +324,14 @@ def test_leading_eigenpairs_beyond_cov_max_dim(tmp_path):
     np.testing.assert_allclose(vals[::-1][:3], exact_vals, rtol=0.1)
     for j in range(3):
         assert abs(est_vecs[:, j] @ rot[:, j]) > 0.95
+
+
+def test_slow_modes_do_not_starve_the_loss_average(tmp_path):
+    """digits' slowest relaxation time is ~10⁸ steps: the loss is still sampled often enough for
+    its mean and autocorrelation time."""
+    res = run({"model": {"kind": "digits"}, "dynamics": {"steps": 3000, "replicas": 2, "init": "minimum",
+                                                          "burn_in": 500, "observe": {"cov_max_dim": 10}},
+               "grid": {"lr": 0.004, "batch_size": 5}}, tmp_path)
+    s = res[0]["summary"]
+    assert s["loss"] is not None and s["test_loss"] is not None and s["test_loss"] > s["loss"]
+    assert s["autocorr_stride"] <= 2500 // 258
