@@ -120,6 +120,11 @@ INT_SCALARS = ("diverged_replicas", "burn_in", "measured_steps", "escape_censore
 
 
 def _attrs(table: dict[str, tuple[str, str, str]], name: str) -> dict[str, str]:
+    if name.startswith("layer_cov_eigenvalues_"):
+        layer = name[len("layer_cov_eigenvalues_"):]
+        return {"long_name": f"covariance eigenvalues of {layer}", "units": "weight²",
+                "description": f"eigenvalues of the stationary covariance of the weights of {layer} alone, "
+                               "descending, per replica around its own mean, averaged over replicas"}
     if name.startswith("singular_values_"):
         layer = name[len("singular_values_"):]
         return {"long_name": f"singular values of {layer}", "units": "weight",
@@ -171,7 +176,7 @@ def build_ensemble(sweep_spec: dict[str, Any]) -> xr.Dataset:
         if lag_values is None and store.has_array(path, "lag"):
             lag_values = np.asarray(store.read_array(path, "lag"))
         names = list(REPLICA_ARRAYS) + list(VECTOR_ARRAYS) + [
-            p.name for p in Path(path).iterdir() if p.name.startswith("singular_values_")]
+            p.name for p in Path(path).iterdir() if p.name.startswith(("singular_values_", "layer_cov_eigenvalues_"))]
         for name in dict.fromkeys(names):
             if not store.has_array(path, name):
                 continue
@@ -179,7 +184,7 @@ def build_ensemble(sweep_spec: dict[str, Any]) -> xr.Dataset:
             if name.startswith("singular_values_"):
                 sv_dims[name] = "sv_" + name[len("singular_values_"):]
                 per_replica.setdefault(name, [None] * n)[i] = arr
-            elif name in VECTOR_ARRAYS:
+            elif name in VECTOR_ARRAYS or name.startswith("layer_cov_eigenvalues_"):
                 vectors.setdefault(name, [np.zeros(0)] * n)[i] = arr
             else:
                 per_replica.setdefault(name, [np.zeros(0)] * n)[i] = arr
@@ -212,7 +217,8 @@ def build_ensemble(sweep_spec: dict[str, Any]) -> xr.Dataset:
         n_rep = max(n_rep, arr.shape[1])
         data_vars[name] = (("point", "replica"), arr, _attrs(VARIABLES, name))
     for name, rows in vectors.items():
-        data_vars[name] = (("point", VECTOR_ARRAYS[name]), _pad(rows, np.nan), _attrs(VARIABLES, name))
+        dim = VECTOR_ARRAYS.get(name) or "mode_" + name[len("layer_cov_eigenvalues_"):]
+        data_vars[name] = (("point", dim), _pad(rows, np.nan), _attrs(VARIABLES, name))
     for name, (dims, arr, attrs) in list(data_vars.items()):
         if "replica" in dims and arr.shape[dims.index("replica")] < n_rep:
             pad = [(0, 0)] * arr.ndim

@@ -22,7 +22,7 @@ from .models import get_model
 from .noise import lane_streams
 from .observables import ObserveSpec
 from .provenance import code_version
-from .results import point_result
+from .results import array_attrs, point_result
 from .theory.predict import predict
 
 
@@ -100,6 +100,7 @@ def simulate_points(points: Sequence[Mapping[str, Any]], points_dir: str) -> dic
         attrs = {"point_hash": spec["hash"], "params": dict(spec["params"]), "summary": summary,
                  "code_version": code_version(),
                  "simulation_seconds": elapsed_sim * (sl.stop - sl.start) / len(streams)}
-        store.write_point(store.point_path(points_dir, spec["hash"]), arrays, attrs)
+        described = {k: (*v, array_attrs(k)) for k, v in arrays.items()}
+        store.write_point(store.point_path(points_dir, spec["hash"]), described, attrs)
     return {"points": [s["hash"] for s in points], "replica_steps": replica_steps,
             "seconds": time.perf_counter() - t_start}

@@ -38,7 +38,7 @@ def write_point(path: str | Path, arrays: Mapping[str, tuple[tuple[str, ...], np
 
     Args:
         path: final path (``<hash>.zarr``).
-        arrays: name → (dimension names, array).
+        arrays: name → (dimension names, array) or (dimension names, array, attributes).
         attrs: JSON-serialisable group attributes (identity and summary).
 
     Returns:
@@ -52,10 +52,12 @@ def write_point(path: str | Path, arrays: Mapping[str, tuple[tuple[str, ...], np
     tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:8]}"
     try:
         group = zarr.open_group(str(tmp), mode="w", zarr_format=3)
-        for name, (dims, data) in arrays.items():
+        for name, (dims, data, *extra) in arrays.items():
             data = np.asarray(data)
-            group.create_array(name, data=data, chunks=data.shape or "auto",
-                               dimension_names=list(dims), compressors=None)
+            arr = group.create_array(name, data=data, chunks=data.shape or "auto",
+                                     dimension_names=list(dims), compressors=None)
+            if extra:
+                arr.attrs.update(extra[0])
         group.attrs.update({**json.loads(json.dumps(dict(attrs))),
                             "store_version": STORE_VERSION, COMPLETE_ATTR: True})
         if path.exists() and not is_complete(path):  # an incomplete leftover of a killed run

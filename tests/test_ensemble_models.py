@@ -64,7 +64,8 @@ def test_model_lands_in_ensemble_fit_and_report(kind, tmp_path):
             assert "formula" in back[name].attrs or "missing_because" in back[name].attrs, name
     expected = {"quadratic": ["weight_var_theory", "loss_theory"], "linear": ["test_loss", "loss_autocorr_time"],
                 "two_layer": ["joint_eigenvalue", "joint_eigenvalue_theory", "range_cov_eigenvalues",
-                              "mode_curvature", "singular_values_W1", "singular_values_W2"],
+                              "mode_curvature", "singular_values_W1", "singular_values_W2",
+                              "layer_cov_eigenvalues_W1", "layer_cov_eigenvalues_W2"],
                 "matrix": ["singular_values_W"], "landscape": ["escape_time", "escape_step",
                                                                "escape_time_theory_arrhenius"],
                 "digits": ["fdr_residual", "q_ratio", "noise_whiteness", "noise_cov_ratio", "test_loss",
@@ -82,3 +83,20 @@ def test_model_lands_in_ensemble_fit_and_report(kind, tmp_path):
     parser.feed(page)
     assert parser.images and all(src.startswith("data:image/png;base64,") for src in parser.images)
     assert "Other observables" in page
+
+
+def test_point_store_arrays_are_described(tmp_path):
+    from sgdsweep import store
+
+    sweep = build_sweep({"sweep": "d", "results_dir": str(tmp_path), "model": {"kind": "digits"},
+                         "dynamics": {**SHORT, "observe": {"gradient_noise": True, "cov_max_dim": 16}},
+                         "grid": {"lr": 0.002, "batch_size": 5}})
+    simulate_points([sweep.points[0].spec()], str(tmp_path))
+    path = store.point_path(tmp_path, sweep.points[0].hash)
+    import zarr
+
+    group = zarr.open_group(str(path), mode="r")
+    names = list(group.array_keys())
+    assert {"sigma_ww", "noise_cov_lag", "weight_var_diag", "weight_cov_eigenvectors"} <= set(names)
+    for name in names:
+        assert {"long_name", "units", "description"} <= set(group[name].attrs), name
