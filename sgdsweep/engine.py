@@ -98,11 +98,8 @@ def run_lanes(problem: Problem, *, noise: str, batch_size: int, steps: int, lr: 
         pos = np.zeros(n_lanes, np.int64)
         n_batches = max(1, problem.n_samples // batch_size)
     noise_lags = obs.noise_lag_list(observe) if "noise_lag" in acc.arrays else []
-    w_min_tiled = None
     stride = np.maximum(1, np.asarray(loss_stride if loss_stride is not None
                                       else np.full(n_lanes, observe.autocorr_stride), dtype=np.int64))
-    gens_u = [s[0] for s in streams]
-    gens_z = [s[1] for s in streams]
 
     def stop(mask: np.ndarray) -> None:
         nonlocal ids, w, mom, perm_view, pos_view, lr_v, mu_v, step_v, burn_v, bound_v, stride_v, gu, gz
@@ -125,7 +122,8 @@ def run_lanes(problem: Problem, *, noise: str, batch_size: int, steps: int, lr: 
     perm_view = perm if noise in MODE else None
     pos_view = pos if noise in MODE else None
     lr_v, mu_v, step_v, burn_v, bound_v, stride_v = lr, mu, step_size, burn, bound, stride
-    gu, gz = gens_u, gens_z
+    gu = [s[0] for s in streams]  # the working lanes' uniform and normal generators
+    gz = [s[1] for s in streams]
     per_step = max(1, n_u + n_z)
     t0 = 0
     while t0 < steps and ids.size:
