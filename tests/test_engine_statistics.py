@@ -9,7 +9,6 @@ sampling scheme or update rule) is rejected by the same data, so no test can pas
 
 from __future__ import annotations
 
-import itertools
 import math
 from typing import Any
 
