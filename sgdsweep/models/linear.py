@@ -52,9 +52,9 @@ def data_params(params: Mapping[str, Any]) -> dict[str, Any]:
             "labels": params["labels"], "noiseless": params["noise"] == "label"}
 
 
-def check_point(params: Mapping[str, Any], where: str) -> None:
-    """Raise :class:`ConfigError` if the point cannot be simulated by this model."""
-    p, n = n_samples(params), params["n_inputs"]
+def check_data(params: Mapping[str, Any], p: int, n: int, where: str) -> None:
+    """Raise :class:`ConfigError` unless P > N (a unique minimiser with stationary fluctuations),
+    S <= P, and label noise has a teacher. Shared by the models trained on a finite data set."""
     if p <= n:
         raise ConfigError(
             "grid.samples_per_param", params["samples_per_param"],
@@ -64,9 +64,14 @@ def check_point(params: Mapping[str, Any], where: str) -> None:
     if params["batch_size"] > p:
         raise ConfigError("grid.batch_size", params["batch_size"],
                           f"at most the number of samples P = {p}", f"At {where}.")
-    if params["noise"] == "label" and params["labels"] != "teacher":
+    if params["noise"] == "label" and params.get("labels", "teacher") != "teacher":
         raise ConfigError("grid.noise", "label", "label noise only with model.labels: teacher",
                           f"Fresh label noise needs a teacher to add it to. At {where}.")
+
+
+def check_point(params: Mapping[str, Any], where: str) -> None:
+    """Raise :class:`ConfigError` if the point cannot be simulated by this model."""
+    check_data(params, n_samples(params), params["n_inputs"], where)
 
 
 @functools.lru_cache(maxsize=16)

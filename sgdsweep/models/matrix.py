@@ -18,9 +18,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..errors import ConfigError
 from .affine import AffineProblem
 from .base import ADDED_NOISE, data_rng
+from .linear import check_data
 from .linear import n_samples as _n_samples
 
 AXES = ("lr", "batch_size", "momentum", "samples_per_param", "noise")
@@ -52,13 +52,7 @@ def data_params(params: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def check_point(params: Mapping[str, Any], where: str) -> None:
-    p, n = n_samples(params), len(params["targets"])
-    if p <= n:
-        raise ConfigError("grid.samples_per_param", params["samples_per_param"],
-                          f"a value with P = round(N·samples_per_param) > N = {n}", f"At {where}.")
-    if params["batch_size"] > p:
-        raise ConfigError("grid.batch_size", params["batch_size"], f"at most the number of samples P = {p}",
-                          f"At {where}.")
+    check_data(params, n_samples(params), len(params["targets"]), where)
 
 
 @functools.lru_cache(maxsize=8)

@@ -17,10 +17,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..errors import ConfigError
 from .affine import AFFINE_NOISE
 from .base import Layer, Problem, data_rng
-from .linear import n_samples
+from .linear import check_data, n_samples
 
 AXES = ("lr", "batch_size", "momentum", "samples_per_param", "hidden_width", "noise")
 OPTIONS: dict[str, Any] = {"n_inputs": 10, "n_outputs": 1, "label_noise": 1.0, "labels": "noise",
@@ -128,15 +127,7 @@ def data_params(params: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def check_point(params: Mapping[str, Any], where: str) -> None:
-    p, n = n_samples(params), params["n_inputs"]
-    if p <= n:
-        raise ConfigError("grid.samples_per_param", params["samples_per_param"],
-                          f"a value with P = round(N·samples_per_param) > N = {n} (got P = {p})", f"At {where}.")
-    if params["batch_size"] > p:
-        raise ConfigError("grid.batch_size", params["batch_size"], f"at most the number of samples P = {p}",
-                          f"At {where}.")
-    if params["noise"] == "label" and params["labels"] != "teacher":
-        raise ConfigError("grid.noise", "label", "label noise only with model.labels: teacher", f"At {where}.")
+    check_data(params, n_samples(params), params["n_inputs"], where)
 
 
 @functools.lru_cache(maxsize=16)
