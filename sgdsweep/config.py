@@ -134,6 +134,10 @@ def build_sweep(raw: Mapping[str, Any]) -> Sweep:
                     raise ConfigError(f"grid.{key}", raw_grid[key], f"one place for '{key}'",
                                       f"It is set in both {section} and grid; keep one.")
     cfg = validate_and_fill(dict(raw))
+    pair = cfg["fit"]["wigner"]["pair"]
+    if pair[0] == pair[1]:
+        raise ConfigError("fit.wigner.pair", pair, "two different indices, e.g. [0, 1]",
+                          "The pair is two distinct eigenvalues of WᵀW.")
     kind = cfg["model"]["kind"]
     model = get_model(kind)
     options = _model_options(cfg["model"], model, kind, raw_grid)

@@ -33,7 +33,7 @@ def test_defaults_are_filled():
     assert cfg["dynamics"]["method"] == "sgd" and cfg["dynamics"]["observe"]["cov_max_dim"] == 64
     assert cfg["grid"]["momentum"] == 0.0
     assert sweep.points[0].params["noise"] == "minibatch" and sweep.points[0].params["init"] == "zero"
-    assert cfg["fit"]["power_law"] == {"enabled": True, "confidence": 0.95}
+    assert cfg["fit"]["power_law"] == {"enabled": True} and cfg["fit"]["confidence"] == 0.95
     assert cfg["execution"]["scheduler"] is None
     (point,) = sweep.points
     assert point.burn_in > 0 and point.params["momentum"] == 0.0
@@ -146,7 +146,10 @@ BAD_CONFIGS = [
     ("key_in_model_and_grid", {"grid.label_noise": [0.1, 0.2]}, ["grid.label_noise", "both model and grid"]),
     ("point_misses_swept_axis", {"points": [{"batch_size": 2}]}, ["points[0]", "'lr'"]),
     ("point_unknown_key", {"points": [{"lr": 0.1, "speed": 2}]}, ["points[0].speed"]),
-    ("confidence_out_of_range", {"fit.power_law.confidence": 95}, ["fit.power_law.confidence", "95", "< 1"]),
+    ("confidence_out_of_range", {"fit.confidence": 95}, ["fit.confidence", "95", "< 1"]),
+    ("bootstrap_negative", {"fit.bootstrap": -1}, ["fit.bootstrap", "-1", ">= 0"]),
+    ("wigner_pair_of_three", {"fit.wigner.pair": [0, 1, 2]}, ["fit.wigner.pair", "[0, 1, 2]"]),
+    ("wigner_pair_repeated", {"fit.wigner.pair": [1, 1]}, ["fit.wigner.pair", "[1, 1]", "two different"]),
     ("grid_not_a_mapping", {"grid": [0.1, 0.2]}, ["'grid'", "object"]),
 ]
 

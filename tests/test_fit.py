@@ -78,10 +78,10 @@ def test_fit_ensemble_excludes_diverged_points():
                      "weight_var_theory": ("point", truth), "diverged": ("point", diverged)},
                     coords={"lr": ("point", lr), "batch_size": ("point", s)},
                     attrs={"swept_axes": '["lr", "batch_size"]'})
-    (res,) = fit_ensemble(ds, {"power_law": {"enabled": True, "confidence": 0.95}})["power_law"]
+    (res,) = fit_ensemble(ds, {"power_law": {"enabled": True}, "confidence": 0.95})["power_law"]
     assert res["n_points"] == 15 and res["excluded_diverged"] == 1
     assert res["params"]["a"]["theory_inside"] and res["params"]["b"]["theory_inside"]
-    assert fit_ensemble(ds, {"power_law": {"enabled": False}}) == {}
+    assert "power_law" not in fit_ensemble(ds, {"power_law": {"enabled": False}})
 
 
 def test_fit_ensemble_fits_each_group_of_the_other_axes():
@@ -95,7 +95,7 @@ def test_fit_ensemble_fits_each_group_of_the_other_axes():
                      "weight_var_theory": ("point", cat[4]), "diverged": ("point", np.zeros(32, bool))},
                     coords={"lr": ("point", cat[0]), "batch_size": ("point", cat[1]), "momentum": ("point", cat[5])},
                     attrs={"swept_axes": '["lr", "batch_size", "momentum"]'})
-    res = fit_ensemble(ds, {"power_law": {"enabled": True, "confidence": 0.95}})["power_law"]
+    res = fit_ensemble(ds, {"power_law": {"enabled": True}, "confidence": 0.95})["power_law"]
     assert [r["group"] for r in res] == [{"momentum": 0.0}, {"momentum": 0.5}]
     for r, amp in zip(res, (0.3, 0.6)):
         q = r["params"]["log_A"]
@@ -111,3 +111,172 @@ def test_models_without_theory_are_still_fitted():
     res = fit_power_law(lr, s, y, se, theory=np.full(lr.size, np.nan))
     assert res["n_points"] == lr.size and abs(res["params"]["a"]["estimate"] - 1.0) < 0.005
     assert res["params"]["a"]["theory"] is None and res["params"]["a"]["theory_inside"] is None
+
+
+# --- bootstrap over replicas -------------------------------------------------------------------------------
+
+def _replica_data(a=1.0, b=-1.0, amp=0.3, replicas=32, rel_sd=0.1, seed=0, lrs=(0.05, 0.1, 0.2, 0.4),
+                  sizes=(2, 4, 8, 16)):
+    """Per-replica values around amp·λ^a·S^b with relative scatter rel_sd (gamma, positive)."""
+    rng = np.random.default_rng(seed)
+    lr, s = np.meshgrid(lrs, sizes, indexing="ij")
+    lr, s = lr.ravel(), s.ravel().astype(float)
+    truth = amp * lr**a * s**b
+    shape = 1 / rel_sd**2
+    reps = truth[:, None] * rng.gamma(shape, 1 / shape, size=(lr.size, replicas))
+    mean = reps.mean(axis=1)
+    se = reps.std(axis=1, ddof=1) / np.sqrt(replicas)
+    return lr, s, mean, se, truth, reps
+
+
+def test_bootstrap_intervals_cover_the_true_exponents():
+    """Bootstrap-over-replicas intervals have ≈ 95 % coverage (binomial sd ≈ 2.2 % at 100 trials)."""
+    hits, widths = {"a": 0, "b": 0}, []
+    for seed in range(100):
+        lr, s, y, se, truth, reps = _replica_data(a=0.9, b=-1.1, seed=seed)
+        res = fit_power_law(lr, s, y, se, theory=truth, replicas=reps, bootstrap=200,
+                            rng=np.random.default_rng(seed))
+        for name, true in (("a", 0.9), ("b", -1.1)):
+            p = res["params"][name]
+            assert p["interval_method"] == "bootstrap"
+            hits[name] += p["interval"][0] <= true <= p["interval"][1]
+            assert p["theory_inside"] == (p["interval"][0] <= true <= p["interval"][1])
+        widths.append(res["params"]["a"]["stderr"] / (res["params"]["a"]["interval_analytic"][1]
+                                                      - res["params"]["a"]["interval_analytic"][0]) * 4)
+    for name in hits:
+        assert 0.88 <= hits[name] / 100 <= 1.0, hits
+    # bootstrap and analytic standard errors agree for a well-specified model (ratio ≈ 1)
+    assert 0.7 < np.median(widths) < 1.3
+
+
+# --- collapse ------------------------------------------------------------------------------------------------
+
+def test_perfect_collapse_has_spread_consistent_with_zero_and_a_broken_one_does_not():
+    from sgdsweep.fit import fit_collapse
+
+    inside = 0
+    for seed in range(40):
+        lr, s, y, se, truth, reps = _replica_data(a=1.0, b=-1.0, seed=seed)  # a function of λ/S only
+        res = fit_collapse(lr / s, y, se, truth, replicas=reps, bootstrap=200, rng=np.random.default_rng(seed))
+        p = res["params"]["spread2"]
+        assert res["n_classes"] == 5 and abs(p["theory"]) < 1e-20 and p["leading_order"] == 0.0
+        inside += p["theory_inside"]
+    assert inside >= 34  # ≈ 95 % of 40
+    # a = 1.3, b = −1: points at equal λ/S differ by (λ ratio)^0.3 — a spread of several percent
+    lr, s, y, se, truth, reps = _replica_data(a=1.3, b=-1.0, seed=1)
+    res = fit_collapse(lr / s, y, se, np.full(lr.size, 0.3) * lr / s, replicas=reps, bootstrap=200)
+    p = res["params"]["spread2"]
+    true_spread2 = fit_collapse(lr / s, truth, truth * 1e-9, None)["params"]["spread2"]["estimate"]
+    assert p["theory_inside"] is False and p["interval"][0] > 0
+    assert abs(p["estimate"] - true_spread2) < 4 * p["stderr"]
+    assert 0.1 < res["relative_spread"] < 0.4
+
+
+def test_collapse_without_shared_values_is_an_error_not_a_number():
+    from sgdsweep.fit import fit_collapse
+
+    res = fit_collapse(np.array([0.1, 0.2, 0.3]), np.ones(3), np.full(3, 0.01))
+    assert "no two usable points" in res["error"] and "params" not in res
+
+
+# --- escape --------------------------------------------------------------------------------------------------
+
+def _escape_data(slope=0.5, intercept=2.0, lrs=(0.05, 0.0625, 0.08, 0.1), replicas=400, cap_factor=4.0, seed=0):
+    """Exponential escape times with ln(λτ) = intercept + slope/λ, censored at cap_factor·τ."""
+    rng = np.random.default_rng(seed)
+    lr = np.asarray(lrs)
+    tau_true = np.exp(intercept + slope / lr) / lr
+    raw = rng.exponential(tau_true[:, None], size=(lr.size, replicas))
+    cap = cap_factor * tau_true[:, None]
+    escaped = raw < cap
+    times = np.where(escaped, raw, cap)
+    tau = times.sum(axis=1) / escaped.sum(axis=1)
+    return lr, tau, tau / np.sqrt(escaped.sum(axis=1)), tau_true, times, escaped
+
+
+def test_escape_fit_recovers_slope_and_names_the_supported_law():
+    from sgdsweep.fit import fit_escape
+
+    lr, tau, se, tau_true, times, escaped = _escape_data()
+    wrong = np.exp(0.8 / lr) / lr  # a power law with a different slope
+    res = fit_escape(lr, tau, se, theory_arrhenius=tau_true, theory_powerlaw=wrong, times=times, escaped=escaped,
+                     bootstrap=300, rng=np.random.default_rng(0))
+    slope = res["params"]["slope"]
+    assert slope["interval_method"] == "bootstrap"
+    assert abs(slope["estimate"] - 0.5) < 4 * slope["stderr"]
+    assert abs(slope["theory"] - 0.5) < 1e-9 and abs(slope["theory_powerlaw"] - 0.8) < 1e-9
+    assert res["supported_laws"] == ["arrhenius"] and slope["theory_powerlaw_inside"] is False
+    assert abs(res["params"]["intercept"]["estimate"] - 2.0) < 4 * res["params"]["intercept"]["stderr"]
+
+
+def test_escape_fit_bootstrap_matches_analytic_errors_and_excludes_points_without_escapes():
+    from sgdsweep.fit import fit_escape
+
+    lr, tau, se, tau_true, times, escaped = _escape_data(seed=3)
+    boot = fit_escape(lr, tau, se, times=times, escaped=escaped, bootstrap=400)
+    analytic = fit_escape(lr, tau, se)
+    ratio = boot["params"]["slope"]["stderr"] / analytic["params"]["slope"]["stderr"]
+    assert 0.6 < ratio < 1.6, ratio
+    tau2 = tau.copy()
+    tau2[0] = np.inf  # nobody escaped at the smallest lr
+    res = fit_escape(lr, tau2, se, theory_arrhenius=tau_true)
+    assert res["n_points"] == 3 and res["excluded_points"] == 1
+
+
+# --- wigner and flatness -------------------------------------------------------------------------------------
+
+def _pair_ensemble(sigmas, replicas=3000, centre=4.0, seed=0):
+    """Singular values whose squares are the eigenvalues of centre·I + σ·GOE(2) (β = 1 pair)."""
+    rng = np.random.default_rng(seed)
+    sv = []
+    for sig in sigmas:
+        a = rng.normal(0, sig, (replicas, 2))
+        b = rng.normal(0, sig / np.sqrt(2), replicas)
+        mats = np.zeros((replicas, 2, 2))
+        mats[:, 0, 0], mats[:, 1, 1] = centre + a[:, 0], centre + a[:, 1]
+        mats[:, 0, 1] = mats[:, 1, 0] = b
+        x = np.sort(np.linalg.eigvalsh(mats), axis=1)[:, ::-1]
+        sv.append(np.sqrt(x))
+    return np.stack(sv)
+
+
+def test_wigner_fit_accepts_a_pair_and_rejects_independent_eigenvalues():
+    lr = np.array([0.1, 0.2, 0.1, 0.2])
+    s = np.array([4.0, 4.0, 8.0, 8.0])
+    sigma = 0.05 * np.sqrt(lr / s / 0.025)  # σ² ∝ λ/S
+    sv = _pair_ensemble(sigma)
+    ds = xr.Dataset({"singular_values_W": (("point", "replica", "sv_W"), sv),
+                     "diverged": ("point", np.zeros(4, bool))},
+                    coords={"point": ["p0", "p1", "p2", "p3"], "lr": ("point", lr), "batch_size": ("point", s)},
+                    attrs={"swept_axes": '["lr", "batch_size"]'})
+    fits = fit_ensemble(ds, {"confidence": 0.95, "bootstrap": 200, "wigner": {"pair": [0, 1]}})
+    assert "power_law" not in fits and "power_law" in fits["skipped"]
+    for res, sig in zip(fits["wigner"], sigma):
+        b = res["params"]["binder"]
+        assert b["theory_inside"], b
+        assert abs(res["params"]["sigma"]["estimate"] - sig) < 4 * res["params"]["sigma"]["stderr"]
+        assert res["wigner_consistent"]
+    (width,) = fits["wigner_width"]
+    for name, true in (("a", 1.0), ("b", -1.0)):
+        p = width["params"][name]
+        assert abs(p["estimate"] - true) < 4 * p["stderr"]
+    # two independent Gaussian eigenvalues: Binder ≈ 0, spacings Poisson-like — both rejected
+    rng = np.random.default_rng(5)
+    x = 4.0 + 0.1 * rng.standard_normal((1, 3000, 2))
+    ds2 = ds.isel(point=[0]).assign(singular_values_W=(("point", "replica", "sv_W"), np.sqrt(x)))
+    (res,) = fit_ensemble(ds2, {"confidence": 0.95, "bootstrap": 200})["wigner"]
+    assert res["params"]["binder"]["theory_inside"] is False and not res["wigner_consistent"]
+
+
+def test_flatness_exponent_recovers_psi_and_flags_a_wrong_theory():
+    from sgdsweep.fit.spectra import flatness_exponent
+
+    rng = np.random.default_rng(0)
+    curv = np.geomspace(0.01, 1.0, 12)
+    var = 3e-3 * curv * np.exp(0.05 * rng.standard_normal(12))  # variance ∝ curvature: ψ = 2
+    res = flatness_exponent(var, curv, theory_variance=3e-3 * curv, leading_order=2.0)
+    psi = res["params"]["psi"]
+    assert abs(psi["estimate"] - 2.0) < 4 * psi["stderr"] and psi["theory_inside"] and abs(psi["theory"] - 2) < 1e-9
+    flat = flatness_exponent(3e-3 * np.exp(0.05 * rng.standard_normal(12)), curv, theory_variance=3e-3 * curv)
+    assert flat["params"]["psi"]["theory_inside"] is False and abs(flat["params"]["psi"]["estimate"]) < 0.2
+    assert "need 3" in flatness_exponent(np.ones(2), np.ones(2))["error"]

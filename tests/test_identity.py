@@ -44,7 +44,7 @@ def test_integer_and_float_spellings_of_a_float_key_hash_alike():
 
 def test_fit_report_and_execution_do_not_change_point_hashes():
     base = build_sweep(tiny_config())
-    other = build_sweep(tiny_config(fit={"power_law": {"confidence": 0.9}}, report={"title": "x"},
+    other = build_sweep(tiny_config(fit={"confidence": 0.9}, report={"title": "x"},
                                     execution={"workers": 1, "points_per_task": 1}))
     assert [p.hash for p in base.points] == [p.hash for p in other.points]
     assert base.sweep_hash == other.sweep_hash and base.config_hash != other.config_hash

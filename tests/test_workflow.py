@@ -131,7 +131,7 @@ def test_reruns_are_incremental(first_run):
     # change only the fit: no simulation, the fit and report rerun
     receipts = {p: p.stat().st_mtime for p in (sweep / "shards").glob("*.json")}
     fits_mtime = (sweep / "fits.json").stat().st_mtime
-    cfg["fit"] = {"power_law": {"confidence": 0.9}}
+    cfg["fit"] = {"confidence": 0.9}
     write_yaml(cfg_path, cfg)
     proc = run_snakemake(work, cfg_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
