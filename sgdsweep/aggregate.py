@@ -77,11 +77,30 @@ VARIABLES: dict[str, tuple[str, str, str]] = {
     "loss_autocorr_time_replica": ("loss autocorrelation time per replica", "steps", "τ_int per replica"),
     "diverged_step": ("divergence step", "steps", "step at which the replica diverged; -1 if it did not"),
     "escape_step": ("escape step", "steps", "step at which the replica escaped; -1 if censored (did not escape)"),
+    "escape_time_replica": ("escape time per replica", "steps",
+                            "SGD steps until the replica escaped, or the cap (steps) when censored (escape_step = -1); "
+                            "NaN for diverged replicas"),
     # per mode
     "weight_cov_eigenvalues": ("weight covariance eigenvalues", "weight²",
                                "eigenvalues of the stationary weight covariance, descending (per replica and "
                                "averaged when minima form a manifold)"),
     "weight_cov_eigenvalues_theory": ("predicted covariance eigenvalues", "weight²", "eigenvalues of the theory's Σ"),
+    "weight_cov_eigenvalues_theory_continuous": (
+        "continuous-time covariance eigenvalues", "weight²",
+        "eigenvalues of the solution of HM + MH = λC (leading order in λ, additive noise; the papers' theory)"),
+    "weight_cov_eigenvalues_theory_detailed_balance": (
+        "detailed-balance covariance eigenvalues", "weight²",
+        "eigenvalues of (λ/2)H⁻¹C (Gross 2024 Eq. 2.33), exact only when H and C commute"),
+    "q_eigenvalues": ("|eig Q| measured", "gradient²",
+                      "singular values of Q = (HM − MH)(1−μ)/λ from the measured second moment M (the antisymmetric "
+                      "part of HM = (λ/2)(C + Q), Gross 2024 Eq. 2.30), descending, in pairs"),
+    "q_eigenvalues_theory": ("|eig Q| of the exact theory", "gradient²",
+                             "the same estimator applied to the exact stationary second moment"),
+    "q_eigenvalues_theory_continuous": ("|eig Q| of the continuous theory", "gradient²",
+                                        "Q_ij = (ω_i − ω_j)/(ω_i + ω_j)(VᵀCV)_ij (Gross 2024 Eq. 2.31)"),
+    "weight_var_theory_continuous": ("continuous-time weight variance", "weight²",
+                                     "Tr M / d with HM + MH = λC (leading order in λ; misses the discrete "
+                                     "2/(2 − λω) and the multiplicative noise)"),
     "mode_curvature": ("loss curvature along covariance modes", "loss/weight²",
                        "vᵢᵀ H vᵢ for the covariance eigenvectors vᵢ, H the loss Hessian at the replica's mean weights"),
     "range_cov_eigenvalues": ("covariance eigenvalues on the range of Γ", "weight²",
@@ -90,15 +109,20 @@ VARIABLES: dict[str, tuple[str, str, str]] = {
 }
 #: Per-replica arrays copied from the point stores (padded with NaN or −1).
 REPLICA_ARRAYS = ("weight_var_replica", "loss_replica", "test_loss_replica", "loss_autocorr_time_replica",
-                  "diverged_step", "escape_step")
+                  "diverged_step", "escape_step", "escape_time_replica")
 #: Per-point vectors copied when present (dimension name, padded with NaN).
 VECTOR_ARRAYS = {"weight_cov_eigenvalues": "mode", "weight_cov_eigenvalues_theory": "mode",
+                 "weight_cov_eigenvalues_theory_continuous": "mode",
+                 "weight_cov_eigenvalues_theory_detailed_balance": "mode",
+                 "q_eigenvalues": "q_mode", "q_eigenvalues_theory": "q_mode",
+                 "q_eigenvalues_theory_continuous": "q_mode",
                  "mode_curvature": "mode", "noise_cov_ratio": "lag", "range_cov_eigenvalues": "range_mode"}
 COORDS: dict[str, tuple[str, str, str]] = {
     "point": ("point hash", "1", "content hash of the point's fully resolved parameters"),
     "replica": ("replica index", "1", "index of the independent replica"),
     "mode": ("mode index", "1", "covariance eigenmode, largest eigenvalue first"),
     "lag": ("lag m", "steps", "lag of the gradient-noise covariance D(m)"),
+    "q_mode": ("Q mode index", "1", "singular value of the antisymmetric matrix Q, largest first (they come in pairs)"),
     "shard": ("shard id", "1", "the shard (group of points sharing data) that simulated the point"),
     "lr": ("learning rate λ", "1", "SGD step size"),
     "batch_size": ("batch size S", "samples", "samples per gradient step"),
@@ -115,16 +139,46 @@ COORDS: dict[str, tuple[str, str, str]] = {
 THEORY_SOURCES = {"weight_var_theory": "weight_cov", "weight_cov_eigenvalues_theory": "weight_cov",
                   "loss_theory": "loss", "escape_time_theory_arrhenius": "escape_time_arrhenius",
                   "escape_time_theory_powerlaw": "escape_time_powerlaw",
-                  "joint_eigenvalue_theory": "joint_eigenvalue"}
+                  "joint_eigenvalue_theory": "joint_eigenvalue",
+                  "weight_var_theory_continuous": "weight_cov_continuous",
+                  "weight_cov_eigenvalues_theory_continuous": "weight_cov_continuous",
+                  "weight_cov_eigenvalues_theory_detailed_balance": "weight_cov_detailed_balance",
+                  "q_eigenvalues_theory": "weight_cov", "q_eigenvalues_theory_continuous": "q_continuous",
+                  "layer_cov_eigenvalues_W2_theory": "w2_covariance"}
 INT_SCALARS = ("diverged_replicas", "burn_in", "measured_steps", "escape_censored", "loss_autocorr_truncated")
 
 
+#: Per-layer vectors (one value per eigenmode of a layer's covariance): prefix → (long name, units, description).
+LAYER_VECTORS = {
+    "layer_cov_eigenvalues_": ("covariance eigenvalues of {layer}", "weight²",
+                               "eigenvalues of the stationary covariance of the weights of {layer} alone, descending, "
+                               "per replica around its own mean, averaged over replicas"),
+    "layer_mode_curvature_": ("loss curvature along the covariance modes of {layer}", "loss/weight²",
+                              "vᵢᵀ H vᵢ for the eigenvectors vᵢ of {layer}'s covariance (descending eigenvalue), H the "
+                              "Hessian block of {layer} at the replica's mean weights, averaged over replicas"),
+}
+
+
+def layer_vector(name: str) -> tuple[str, str, bool] | None:
+    """(prefix, layer, is_theory) of a per-layer vector name such as ``layer_cov_eigenvalues_W2_theory``."""
+    for prefix in LAYER_VECTORS:
+        if name.startswith(prefix):
+            rest = name[len(prefix):]
+            theory = rest.endswith("_theory")
+            return prefix, rest[: -len("_theory")] if theory else rest, theory
+    return None
+
+
 def _attrs(table: dict[str, tuple[str, str, str]], name: str) -> dict[str, str]:
-    if name.startswith("layer_cov_eigenvalues_"):
-        layer = name[len("layer_cov_eigenvalues_"):]
-        return {"long_name": f"covariance eigenvalues of {layer}", "units": "weight²",
-                "description": f"eigenvalues of the stationary covariance of the weights of {layer} alone, "
-                               "descending, per replica around its own mean, averaged over replicas"}
+    lv = layer_vector(name)
+    if lv is not None:
+        prefix, layer, theory = lv
+        long_name, units, description = (t.format(layer=layer) for t in LAYER_VECTORS[prefix])
+        if theory:
+            return {"long_name": "predicted " + long_name, "units": units,
+                    "description": "theory of " + long_name + " for each replica's own weights, averaged over "
+                                   "replicas (see 'formula')"}
+        return {"long_name": long_name, "units": units, "description": description}
     if name.startswith("singular_values_"):
         layer = name[len("singular_values_"):]
         return {"long_name": f"singular values of {layer}", "units": "weight",
@@ -176,7 +230,7 @@ def build_ensemble(sweep_spec: dict[str, Any]) -> xr.Dataset:
         if lag_values is None and store.has_array(path, "lag"):
             lag_values = np.asarray(store.read_array(path, "lag"))
         names = list(REPLICA_ARRAYS) + list(VECTOR_ARRAYS) + [
-            p.name for p in Path(path).iterdir() if p.name.startswith(("singular_values_", "layer_cov_eigenvalues_"))]
+            p.name for p in Path(path).iterdir() if p.name.startswith(("singular_values_",) + tuple(LAYER_VECTORS))]
         for name in dict.fromkeys(names):
             if not store.has_array(path, name):
                 continue
@@ -184,7 +238,7 @@ def build_ensemble(sweep_spec: dict[str, Any]) -> xr.Dataset:
             if name.startswith("singular_values_"):
                 sv_dims[name] = "sv_" + name[len("singular_values_"):]
                 per_replica.setdefault(name, [None] * n)[i] = arr
-            elif name in VECTOR_ARRAYS or name.startswith("layer_cov_eigenvalues_"):
+            elif name in VECTOR_ARRAYS or layer_vector(name):
                 vectors.setdefault(name, [np.zeros(0)] * n)[i] = arr
             else:
                 per_replica.setdefault(name, [np.zeros(0)] * n)[i] = arr
@@ -217,7 +271,7 @@ def build_ensemble(sweep_spec: dict[str, Any]) -> xr.Dataset:
         n_rep = max(n_rep, arr.shape[1])
         data_vars[name] = (("point", "replica"), arr, _attrs(VARIABLES, name))
     for name, rows in vectors.items():
-        dim = VECTOR_ARRAYS.get(name) or "mode_" + name[len("layer_cov_eigenvalues_"):]
+        dim = VECTOR_ARRAYS.get(name) or "mode_" + layer_vector(name)[1]
         data_vars[name] = (("point", dim), _pad(rows, np.nan), _attrs(VARIABLES, name))
     for name, (dims, arr, attrs) in list(data_vars.items()):
         if "replica" in dims and arr.shape[dims.index("replica")] < n_rep:
@@ -243,8 +297,9 @@ def build_ensemble(sweep_spec: dict[str, Any]) -> xr.Dataset:
             arr = arr.astype(object)  # variable-length UTF-8 strings in Zarr 3
         coord_vars[c] = ("point", arr, _attrs(COORDS, c))
     ds = xr.Dataset(data_vars=data_vars, coords=coord_vars)
-    if "mode" in ds.dims:
-        ds = ds.assign_coords(mode=("mode", np.arange(ds.sizes["mode"]), _attrs(COORDS, "mode")))
+    for dim in ("mode", "q_mode"):
+        if dim in ds.dims:
+            ds = ds.assign_coords({dim: (dim, np.arange(ds.sizes[dim]), _attrs(COORDS, dim))})
     if "lag" in ds.dims and lag_values is not None and lag_values.size == ds.sizes["lag"]:
         ds = ds.assign_coords(lag=("lag", lag_values, _attrs(COORDS, "lag")))
     ds.attrs.update({

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from . import observables as obs
+from .theory import two_layer as two_layer_theory
 
 
 #: (long_name, units, description) of the arrays that only point stores hold (matrices).
@@ -161,7 +162,7 @@ def _hessian_fd(problem, w: np.ndarray, h: float = 1e-5) -> np.ndarray:
     return 0.5 * (hess + hess.T)
 
 
-def _spectra_per_replica(problem, lanes, m2, mean, ok) -> tuple[dict[str, Any], dict[str, Any]]:
+def _spectra_per_replica(problem, params, lanes, m2, mean, ok) -> tuple[dict[str, Any], dict[str, Any]]:
     """Models without a unique minimum: covariance spectra per replica (around each replica's own
     time mean), averaged over replicas; per layer too; and the loss curvature vᵢᵀ H vᵢ along the
     covariance eigenvectors, H the Hessian at the replica's mean weights."""
@@ -170,6 +171,8 @@ def _spectra_per_replica(problem, lanes, m2, mean, ok) -> tuple[dict[str, Any], 
     eig = np.full((rep.size, d), np.nan)
     curv = np.full((rep.size, d), np.nan)
     per_layer: dict[str, list[np.ndarray]] = {layer.name: [] for layer in problem.layers}
+    layer_curv: dict[str, list[np.ndarray]] = {layer.name: [] for layer in problem.layers}
+    w2_theory: list[np.ndarray] | None = [] if problem.kind == "two_layer" and problem.n_outputs == 1 else None
     k_range = problem.hessian_rank if hasattr(problem, "hessian_rank") else d
     on_range = np.full((rep.size, k_range), np.nan)
     for j, r in enumerate(rep):
@@ -184,8 +187,16 @@ def _spectra_per_replica(problem, lanes, m2, mean, ok) -> tuple[dict[str, Any], 
         u = hu[:, np.argsort(hv)[::-1][:k_range]]  # range of the Hessian (of Γ)
         on_range[j] = np.sort(np.linalg.eigvalsh(u.T @ m2[r] @ u))[::-1]
         for layer in problem.layers:
-            blk = m2[r][layer.start:layer.start + layer.size, layer.start:layer.start + layer.size]
-            per_layer[layer.name].append(np.sort(np.linalg.eigvalsh(blk))[::-1])
+            sl = slice(layer.start, layer.start + layer.size)
+            lv, lu = np.linalg.eigh(m2[r][sl, sl])
+            order = np.argsort(lv)[::-1]
+            lv, lu = lv[order], lu[:, order]
+            per_layer[layer.name].append(lv)
+            layer_curv[layer.name].append(np.einsum("dk,de,ek->k", lu, hess[sl, sl], lu))
+        if w2_theory is not None:
+            w1, w2 = (layer.take(centre[None])[0] for layer in problem.layers)
+            w2_theory.append(two_layer_theory.w2_covariance_eigenvalues(
+                w1, w2, params["lr"], params["batch_size"], 2.0 * problem.loss_min)[0])
     arrays: dict[str, Any] = {
         "weight_cov_eigenvalues": (("mode",), eig.mean(axis=0) if rep.size else np.full(d, np.nan)),
         "mode_curvature": (("mode",), curv.mean(axis=0) if rep.size else np.full(d, np.nan)),
@@ -194,6 +205,10 @@ def _spectra_per_replica(problem, lanes, m2, mean, ok) -> tuple[dict[str, Any], 
     for layer in problem.layers:
         vals = np.mean(per_layer[layer.name], axis=0) if rep.size else np.full(layer.size, np.nan)
         arrays[f"layer_cov_eigenvalues_{layer.name}"] = ((f"mode_{layer.name}",), vals)
+        curv_l = np.mean(layer_curv[layer.name], axis=0) if rep.size else np.full(layer.size, np.nan)
+        arrays[f"layer_mode_curvature_{layer.name}"] = ((f"mode_{layer.name}",), curv_l)
+    if w2_theory:
+        arrays["layer_cov_eigenvalues_W2_theory"] = (("mode_W2",), np.mean(w2_theory, axis=0))
     summary: dict[str, Any] = {}
     if problem.kind == "two_layer" and rep.size:
         top = on_range.mean(axis=1)
@@ -201,6 +216,30 @@ def _spectra_per_replica(problem, lanes, m2, mean, ok) -> tuple[dict[str, Any], 
         spread = on_range.std(axis=1) / on_range.mean(axis=1)
         summary["joint_anisotropy"] = finite_or_none(float(np.mean(spread)))
     return arrays, summary
+
+
+def _q_magnitudes(h: np.ndarray, m: np.ndarray, lr_eff: float) -> np.ndarray:
+    """|eig Q| (descending) of Q = (HM − MH)/λ_eff, the antisymmetric part of the stationary
+    relation HM = (λ_eff/2)(C + Q) (Gross 2024 Eq. 2.30)."""
+    return np.linalg.svd((h @ m - m @ h) / lr_eff, compute_uv=False)
+
+
+def _approximation_columns(pred, params: Mapping[str, Any], arrays: dict[str, Any], summary: dict[str, Any],
+                           cov: np.ndarray | None, d: int) -> None:
+    """The papers' approximations next to the exact theory, and the measured Q they predict."""
+    if pred.weight_cov_continuous is not None:
+        summary["weight_var_theory_continuous"] = finite_or_none(np.trace(pred.weight_cov_continuous) / d)
+        arrays["weight_cov_eigenvalues_theory_continuous"] = (
+            ("mode",), np.sort(np.linalg.eigvalsh(pred.weight_cov_continuous))[::-1])
+        arrays["weight_cov_eigenvalues_theory_detailed_balance"] = (
+            ("mode",), pred.weight_cov_eigenvalues_detailed_balance)
+        arrays["q_eigenvalues_theory_continuous"] = (("q_mode",), pred.q_eigenvalues_continuous)
+    if pred.hessian is None or cov is None:
+        return
+    lr_eff = params["lr"] / (1 - params["momentum"])
+    arrays["q_eigenvalues"] = (("q_mode",), _q_magnitudes(pred.hessian, cov, lr_eff))
+    if pred.weight_cov is not None and np.all(np.isfinite(pred.weight_cov)):
+        arrays["q_eigenvalues_theory"] = (("q_mode",), _q_magnitudes(pred.hessian, pred.weight_cov, lr_eff))
 
 
 def point_result(problem, params: Mapping[str, Any], burn_in: int, lanes: Mapping[str, np.ndarray],
@@ -224,7 +263,7 @@ def point_result(problem, params: Mapping[str, Any], burn_in: int, lanes: Mappin
         cov = m2[ok].mean(axis=0) if n_ok else np.full((d, d), np.nan)
         arrays["weight_cov"] = (("param", "param_t"), cov)
         if centred:
-            spec_arrays, spec_summary = _spectra_per_replica(problem, lanes, m2, mean, ok)
+            spec_arrays, spec_summary = _spectra_per_replica(problem, params, lanes, m2, mean, ok)
             arrays.update(spec_arrays)
             summary.update(spec_summary)
         elif n_ok:
@@ -247,6 +286,7 @@ def point_result(problem, params: Mapping[str, Any], burn_in: int, lanes: Mappin
         summary["weight_var_theory"] = finite_or_none(np.trace(pred.weight_cov) / d) if finite else None
         if finite:
             arrays["weight_cov_eigenvalues_theory"] = (("mode",), np.sort(np.linalg.eigvalsh(pred.weight_cov))[::-1])
+    _approximation_columns(pred, params, arrays, summary, cov if full and n_ok else None, d)
     summary["loss_theory"] = finite_or_none(pred.loss)
     for name in ("loss", "test_loss"):
         key = f"sum_{name}"
@@ -271,8 +311,11 @@ def point_result(problem, params: Mapping[str, Any], burn_in: int, lanes: Mappin
         arrays.update(fdr_arrays)
     if params["observe"]["escape"]:
         arrays["escape_step"] = (("replica",), lanes["escape_step"].astype(np.int64))
-        summary.update(escape_summary(lanes["escape_step"][lanes["diverged_step"] < 0],
-                                      int(params["steps"]) * substeps, 1.0 / substeps))
+        cap = int(params["steps"]) * substeps
+        alive = lanes["diverged_step"] < 0
+        summary.update(escape_summary(lanes["escape_step"][alive], cap, 1.0 / substeps))
+        times = np.where(lanes["escape_step"] >= 0, lanes["escape_step"] + 1, cap) / substeps
+        arrays["escape_time_replica"] = (("replica",), np.where(alive, times, np.nan))
         summary["escape_time_theory_arrhenius"] = finite_or_none(pred.escape_arrhenius)
         summary["escape_time_theory_powerlaw"] = finite_or_none(pred.escape_powerlaw)
     if pred.joint_eigenvalue is not None:

@@ -78,11 +78,19 @@ def test_model_lands_in_ensemble_fit_and_report(kind, tmp_path):
         assert "epoch" in back["weight_var_theory"].attrs["missing_because"]
     fits = fit_ensemble(back, sweep.config["fit"])
     spec = json.loads(files.report_spec.read_text())
-    page = build_report(back, fits, spec)
+    ran = {"quadratic": ["power_law", "linear_scaling"], "linear": [], "two_layer": [],
+           "matrix": ["wigner", "wigner_width"], "landscape": [], "digits": []}[kind]
+    for name in ran:
+        assert name in fits, (name, fits.get("skipped"))
+    for name in ("power_law", "linear_scaling", "momentum_scaling", "escape", "wigner", "flatness"):
+        assert name in fits or name in fits["skipped"] or name == "wigner" and kind != "matrix", name
+    page = build_report(back, fits, spec, figures_dir=tmp_path / "figures")
     parser = _Images()
     parser.feed(page)
     assert parser.images and all(src.startswith("data:image/png;base64,") for src in parser.images)
-    assert "Other observables" in page
+    written = sorted((tmp_path / "figures").glob("*.png"))
+    assert len(written) == len(parser.images)  # every embedded figure is also a file for snakemake --report
+    assert "Other observables" in page and "Coverage of the grid" in page
 
 
 def test_point_store_arrays_are_described(tmp_path):

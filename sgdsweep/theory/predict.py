@@ -15,7 +15,9 @@ import numpy as np
 
 from . import escape as escape_theory
 from . import linear as linear_theory
+from . import lyapunov
 from . import quadratic as quadratic_theory
+from . import two_layer as two_layer_theory
 
 
 @dataclass
@@ -27,6 +29,12 @@ class Prediction:
         loss: stationary E[L].
         escape_arrhenius, escape_powerlaw: mean escape time in SGD steps.
         joint_eigenvalue: two_layer's isotropic joint fluctuation eigenvalue λ⟨r²⟩/(2S).
+        hessian, noise_cov: H and the per-step gradient-noise covariance C at the minimum (models
+            with a unique minimum and a known C), from which the approximations below follow.
+        weight_cov_continuous: the continuous-time solution of HM + MH = λ_eff C, λ_eff = λ/(1−μ).
+        weight_cov_eigenvalues_detailed_balance: eigenvalues of (λ_eff/2)H⁻¹C (Gross Eq. 2.33).
+        q_eigenvalues_continuous: |eig Q| of the continuous theory (Gross Eq. 2.31), in the units of
+            C (gradient²); measured as Q = (HM − MH)/λ_eff.
         formulas: column name → which formula and approximation.
         reasons: column name → why there is no prediction.
     """
@@ -36,6 +44,11 @@ class Prediction:
     escape_arrhenius: float | None = None
     escape_powerlaw: float | None = None
     joint_eigenvalue: float | None = None
+    hessian: np.ndarray | None = None
+    noise_cov: np.ndarray | None = None
+    weight_cov_continuous: np.ndarray | None = None
+    weight_cov_eigenvalues_detailed_balance: np.ndarray | None = None
+    q_eigenvalues_continuous: np.ndarray | None = None
     formulas: dict[str, str] = field(default_factory=dict)
     reasons: dict[str, str] = field(default_factory=dict)
 
@@ -62,11 +75,13 @@ def predict(problem, params: Mapping[str, Any]) -> Prediction:
             pred.loss = quadratic_theory.training_loss(problem.hessian, c, step, mu)
             pred.formulas["weight_cov"] = quadratic_theory.FORMULA["stationary_covariance"]
             pred.formulas["loss"] = quadratic_theory.FORMULA["training_loss"]
+            pred.hessian, pred.noise_cov = problem.hessian, problem.noise_cov / s
         elif kind == "linear" and problem.n_outputs == 1 and noise in linear_theory.NOISE_TYPES:
             pred.weight_cov = linear_theory.stationary_second_moment(problem, step, s, mu, noise, gain)
             pred.loss = linear_theory.training_loss(problem, pred.weight_cov)
             pred.formulas["weight_cov"] = linear_theory.FORMULA
             pred.formulas["loss"] = "L(w*) + ½ Tr(H M) with M from " + linear_theory.FORMULA
+            pred.hessian, pred.noise_cov = problem.sxx, linear_theory.noise_covariance(problem, s, noise)
         else:
             pred.reasons["weight_cov"] = (f"no exact stationary covariance for model {kind} with noise {noise}"
                                           + (" and several outputs" if getattr(problem, "n_outputs", 1) > 1 else ""))
@@ -74,14 +89,45 @@ def predict(problem, params: Mapping[str, Any]) -> Prediction:
         pred.reasons["weight_cov"] = f"{type(exc).__name__}: {exc}"
     if "weight_cov" in pred.reasons:
         pred.reasons["loss"] = pred.reasons["weight_cov"]
+    _approximations(params, pred)
     if hasattr(problem, "barrier"):
         _escape(problem, params, pred)
     if kind == "two_layer":
+        pred.formulas["w2_covariance"] = (two_layer_theory.FORMULA["w2_covariance_eigenvalues"]
+                                          + "; per replica at its own mean weights, averaged")
         pred.joint_eigenvalue = params["lr"] * 2.0 * problem.loss_min / (2.0 * s)
         pred.formulas["joint_eigenvalue"] = (
             "λ⟨r²⟩/(2S), ⟨r²⟩ = 2 L_min: isotropic joint fluctuations on the range of Γ (Gross et al. "
             "2024 Sec. III, physics.md §4; leading order in λ, P ≫ N)")
     return pred
+
+
+def _approximations(params: Mapping[str, Any], pred: Prediction) -> None:
+    """The papers' leading-order theories next to the exact one: continuous-time Lyapunov,
+    detailed balance and Q (physics.md §2), with λ_eff = λ/(1−μ) (leading order in momentum)."""
+    approx = ("weight_cov_continuous", "weight_cov_detailed_balance", "q_continuous")
+    if pred.hessian is None or pred.noise_cov is None:
+        for key in approx:
+            pred.reasons[key] = pred.reasons.get("weight_cov", "no Hessian and noise covariance at a unique minimum")
+        return
+    lr_eff = params["lr"] / (1 - params["momentum"])
+    try:
+        pred.weight_cov_continuous = lyapunov.continuous_covariance(pred.hessian, pred.noise_cov, lr_eff)
+        pred.weight_cov_eigenvalues_detailed_balance = lyapunov.detailed_balance_eigenvalues(
+            pred.hessian, pred.noise_cov, lr_eff)
+        pred.q_eigenvalues_continuous = lyapunov.q_eigenvalue_magnitudes(pred.hessian, pred.noise_cov)
+    except (ValueError, np.linalg.LinAlgError) as exc:  # e.g. a singular Hessian (P ≤ N)
+        for key in approx:
+            pred.reasons[key] = f"{type(exc).__name__}: {exc}"
+        return
+    momentum = " with lr -> lr/(1-momentum)" if params["momentum"] else ""
+    pred.formulas["weight_cov_continuous"] = lyapunov.FORMULA["continuous_covariance"] + momentum
+    pred.formulas["weight_cov_detailed_balance"] = (
+        "eigenvalues of the detailed-balance approximation (lr/2) H^-1 C (Gross 2024 Eq. 2.33), exact only "
+        "when [H, C] = 0" + momentum)
+    pred.formulas["q_continuous"] = (
+        "|eig Q| of the continuous theory, Q_ij = (w_i - w_j)/(w_i + w_j) (V'CV)_ij in H's eigenbasis "
+        "(Gross 2024 Eq. 2.31); measured as (HM - MH)(1-momentum)/lr")
 
 
 def _escape(problem, params: Mapping[str, Any], pred: Prediction) -> None:

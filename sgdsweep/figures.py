@@ -1,0 +1,304 @@
+"""The report's figures: each function takes the ensemble (and a fit result) and returns a
+matplotlib figure, or None when the data hold nothing to draw. Axes carry names and units;
+measured values carry ±1 standard-error bars; theory is drawn as lines.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import matplotlib
+import numpy as np
+import xarray as xr
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.colors import ListedColormap  # noqa: E402
+
+from .theory import rmt  # noqa: E402
+
+
+def _ok(ds: xr.Dataset) -> np.ndarray:
+    return ~ds["diverged"].values.astype(bool) if "diverged" in ds else np.ones(ds.sizes["point"], bool)
+
+
+def _two_panels(height: float = 6.5):
+    return plt.subplots(2, 1, figsize=(7, height), sharex=True, gridspec_kw={"height_ratios": [3, 1.3]})
+
+
+def weight_var_against_ratio(ds: xr.Dataset) -> plt.Figure | None:
+    """weight_var (measured ± SE, exact theory) and measured/theory against λ/S, one colour per S."""
+    if "weight_var" not in ds or not np.isfinite(ds["weight_var"].values).any():
+        return None
+    has_theory = "weight_var_theory" in ds and np.isfinite(ds["weight_var_theory"].values).any()
+    fig, (ax, axr) = _two_panels(7)
+    ratio = ds["lr"].values / ds["batch_size"].values
+    ok = _ok(ds)
+    sizes = np.unique(ds["batch_size"].values)
+    colors = plt.cm.viridis(np.linspace(0, 0.9, len(sizes)))
+    for s, c in zip(sizes, colors):
+        sel = ok & (ds["batch_size"].values == s)
+        order = np.argsort(ratio[sel])
+        x = ratio[sel][order]
+        meas, se = ds["weight_var"].values[sel][order], ds["weight_var_se"].values[sel][order]
+        ax.errorbar(x, meas, yerr=se, fmt="o", color=c, ms=5, capsize=3, label=f"S = {s} measured")
+        if has_theory:
+            th = ds["weight_var_theory"].values[sel][order]
+            ax.plot(x, th, "--", color=c, lw=1, label=f"S = {s} exact theory")
+            axr.errorbar(x, meas / th, yerr=se / th, fmt="o", color=c, ms=4, capsize=3)
+        if "weight_var_theory_continuous" in ds:
+            ax.plot(x, ds["weight_var_theory_continuous"].values[sel][order], ":", color=c, lw=1)
+    if (~ok).any():
+        floor = np.nanmin(ds["weight_var"].values[ok]) if ok.any() else 1.0
+        ax.plot(ratio[~ok], np.full((~ok).sum(), floor), "rx", label="diverged")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_ylabel("weight variance Tr M / N  [weight²]")
+    ax.legend(fontsize=7, ncol=2)
+    ax.set_title("Stationary weight variance: measured (±1 SE) vs exact theory (dashed)"
+                 + ("; continuous-time (dotted)" if "weight_var_theory_continuous" in ds else ""))
+    axr.axhline(1.0, color="k", lw=0.8)
+    axr.set_xlabel("λ / S  [learning rate / batch size]")
+    axr.set_ylabel("measured / theory" if has_theory else "(no theory)")
+    return fig
+
+
+def power_law(ds: xr.Dataset, fit: dict[str, Any]) -> plt.Figure | None:
+    """Measured weight_var against the fitted A·λ^a·S^b, with a residual panel in SE units."""
+    p = fit.get("params", {})
+    if not p or p.get("log_A") is None:
+        return None
+    a = p["a"]["estimate"] if p.get("a") else 0.0
+    b = p["b"]["estimate"] if p.get("b") else 0.0
+    ok = _ok(ds)
+    lr, s = ds["lr"].values[ok], ds["batch_size"].values[ok]
+    y, se = ds["weight_var"].values[ok], ds["weight_var_se"].values[ok]
+    pred = np.exp(p["log_A"]["estimate"]) * lr**a * s**b
+    fig, (ax, axr) = _two_panels(5.5)
+    ax.errorbar(pred, y, yerr=se, fmt="o", ms=4, capsize=2, label="measured ±1 SE")
+    if "weight_var_theory" in ds:
+        ax.plot(pred, ds["weight_var_theory"].values[ok], "k+", ms=7, label="exact theory")
+    lim = [np.nanmin(pred) * 0.8, np.nanmax(pred) * 1.25]
+    ax.plot(lim, lim, "k--", lw=0.8, label=f"fit: A·λ^{a:.3f}·S^{b:.3f}")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_ylabel("weight_var [weight²]")
+    ax.legend(fontsize=8)
+    ax.set_title("Power-law fit: measured against fitted")
+    axr.errorbar(pred, (y - pred) / se, fmt="o", ms=4)
+    axr.axhline(0, color="k", lw=0.8)
+    axr.set_xlabel("fitted A·λ^a·S^b [weight²]")
+    axr.set_ylabel("residual / SE")
+    return fig
+
+
+def collapse(ds: xr.Dataset, fit: dict[str, Any]) -> plt.Figure | None:
+    """weight_var against the scaling variable, one colour per batch size (or momentum), with
+    each point's deviation from the mean of its class of equal x in the lower panel."""
+    if "params" not in fit:
+        return None
+    ok = _ok(ds)
+    momentum = "momentum" in fit["variable"]
+    mu = ds["momentum"].values if "momentum" in ds.coords else np.zeros(ds.sizes["point"])
+    x = ds["lr"].values / ds["batch_size"].values / ((1 - mu) if momentum else 1.0)
+    y, se = ds["weight_var"].values, ds["weight_var_se"].values
+    colour_by = mu if momentum else ds["batch_size"].values
+    label = "μ" if momentum else "S"
+    keys = np.array([float(f"{v:.9g}") for v in x])
+    class_mean = np.array([np.exp(np.nanmean(np.log(y[ok & (keys == k)]))) for k in keys])
+    fig, (ax, axr) = _two_panels()
+    values = np.unique(colour_by[ok])
+    for v, c in zip(values, plt.cm.plasma(np.linspace(0, 0.85, len(values)))):
+        sel = ok & (colour_by == v)
+        order = np.argsort(x[sel])
+        ax.errorbar(x[sel][order], y[sel][order], yerr=se[sel][order], fmt="o-", color=c, ms=4, lw=0.8,
+                    capsize=2, label=f"{label} = {v:g}")
+        if "weight_var_theory" in ds:
+            ax.plot(x[sel][order], ds["weight_var_theory"].values[sel][order], "--", color=c, lw=0.8)
+        axr.errorbar(x[sel], y[sel] / class_mean[sel] - 1, yerr=se[sel] / class_mean[sel], fmt="o", color=c, ms=4)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_ylabel("weight_var [weight²]")
+    ax.legend(fontsize=7, ncol=2)
+    ax.set_title(f"Collapse in {fit['variable']}: measured (±1 SE), exact theory dashed; "
+                 f"spread √Δ² = {fit['relative_spread']:.3g}", fontsize=9)
+    axr.axhline(0, color="k", lw=0.8)
+    axr.set_xlabel(fit["variable"].replace("lr", "λ").replace("batch_size", "S").replace("momentum", "μ") + "  [1]")
+    axr.set_ylabel("value / class mean − 1")
+    return fig
+
+
+def escape(ds: xr.Dataset, fit: dict[str, Any]) -> plt.Figure | None:
+    """ln(λτ) against 1/λ: measured (±1 SE), the fitted line, Kramers and the power-law slope."""
+    if "params" not in fit:
+        return None
+    ok = _ok(ds) & np.isfinite(ds["escape_time"].values)
+    lr, tau, se = ds["lr"].values[ok], ds["escape_time"].values[ok], ds["escape_time_se"].values[ok]
+    x, y, ye = 1 / lr, np.log(lr * tau), se / tau
+    grid = np.linspace(x.min() * 0.95, x.max() * 1.05, 50)
+    fit_line = fit["params"]["intercept"]["estimate"] + fit["params"]["slope"]["estimate"] * grid
+    fig, (ax, axr) = _two_panels()
+    ax.errorbar(x, y, yerr=ye, fmt="o", ms=5, capsize=3, label="measured ±1 SE (censored MLE)")
+    ax.plot(grid, fit_line, "k-", lw=1, label=f"fit: slope {fit['params']['slope']['estimate']:.4g}")
+    if "escape_time_theory_arrhenius" in ds and np.isfinite(ds["escape_time_theory_arrhenius"].values[ok]).all():
+        th = ds["escape_time_theory_arrhenius"].values[ok]
+        order = np.argsort(x)
+        ax.plot(x[order], np.log(lr * th)[order], "b--", lw=1, label="Kramers (Arrhenius)")
+    slope_pw = fit["params"]["slope"].get("theory_powerlaw")
+    if slope_pw is not None:  # the power law predicts only the slope: anchor it at the data's centroid
+        ax.plot(grid, y.mean() + slope_pw * (grid - x.mean()), "g:", lw=1.2, label="power law (slope only)")
+    ax.set_ylabel("ln(λ τ)  [τ in steps; λτ in time units]")
+    ax.legend(fontsize=8)
+    ax.set_title("Escape time against inverse learning rate")
+    pred = fit["params"]["intercept"]["estimate"] + fit["params"]["slope"]["estimate"] * x
+    axr.errorbar(x, (y - pred) / ye, fmt="o", ms=4)
+    axr.axhline(0, color="k", lw=0.8)
+    axr.set_xlabel("1/λ  [1/learning rate]")
+    axr.set_ylabel("residual / SE")
+    return fig
+
+
+def spectra(ds: xr.Dataset, max_points: int = 4) -> plt.Figure | None:
+    """Covariance eigenvalues per mode for a few points: measured and every theory stored."""
+    if "weight_cov_eigenvalues" not in ds:
+        return None
+    ok = np.flatnonzero(_ok(ds) & np.isfinite(ds["weight_cov_eigenvalues"].values).any(axis=1))
+    if ok.size == 0:
+        return None
+    pick = ok[np.linspace(0, ok.size - 1, min(max_points, ok.size)).astype(int)]
+    theories = [(n, s) for n, s in (("weight_cov_eigenvalues_theory", "k--"),
+                                    ("weight_cov_eigenvalues_theory_continuous", "b:"),
+                                    ("weight_cov_eigenvalues_theory_detailed_balance", "g-.")) if n in ds]
+    fig, axes = plt.subplots(1, pick.size, figsize=(3.2 * pick.size + 1, 3.6), squeeze=False, sharey=True)
+    for ax, i in zip(axes[0], pick):
+        vals = ds["weight_cov_eigenvalues"].values[i]
+        modes = np.arange(1, np.isfinite(vals).sum() + 1)
+        ax.plot(modes, vals[: modes.size], "o", ms=3, label="measured")
+        for name, style in theories:
+            th = ds[name].values[i][: modes.size]
+            ax.plot(modes, th, style, lw=1, label=name.replace("weight_cov_eigenvalues_", "").replace("_", " "))
+        ax.set_yscale("log")
+        ax.set_xlabel("mode (largest first)")
+        ax.set_title(f"λ = {ds['lr'].values[i]:g}, S = {ds['batch_size'].values[i]:g}", fontsize=9)
+    axes[0][0].set_ylabel("covariance eigenvalue [weight²]")
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle("Spectrum of the stationary weight covariance")
+    return fig
+
+
+def wigner(ds: xr.Dataset, results: list[dict[str, Any]], max_points: int = 3) -> plt.Figure | None:
+    """Per point: histogram of δx/σ against the pair density, and of s/⟨s⟩ against the Wigner surmise."""
+    good = [r for r in results if "params" in r][:max_points]
+    if not good:
+        return None
+    fig, axes = plt.subplots(2, len(good), figsize=(3.4 * len(good) + 0.6, 6), squeeze=False)
+    index = {str(p): i for i, p in enumerate(ds["point"].values)}
+    for j, res in enumerate(good):
+        sv = ds[f"singular_values_{res['layer']}"].values[index[res["point"]]][:, res["pair"]]
+        x = sv[np.all(np.isfinite(sv), axis=1)] ** 2
+        sigma = res["params"]["sigma"]["estimate"]
+        dx = (x.ravel() - res["centre"]) / sigma
+        grid = np.linspace(-4, 4, 200)
+        ax = axes[0][j]
+        ax.hist(dx, bins=30, density=True, alpha=0.6, label="measured")
+        ax.plot(grid, rmt.pair_density(grid, 1.0), "k-", lw=1, label="pair density (β = 1)")
+        ax.set_xlabel("δx / σ  [1]")
+        ax.set_title(f"Binder {res['params']['binder']['estimate']:.3f} (theory −4/27)", fontsize=9)
+        spacing = np.abs(x[:, 0] - x[:, 1])
+        s = spacing / spacing.mean()
+        ax = axes[1][j]
+        sg = np.linspace(0, 3.5, 200)
+        ax.hist(s, bins=25, density=True, alpha=0.6, label="measured")
+        ax.plot(sg, rmt.wigner_surmise_pdf(sg), "k-", lw=1, label="Wigner surmise")
+        ax.set_xlabel("spacing s / ⟨s⟩  [1]")
+        ax.set_title(f"KS p = {res['ks_pvalue']:.3g}", fontsize=9)
+    axes[0][0].set_ylabel("density")
+    axes[1][0].set_ylabel("density")
+    axes[0][0].legend(fontsize=7)
+    axes[1][0].legend(fontsize=7)
+    fig.suptitle("Degenerate eigenvalue pair of WᵀW across replicas")
+    fig.tight_layout()
+    return fig
+
+
+def flatness(ds: xr.Dataset, results: list[dict[str, Any]], max_points: int = 4) -> plt.Figure | None:
+    """Variance against curvature along one layer's covariance modes (log–log) with the fitted line."""
+    good = [r for r in results if "params" in r][:max_points]
+    if not good:
+        return None
+    index = {str(p): i for i, p in enumerate(ds["point"].values)}
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    for res, c in zip(good, plt.cm.viridis(np.linspace(0, 0.85, len(good)))):
+        i, layer = index[res["point"]], res["layer"]
+        v, k = ds[f"layer_cov_eigenvalues_{layer}"].values[i], ds[f"layer_mode_curvature_{layer}"].values[i]
+        sel = np.isfinite(v) & np.isfinite(k) & (v > 0) & (k > 0)
+        ax.plot(k[sel], v[sel], "o", color=c, ms=4,
+                label=f"λ = {ds['lr'].values[i]:g}, S = {ds['batch_size'].values[i]:g}: "
+                      f"ψ = {res['params']['psi']['estimate']:.2f}")
+        slope = res["params"]["psi"]["estimate"] / 2
+        kk = np.geomspace(k[sel].min(), k[sel].max(), 20)
+        ax.plot(kk, np.exp(np.mean(np.log(v[sel]) - slope * np.log(k[sel]))) * kk**slope, "-", color=c, lw=0.8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(f"curvature vᵢᵀHvᵢ along {good[0]['layer']} modes  [loss/weight²]")
+    ax.set_ylabel("variance along the mode  [weight²]")
+    ax.set_title("Variance against curvature: slope ψ/2 (ψ = 2: inverse variance–flatness)", fontsize=9)
+    ax.legend(fontsize=7)
+    return fig
+
+
+#: Status colours of the coverage map.
+STATUS = ("done", "partly diverged", "diverged")
+
+
+def point_status(ds: xr.Dataset) -> np.ndarray:
+    """Per point: 0 done, 1 some replicas diverged, 2 every replica diverged."""
+    n = ds.sizes["point"]
+    if "diverged_replicas" not in ds:
+        return np.where(_ok(ds), 0, 2)
+    dr = ds["diverged_replicas"].values
+    reps = int(ds.sizes.get("replica", 0)) or 1
+    finite = np.isfinite(ds["weight_var_replica"].values).sum(axis=1) if "weight_var_replica" in ds else None
+    total = dr + finite if finite is not None else np.full(n, reps)
+    return np.where(dr == 0, 0, np.where(dr >= total, 2, 1))
+
+
+def coverage(ds: xr.Dataset) -> plt.Figure:
+    """Grid coverage: status of every (λ, S) cell, one panel per combination of the other swept axes."""
+    swept = json.loads(ds.attrs.get("swept_axes", "[]"))
+    others = [a for a in swept if a not in ("lr", "batch_size") and a in ds.coords]
+    status = point_status(ds)
+    keys = list(zip(*(ds[a].values.tolist() for a in others))) if others else [()] * ds.sizes["point"]
+    panels = list(dict.fromkeys(keys))[:6]
+    lrs, sizes = np.unique(ds["lr"].values), np.unique(ds["batch_size"].values)
+    fig, axes = plt.subplots(1, len(panels), figsize=(2.2 + 0.45 * lrs.size * len(panels), 2.2 + 0.35 * sizes.size),
+                             squeeze=False)
+    cmap = ListedColormap(["#4c9a2a", "#e0a800", "#b22222"])
+    for ax, key in zip(axes[0], panels):
+        grid = np.full((sizes.size, lrs.size), np.nan)
+        for i in np.flatnonzero([k == key for k in keys]):
+            row, col = np.searchsorted(sizes, ds["batch_size"].values[i]), np.searchsorted(lrs, ds["lr"].values[i])
+            grid[row, col] = status[i]
+        ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=0, vmax=2, origin="lower", aspect="auto")
+        ax.set_xticks(range(lrs.size), [f"{v:g}" for v in lrs], rotation=60, fontsize=7)
+        ax.set_yticks(range(sizes.size), [f"{v:g}" for v in sizes], fontsize=7)
+        ax.set_xlabel("λ (lr)")
+        ax.set_title(", ".join(f"{a} = {v}" for a, v in zip(others, key)) or "all points", fontsize=8)
+    axes[0][0].set_ylabel("S (batch_size)")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=cmap(i)) for i in range(3)]
+    fig.legend(handles, [f"{s} ({int((status == i).sum())})" for i, s in enumerate(STATUS)], fontsize=7,
+               loc="upper right")
+    fig.suptitle("Coverage of the grid (blank: not in the sweep)", fontsize=9)
+    fig.tight_layout(rect=(0, 0, 0.82, 0.95))
+    return fig
+
+
+def shard_times(ds: xr.Dataset) -> plt.Figure:
+    """Simulation time per shard (bar chart)."""
+    per_shard = ds["simulation_seconds"].groupby(ds["shard"]).sum()
+    fig, ax = plt.subplots(figsize=(6, 0.6 + 0.3 * per_shard.sizes["shard"]))
+    ax.barh([str(s)[:12] for s in per_shard["shard"].values], per_shard.values)
+    ax.set_xlabel("simulation time [s]")
+    ax.set_title("Run time per shard", fontsize=9)
+    return fig
