@@ -4,6 +4,9 @@ from snakemake.utils import min_version
 
 min_version("9.0")
 
+
+report: "workflow/report/workflow.rst"
+
 if not workflow.overwrite_configfiles:  # `--configfile X` replaces the default sweep, not merges into it
 
     configfile: "config/config.yaml"

@@ -130,7 +130,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     from .paths import atomic_write_text
     from .report import build_report
 
-    text = build_report(xr.open_zarr(args.ensemble).load(), _read_json(args.fits), _read_json(args.spec))
+    text = build_report(xr.open_zarr(args.ensemble).load(), _read_json(args.fits), _read_json(args.spec),
+                        figures_dir=args.figures)
     atomic_write_text(args.out, text)
     log.info("report written to %s", args.out)
     return 0
@@ -253,6 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fits", required=True)
     p.add_argument("--spec", required=True)
     p.add_argument("--out", required=True)
+    p.add_argument("--figures", help="also write every figure as <name>.png into this directory")
     p.add_argument("--log")
     p.set_defaults(func=cmd_report)
 

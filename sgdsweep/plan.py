@@ -74,6 +74,11 @@ class PlanFiles:
         return self.root / "report.html"
 
     @property
+    def figures(self) -> Path:
+        """The report's figures as PNG files (for ``snakemake --report``)."""
+        return self.root / "figures"
+
+    @property
     def cluster_dir(self) -> Path:
         return self.root / ".cluster"
 

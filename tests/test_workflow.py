@@ -92,6 +92,23 @@ def test_first_run_produces_ensemble_fit_and_report(first_run):
     assert out.returncode == 1
 
 
+def test_snakemake_report_holds_the_report_figures_and_fits(first_run):
+    """`snakemake --report` (Snakemake's own report) carries our report, every figure and fits.json."""
+    import zipfile
+
+    work, cfg, _, _ = first_run
+    sweep = work / "results" / "tiny"
+    figures = sorted(p.name for p in (sweep / "figures").glob("*.png"))
+    assert "coverage.png" in figures and "power_law_0.png" in figures
+    # every figure file is embedded in report.html
+    assert len(figures) == (sweep / "report.html").read_text().count("<img ")
+    proc = run_snakemake(work, cfg, "--report", str(work / "snakemake-report.zip"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    names = zipfile.ZipFile(work / "snakemake-report.zip").namelist()
+    for wanted in ["report.html", "fits.json"] + figures:
+        assert any(n.endswith("/" + wanted) for n in names), (wanted, names)
+
+
 def test_reruns_are_incremental(first_run):
     work, cfg_path, _, _ = first_run
     sweep = work / "results" / "tiny"

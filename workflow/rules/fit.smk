@@ -6,7 +6,7 @@ rule fit:
         ensemble=str(PLAN.ensemble),
         spec=str(PLAN.fit_spec),
     output:
-        fits=str(PLAN.fits),
+        fits=report(str(PLAN.fits), caption="../report/fits.rst", category="Fits"),
     log:
         str(PLAN.root / "logs" / "fit.log"),
     conda:

@@ -1,4 +1,4 @@
-# The self-contained HTML report.
+# The self-contained HTML report; its figures also as PNG files for `snakemake --report`.
 
 
 rule report:
@@ -8,10 +8,16 @@ rule report:
         spec=str(PLAN.report_spec),
     output:
         report=report(str(PLAN.report), caption="../report/report.rst", category="Report"),
+        figures=report(
+            directory(str(PLAN.figures)),
+            patterns=["{name}.png"],
+            caption="../report/figure.rst",
+            category="Figures",
+        ),
     log:
         str(PLAN.root / "logs" / "report.log"),
     conda:
         "../../envs/sgdsweep.yaml"
     shell:
         "python -m sgdsweep report --ensemble {input.ensemble} --fits {input.fits}"
-        " --spec {input.spec} --out {output.report} --log {log}"
+        " --spec {input.spec} --out {output.report} --figures {output.figures} --log {log}"
