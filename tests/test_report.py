@@ -1,0 +1,89 @@
+"""The report says plainly whether each theory lies inside its interval, and embeds what it shows."""
+
+from __future__ import annotations
+
+import json
+from html.parser import HTMLParser
+
+import numpy as np
+import xarray as xr
+
+from sgdsweep.fit import fit_ensemble
+from sgdsweep.report import build_report
+
+
+class _Parse(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.imgs, self.figure_ids, self.open = [], [], []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "img":
+            self.imgs.append(a["src"])
+        if tag == "figure":
+            self.figure_ids.append(a["id"])
+        if tag not in ("img", "meta", "br"):
+            self.open.append(tag)
+
+    def handle_endtag(self, tag):
+        assert self.open and self.open[-1] == tag, (tag, self.open[-5:])
+        self.open.pop()
+
+
+def _ensemble(theory_exponent: float, seed: int = 0) -> xr.Dataset:
+    """Synthetic sweep: 4 λ × 4 S, 32 replicas of weight_var ∝ λ/S, theory ∝ λ^theory_exponent/S."""
+    rng = np.random.default_rng(seed)
+    lr, s = np.meshgrid([0.05, 0.1, 0.2, 0.4], [2, 4, 8, 16], indexing="ij")
+    lr, s = lr.ravel(), s.ravel().astype(float)
+    truth = 0.3 * lr / s
+    reps = truth[:, None] * rng.gamma(100, 1 / 100, size=(16, 32))
+    n = lr.size
+    return xr.Dataset(
+        {"weight_var": ("point", reps.mean(1)), "weight_var_se": ("point", reps.std(1, ddof=1) / np.sqrt(32)),
+         "weight_var_theory": ("point", 0.3 * lr**theory_exponent / s * 0.1 ** (1 - theory_exponent)),
+         "weight_var_replica": (("point", "replica"), reps), "diverged": ("point", np.zeros(n, bool)),
+         "diverged_replicas": ("point", np.zeros(n, int)), "burn_in": ("point", np.full(n, 100)),
+         "simulation_seconds": ("point", np.full(n, 0.5))},
+        coords={"point": [f"p{i}" for i in range(n)], "lr": ("point", lr), "batch_size": ("point", s),
+                "shard": ("point", np.array(["shard-a"] * 8 + ["shard-b"] * 8, dtype=object))},
+        attrs={"swept_axes": '["lr", "batch_size"]', "sweep": "synthetic", "package_versions": "{}"})
+
+
+SPEC = {"report": {"title": "synthetic"}, "config": {"sweep": "synthetic"}, "config_hash": "abc"}
+
+
+def _report(ds, tmp_path):
+    fits = fit_ensemble(ds, {"confidence": 0.95, "bootstrap": 200})
+    page = build_report(ds, fits, SPEC, figures_dir=tmp_path / "figures")
+    parser = _Parse()
+    parser.feed(page)
+    assert parser.open == []  # every element closed: well-formed
+    return fits, page, parser
+
+
+def test_report_says_when_theory_is_inside(tmp_path):
+    fits, page, parser = _report(_ensemble(1.0), tmp_path)
+    a = fits["power_law"][0]["params"]["a"]
+    assert a["theory_inside"] and a["interval_method"] == "bootstrap"
+    assert "OUTSIDE" not in page and "All 3 theory values lie inside" in page
+    # every referenced figure is embedded (data URI), also written as a file, and named
+    assert parser.imgs and all(src.startswith("data:image/png;base64,") for src in parser.imgs)
+    files = sorted(p.stem for p in (tmp_path / "figures").glob("*.png"))
+    assert sorted(i[len("fig-"):] for i in parser.figure_ids) == files
+    assert {"coverage", "power_law_0", "linear_scaling_0", "weight_var", "shard_times"} <= set(files)
+    assert "Fits not run" in page and "momentum is not swept" in page
+
+
+def test_report_says_when_theory_is_outside(tmp_path):
+    """A theory with exponent a = 1.3 on data with a = 1: the report flags it in red, in the
+    summary and in the fit's section."""
+    fits, page, _ = _report(_ensemble(1.3), tmp_path)
+    a = fits["power_law"][0]["params"]["a"]
+    assert a["theory_inside"] is False and abs(a["theory"] - 1.3) < 1e-9
+    assert "lie OUTSIDE their intervals" in page
+    assert "class='bad'" in page
+    # the linear-scaling collapse: the measurements collapse, the wrong theory does not
+    spread = fits["linear_scaling"][0]["params"]["spread2"]
+    assert spread["theory"] > spread["interval"][1]
+    assert json.dumps(fits)  # JSON-ready
