@@ -152,7 +152,9 @@ INT_SCALARS = ("diverged_replicas", "burn_in", "measured_steps", "escape_censore
 LAYER_VECTORS = {
     "layer_cov_eigenvalues_": ("covariance eigenvalues of {layer}", "weight²",
                                "eigenvalues of the stationary covariance of the weights of {layer} alone, descending, "
-                               "per replica around its own mean, averaged over replicas"),
+                               "per replica around its own mean, averaged over replicas; when the minima form a "
+                               "manifold (two_layer) the covariance is first projected on the Hessian's range, so "
+                               "drift along flat directions is not counted"),
     "layer_mode_curvature_": ("loss curvature along the covariance modes of {layer}", "loss/weight²",
                               "vᵢᵀ H vᵢ for the eigenvectors vᵢ of {layer}'s covariance (descending eigenvalue), H the "
                               "Hessian block of {layer} at the replica's mean weights, averaged over replicas"),

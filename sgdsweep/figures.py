@@ -204,7 +204,8 @@ def wigner(ds: xr.Dataset, results: list[dict[str, Any]], max_points: int = 3) -
         ax.hist(dx, bins=30, density=True, alpha=0.6, label="measured")
         ax.plot(grid, rmt.pair_density(grid, 1.0), "k-", lw=1, label="pair density (β = 1)")
         ax.set_xlabel("δx / σ  [1]")
-        ax.set_title(f"Binder {res['params']['binder']['estimate']:.3f} (theory −4/27)", fontsize=9)
+        where = ", ".join(f"{k} = {v:g}" if isinstance(v, float) else f"{k} = {v}" for k, v in res["group"].items())
+        ax.set_title(f"{where}\nBinder {res['params']['binder']['estimate']:.3f} (theory −4/27)", fontsize=8)
         spacing = np.abs(x[:, 0] - x[:, 1])
         s = spacing / spacing.mean()
         ax = axes[1][j]
@@ -272,8 +273,8 @@ def coverage(ds: xr.Dataset) -> plt.Figure:
     keys = list(zip(*(ds[a].values.tolist() for a in others))) if others else [()] * ds.sizes["point"]
     panels = list(dict.fromkeys(keys))[:6]
     lrs, sizes = np.unique(ds["lr"].values), np.unique(ds["batch_size"].values)
-    fig, axes = plt.subplots(1, len(panels), figsize=(2.2 + 0.45 * lrs.size * len(panels), 2.2 + 0.35 * sizes.size),
-                             squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(max(3.5, 1.2 + 0.5 * lrs.size) * len(panels),
+                                                      2.4 + 0.35 * sizes.size), squeeze=False)
     cmap = ListedColormap(["#4c9a2a", "#e0a800", "#b22222"])
     for ax, key in zip(axes[0], panels):
         grid = np.full((sizes.size, lrs.size), np.nan)
@@ -287,10 +288,10 @@ def coverage(ds: xr.Dataset) -> plt.Figure:
         ax.set_title(", ".join(f"{a} = {v}" for a, v in zip(others, key)) or "all points", fontsize=8)
     axes[0][0].set_ylabel("S (batch_size)")
     handles = [plt.Rectangle((0, 0), 1, 1, color=cmap(i)) for i in range(3)]
-    fig.legend(handles, [f"{s} ({int((status == i).sum())})" for i, s in enumerate(STATUS)], fontsize=7,
-               loc="upper right")
     fig.suptitle("Coverage of the grid (blank: not in the sweep)", fontsize=9)
-    fig.tight_layout(rect=(0, 0, 0.82, 0.95))
+    fig.tight_layout()
+    fig.legend(handles, [f"{s} ({int((status == i).sum())})" for i, s in enumerate(STATUS)], fontsize=7,
+               loc="center left", bbox_to_anchor=(1.0, 0.5))
     return fig
 
 

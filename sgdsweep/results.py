@@ -186,9 +186,12 @@ def _spectra_per_replica(problem, params, lanes, m2, mean, ok) -> tuple[dict[str
         hv, hu = np.linalg.eigh(hess)
         u = hu[:, np.argsort(hv)[::-1][:k_range]]  # range of the Hessian (of Γ)
         on_range[j] = np.sort(np.linalg.eigvalsh(u.T @ m2[r] @ u))[::-1]
+        # per layer: the fluctuations on the Hessian's range (drift along the flat directions of a
+        # minimum manifold, e.g. W1 → AW1, W2 → W2A⁻¹, grows with the window and is not a fluctuation)
+        m_range = m2[r] if k_range == d else u @ (u.T @ m2[r] @ u) @ u.T
         for layer in problem.layers:
             sl = slice(layer.start, layer.start + layer.size)
-            lv, lu = np.linalg.eigh(m2[r][sl, sl])
+            lv, lu = np.linalg.eigh(m_range[sl, sl])
             order = np.argsort(lv)[::-1]
             lv, lu = lv[order], lu[:, order]
             per_layer[layer.name].append(lv)

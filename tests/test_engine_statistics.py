@@ -181,8 +181,22 @@ def test_two_layer_joint_fluctuations_are_isotropic(tmp_path):
     s = res[0]["summary"]
     assert abs(s["joint_eigenvalue"] / s["joint_eigenvalue_theory"] - 1) < 0.05, s
     assert s["joint_eigenvalue_se"] < 0.02 * s["joint_eigenvalue"]
-    assert s["joint_anisotropy"] < 0.15
+    # per replica std/mean of the 4 range eigenvalues: sampling noise alone gives 0.1–0.2 here (the
+    # per-replica scatter of their mean is 4·SE/mean ≈ 8 %); one mode twice the others gives 0.35
+    assert s["joint_anisotropy"] < 0.25
     assert abs(s["joint_eigenvalue"] / (2 * s["joint_eigenvalue_theory"]) - 1) > 0.4  # λσ²/S is wrong
+    # within W2 (projected on the Hessian's range): (λσ²/2S)·D1/(D1 + D2) per mode (measured within
+    # 4 % — 3.4 % at most), not the isotropic joint value, which misses the smallest mode by a factor 4
+    w2, w2_theory, curv = (store.read_array(res[0]["path"], n) for n in (
+        "layer_cov_eigenvalues_W2", "layer_cov_eigenvalues_W2_theory", "layer_mode_curvature_W2"))
+    assert np.all(np.abs(w2 / w2_theory - 1) < 0.05), (w2, w2_theory)
+    assert abs(w2[-1] / s["joint_eigenvalue_theory"] - 1) > 0.5
+    # variance grows with curvature along the W2 modes (the inverse variance–flatness relation), and
+    # ψ fitted to the measured spectrum agrees with the same fit of the theory spectrum
+    from sgdsweep.fit.spectra import flatness_exponent
+
+    psi = flatness_exponent(w2, curv, theory_variance=w2_theory, leading_order=2.0)["params"]["psi"]
+    assert psi["estimate"] > 0.5 and abs(psi["estimate"] - psi["theory"]) < 0.15, psi
     sv = store.read_array(res[0]["path"], "singular_values_W1")
     assert sv.shape == (16, 3) and np.all(np.isfinite(sv))
 

@@ -66,6 +66,8 @@ def fit_wigner(ds: xr.Dataset, cfg: dict[str, Any], diverged: np.ndarray, confid
                 else "no singular values in the ensemble")
     sv = np.asarray(ds[f"singular_values_{layer}"].values, float)
     pair = list(cfg.get("pair", [0, 1]))
+    if sv.shape[2] < 2 and cfg.get("layer") is None:
+        return f"no layer with two singular values (layer {layer} has {sv.shape[2]}): a pair needs a weight matrix"
     if sv.shape[2] <= max(pair):
         return (f"layer {layer} has {sv.shape[2]} singular value(s); the pair {pair} needs {max(pair) + 1} "
                 "(set fit.wigner.layer to a layer with at least two)")
