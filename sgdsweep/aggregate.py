@@ -39,6 +39,7 @@ VARIABLES: dict[str, tuple[str, str, str]] = {
     "loss_theory": ("predicted training loss", "loss", "stationary E[L] of the theory named in 'formula'"),
     "test_loss": ("test loss", "loss", "time- and replica-averaged expected loss on fresh data (or held-out data)"),
     "test_loss_se": ("standard error of test_loss", "loss", "standard error from the spread of replicas"),
+    "test_loss_theory": ("predicted test loss", "loss", "stationary E[test loss] of the theory named in 'formula'"),
     "loss_autocorr_time": ("integrated autocorrelation time of the loss", "steps",
                            "τ_int = 1 + 2Σρ(m) with Sokal's window, per replica, averaged; the effective number of "
                            "samples of a replica is measured_steps/τ_int"),
@@ -47,6 +48,9 @@ VARIABLES: dict[str, tuple[str, str, str]] = {
                                 "replicas whose τ_int is only a lower bound (stored lags too short)"),
     "fdr_residual": ("fluctuation–dissipation residual", "1",
                      "‖ΣxxΣ_WW + Σ_WWΣxx − λD(0)‖/‖λD(0)‖ (Frobenius), estimators of Han et al. (physics.md §3)"),
+    "fdr_residual_theory": ("predicted fluctuation–dissipation residual", "1",
+                            "the residual the papers' relation must leave at the exact stationary Σ_WW: "
+                            "‖λE[Σxx⁽ⁿ⁾Σ_WWΣxx⁽ⁿ⁾]‖/‖λD(0)‖"),
     "q_ratio": ("antisymmetric ratio", "1", "max|Q|/max|D_sym|, Q = (ΣxxΣ_WW − Σ_WWΣxx)/2, D_sym its symmetric partner"),
     "noise_whiteness": ("gradient-noise whiteness", "1", "max over lags m ≠ 0 of ‖D(m)‖/‖D(0)‖"),
     "joint_eigenvalue": ("joint fluctuation eigenvalue", "weight²",
@@ -144,7 +148,8 @@ THEORY_SOURCES = {"weight_var_theory": "weight_cov", "weight_cov_eigenvalues_the
                   "weight_cov_eigenvalues_theory_continuous": "weight_cov_continuous",
                   "weight_cov_eigenvalues_theory_detailed_balance": "weight_cov_detailed_balance",
                   "q_eigenvalues_theory": "weight_cov", "q_eigenvalues_theory_continuous": "q_continuous",
-                  "layer_cov_eigenvalues_W2_theory": "w2_covariance"}
+                  "layer_cov_eigenvalues_W2_theory": "w2_covariance",
+                  "test_loss_theory": "test_loss", "fdr_residual_theory": "fdr_residual"}
 INT_SCALARS = ("diverged_replicas", "burn_in", "measured_steps", "escape_censored", "loss_autocorr_truncated")
 
 

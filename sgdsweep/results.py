@@ -14,6 +14,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from . import observables as obs
+from .theory import fdr
 from .theory import two_layer as two_layer_theory
 
 
@@ -123,15 +124,10 @@ def fluctuation_dissipation(problem, lanes: Mapping[str, np.ndarray], ok: np.nda
     sww = (lanes["sum_gram"][ok] / n[:, None, None]).mean(axis=0)
     pairs = np.array([np.maximum(n - m, 1) for m in lags]).T  # (R, lags)
     dm = (lanes["noise_lag"][ok] / pairs[:, :, None, None]).mean(axis=0)
-    sxx = problem.sxx
-    a = sxx @ sww
-    sym = a + a.T
     d0 = dm[0]
-    resid = np.linalg.norm(sym - lr * d0) / np.linalg.norm(lr * d0)
-    q = (a - a.T) / 2
-    q_ratio = np.abs(q).max() / np.abs(sym / 2).max()
     norms = [np.linalg.norm(dm[j]) / np.linalg.norm(d0) for j in range(1, len(lags))]
-    summary = {"fdr_residual": finite_or_none(resid), "q_ratio": finite_or_none(q_ratio),
+    summary = {"fdr_residual": finite_or_none(fdr.fdr_residual(problem.sxx, sww, d0, lr)),
+               "q_ratio": finite_or_none(fdr.q_ratio(problem.sxx, sww)),
                "noise_whiteness": finite_or_none(max(norms)) if norms else None}
     arrays = {"sigma_ww": (("input", "input_t"), sww), "noise_cov_lag": (("lag", "input", "input_t"), dm),
               "lag": (("lag",), np.asarray(lags, dtype=np.int64)),
@@ -291,6 +287,8 @@ def point_result(problem, params: Mapping[str, Any], burn_in: int, lanes: Mappin
             arrays["weight_cov_eigenvalues_theory"] = (("mode",), np.sort(np.linalg.eigvalsh(pred.weight_cov))[::-1])
     _approximation_columns(pred, params, arrays, summary, cov if full and n_ok else None, d)
     summary["loss_theory"] = finite_or_none(pred.loss)
+    if pred.test_loss is not None:
+        summary["test_loss_theory"] = finite_or_none(pred.test_loss)
     for name in ("loss", "test_loss"):
         key = f"sum_{name}"
         if key in lanes and (name != "test_loss" or problem.test_loss(problem_probe(problem)) is not None):
@@ -312,6 +310,7 @@ def point_result(problem, params: Mapping[str, Any], burn_in: int, lanes: Mappin
         fdr_summary, fdr_arrays = fluctuation_dissipation(problem, lanes, ok, params["lr"], lags)
         summary.update(fdr_summary)
         arrays.update(fdr_arrays)
+        summary["fdr_residual_theory"] = finite_or_none(pred.fdr_residual)
     if params["observe"]["escape"]:
         arrays["escape_step"] = (("replica",), lanes["escape_step"].astype(np.int64))
         cap = int(params["steps"]) * substeps

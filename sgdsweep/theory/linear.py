@@ -105,6 +105,13 @@ def _fluctuation_op(data: AffineProblem, batch_size: int, noise: str):
     return apply
 
 
+def batch_product(data: AffineProblem, m: np.ndarray, batch_size: int, noise: str = "minibatch") -> np.ndarray:
+    """E[A M A] over the minibatch second moments A = X_BᵀX_B/S of one step (N × N): the term
+    the papers' fluctuation–dissipation relation drops (theory.fdr)."""
+    h = data.sxx
+    return _fluctuation_op(data, batch_size, noise)(m) + h @ m @ h
+
+
 def _fluctuation_matrix(data: AffineProblem, batch_size: int, noise: str) -> np.ndarray:
     """Dense N²×N² matrix of :func:`_fluctuation_op` acting on row-major vec(M)."""
     scheme = _scheme(noise)

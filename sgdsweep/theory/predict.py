@@ -14,6 +14,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from . import escape as escape_theory
+from . import fdr
 from . import linear as linear_theory
 from . import lyapunov
 from . import quadratic as quadratic_theory
@@ -29,6 +30,8 @@ class Prediction:
         loss: stationary E[L].
         escape_arrhenius, escape_powerlaw: mean escape time in SGD steps.
         joint_eigenvalue: two_layer's isotropic joint fluctuation eigenvalue λ⟨r²⟩/(2S).
+        test_loss: stationary E[test loss] = test_loss(ŵ) + ½ Tr(Σ_pop M) (linear regression).
+        fdr_residual: residual of the papers' fluctuation–dissipation relation at the exact M.
         hessian, noise_cov: H and the per-step gradient-noise covariance C at the minimum (models
             with a unique minimum and a known C), from which the approximations below follow.
         weight_cov_continuous: the continuous-time solution of HM + MH = λ_eff C, λ_eff = λ/(1−μ).
@@ -44,6 +47,8 @@ class Prediction:
     escape_arrhenius: float | None = None
     escape_powerlaw: float | None = None
     joint_eigenvalue: float | None = None
+    test_loss: float | None = None
+    fdr_residual: float | None = None
     hessian: np.ndarray | None = None
     noise_cov: np.ndarray | None = None
     weight_cov_continuous: np.ndarray | None = None
@@ -82,6 +87,7 @@ def predict(problem, params: Mapping[str, Any]) -> Prediction:
             pred.formulas["weight_cov"] = linear_theory.FORMULA
             pred.formulas["loss"] = "L(w*) + ½ Tr(H M) with M from " + linear_theory.FORMULA
             pred.hessian, pred.noise_cov = problem.sxx, linear_theory.noise_covariance(problem, s, noise)
+            _linear_extras(problem, params, pred)
         else:
             pred.reasons["weight_cov"] = (f"no exact stationary covariance for model {kind} with noise {noise}"
                                           + (" and several outputs" if getattr(problem, "n_outputs", 1) > 1 else ""))
@@ -90,6 +96,10 @@ def predict(problem, params: Mapping[str, Any]) -> Prediction:
     if "weight_cov" in pred.reasons:
         pred.reasons["loss"] = pred.reasons["weight_cov"]
     _approximations(params, pred)
+    for key, value in (("fdr_residual", pred.fdr_residual), ("test_loss", pred.test_loss)):
+        if value is None and key not in pred.reasons:
+            pred.reasons[key] = "needs the exact stationary covariance of single-output linear regression" + (
+                f" ({pred.reasons['weight_cov']})" if "weight_cov" in pred.reasons else "")
     if hasattr(problem, "barrier"):
         _escape(problem, params, pred)
     if kind == "two_layer":
@@ -100,6 +110,23 @@ def predict(problem, params: Mapping[str, Any]) -> Prediction:
             "λ⟨r²⟩/(2S), ⟨r²⟩ = 2 L_min: isotropic joint fluctuations on the range of Γ (Gross et al. "
             "2024 Sec. III, physics.md §4; leading order in λ, P ≫ N)")
     return pred
+
+
+def _linear_extras(problem, params: Mapping[str, Any], pred: Prediction) -> None:
+    """Test loss and the fluctuation–dissipation residual from the exact M (linear regression)."""
+    m = pred.weight_cov
+    if not np.all(np.isfinite(m)):
+        return
+    if getattr(problem, "input_cov", None) is not None:
+        pred.test_loss = float(problem.test_loss(problem.w_min[None])[0] + 0.5 * np.sum(problem.input_cov * m))
+        pred.formulas["test_loss"] = ("test_loss(w_hat) + 1/2 Tr(Sigma_pop M) with the exact M: E[w] = w_hat exactly "
+                                      "for a quadratic loss, Sigma_pop the input covariance of fresh data")
+    if params["noise"] in ("minibatch", "minibatch_replace") and params["momentum"] == 0 and params["method"] == "sgd":
+        batch = linear_theory.batch_product(problem, m, params["batch_size"], params["noise"])
+        pred.fdr_residual = fdr.predicted_residual(params["lr"] * batch, params["lr"] * pred.noise_cov)
+        pred.formulas["fdr_residual"] = fdr.FORMULA["predicted_residual"]
+    else:
+        pred.reasons["fdr_residual"] = "the relation is derived for plain SGD with minibatch noise (no momentum)"
 
 
 def _approximations(params: Mapping[str, Any], pred: Prediction) -> None:
