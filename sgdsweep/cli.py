@@ -114,13 +114,18 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
     fits = fit_ensemble(xr.open_zarr(args.ensemble).load(), _read_json(args.spec))
     atomic_write_text(args.out, json.dumps(fits, indent=1) + "\n")
-    for res in fits.get("power_law", []):
-        for name in ("a", "b"):
-            q = (res.get("params") or {}).get(name)
-            if q:
-                log.info("fit %s%s = %.4f [%.4f, %.4f] (exact theory %.4f, inside: %s)", name,
-                         f" at {res['group']}" if res["group"] else "", q["estimate"], *q["interval"],
-                         q["theory"], q["theory_inside"])
+    for kind, results in fits.items():
+        if kind in ("skipped", "settings"):
+            continue
+        for res in results:
+            for name, q in (res.get("params") or {}).items():
+                if q and q.get("estimate") is not None:
+                    lo, hi = (f"{v:.5g}" if v is not None else "?" for v in q["interval"])
+                    log.info("fit %s %s%s = %.5g [%s, %s] (%s; theory %s, inside: %s)", kind, name,
+                             f" at {res['group']}" if res["group"] else "", q["estimate"], lo, hi,
+                             q["interval_method"], q["theory"], q["theory_inside"])
+    for kind, why in fits.get("skipped", {}).items():
+        log.info("fit %s not run: %s", kind, why)
     return 0
 
 
