@@ -264,7 +264,7 @@ def test_wigner_fit_accepts_a_pair_and_rejects_independent_eigenvalues():
     (width,) = fits["wigner_width"]
     for name, true in (("a", 1.0), ("b", -1.0)):
         p = width["params"][name]
-        assert abs(p["estimate"] - true) < 4 * p["stderr"]
+        assert abs(p["estimate"] - true) < 4 * p["stderr"] and p["theory"] == true
     # two independent Gaussian eigenvalues: Binder ≈ 0, spacings Poisson-like — both rejected
     rng = np.random.default_rng(5)
     x = 4.0 + 0.1 * rng.standard_normal((1, 3000, 2))

@@ -107,6 +107,11 @@ def fit_wigner(ds: xr.Dataset, cfg: dict[str, Any], diverged: np.ndarray, confid
         res = fit_power_law(ds["lr"].values[keep], ds["batch_size"].values[keep], sigma[keep] ** 2,
                             2 * sigma[keep] * sigma_se[keep], confidence=confidence)
         res["model"] = "sigma^2 = A * lr^a * batch_size^b (pair width of WᵀW eigenvalues)"
+        for name in ("a", "b"):  # the theory is the linear scaling rule itself: σ² ∝ λ/S (Park et al. Eq. 9)
+            q = (res.get("params") or {}).get(name)
+            if q and q["interval"][0] is not None:
+                q["theory"] = q["leading_order"]
+                q["theory_inside"] = bool(q["interval"][0] <= q["theory"] <= q["interval"][1])
         res["group"] = group
         width.append(res)
     return points, width
