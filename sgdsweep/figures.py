@@ -303,3 +303,86 @@ def shard_times(ds: xr.Dataset) -> plt.Figure:
     ax.set_xlabel("simulation time [s]")
     ax.set_title("Run time per shard", fontsize=9)
     return fig
+
+
+def _theories(ds: xr.Dataset, name: str) -> list[tuple[str, str]]:
+    """(variable, line style) of every theory of ``name`` present with a finite value."""
+    styles = {"": "k--", "_continuous": "b:", "_detailed_balance": "g-."}
+    out = []
+    for suffix, style in styles.items():
+        var = f"{name}_theory{suffix}"
+        if var in ds and np.isfinite(np.asarray(ds[var].values, float)).any():
+            out.append((var, style))
+    return out
+
+
+def against_axis(ds: xr.Dataset, axis: str, max_groups: int = 6) -> plt.Figure | None:
+    """weight_var and loss (measured ± SE) with every theory of them against one swept axis, one
+    colour per combination of the other swept axes; measured/exact theory below."""
+    names = [n for n in ("weight_var", "loss") if n in ds and _theories(ds, n)]
+    if not names or axis not in ds.coords or ds[axis].dtype.kind not in "fiu":
+        return None
+    swept = json.loads(ds.attrs.get("swept_axes", "[]"))
+    others = [a for a in swept if a != axis and a in ds.coords]
+    keys = list(zip(*(ds[a].values.tolist() for a in others))) if others else [()] * ds.sizes["point"]
+    groups_ = list(dict.fromkeys(keys))[:max_groups]
+    x_all = np.asarray(ds[axis].values, float)
+    ok = _ok(ds)
+    fig, axes = plt.subplots(2, len(names), figsize=(6 * len(names), 6.5), sharex=True, squeeze=False,
+                             gridspec_kw={"height_ratios": [3, 1.3]})
+    colours = plt.cm.viridis(np.linspace(0, 0.85, len(groups_)))
+    for col, name in enumerate(names):
+        ax, axr = axes[0][col], axes[1][col]
+        for key, c in zip(groups_, colours):
+            sel = np.array([k == key for k in keys])
+            order = np.argsort(x_all[sel])
+            x = x_all[sel][order]
+            good = ok[sel][order]
+            y, se = ds[name].values[sel][order], ds[f"{name}_se"].values[sel][order]
+            label = ", ".join(f"{a} = {v}" for a, v in zip(others, key))
+            ax.errorbar(x[good], y[good], yerr=se[good], fmt="o", color=c, ms=4, capsize=2,
+                        label=("measured " + label).strip())
+            if (~good).any():
+                ax.plot(x[~good], np.full((~good).sum(), np.nanmin(y[good]) if good.any() else 1.0), "rx")
+            for var, style in _theories(ds, name):
+                ax.plot(x, ds[var].values[sel][order], linestyle=style[1:], color=c, lw=1,
+                        label=var.replace(name + "_", "") if key == groups_[0] else None)
+            th = ds[f"{name}_theory"].values[sel][order]
+            axr.errorbar(x[good], (y / th)[good], yerr=(se / th)[good], fmt="o", color=c, ms=4)
+        ax.set_yscale("log")
+        ax.set_ylabel(f"{ds[name].attrs.get('long_name', name)} [{ds[name].attrs.get('units', '')}]")
+        ax.legend(fontsize=7)
+        axr.axhline(1.0, color="k", lw=0.8)
+        axr.set_ylabel("measured / exact theory")
+        axr.set_xlabel(f"{ds[axis].attrs.get('long_name', axis)} [{ds[axis].attrs.get('units', '1')}]")
+        if np.all(x_all > 0) and x_all.max() / x_all.min() > 20:
+            ax.set_xscale("log")
+    fig.suptitle(f"Measured (±1 SE) and theory against {axis}; red x: diverged", fontsize=10)
+    return fig
+
+
+def spectrum_against_axis(ds: xr.Dataset, axis: str, name: str = "weight_cov_eigenvalues",
+                          scale: np.ndarray | None = None, ylabel: str | None = None) -> plt.Figure | None:
+    """Every eigenvalue of ``name`` per point (dots) and its theories (lines) against a swept axis,
+    divided by ``scale`` per point when given (e.g. λσ²/(2S): Gross Fig. 5b)."""
+    if name not in ds or axis not in ds.coords or ds[axis].dtype.kind not in "fiu":
+        return None
+    x = np.asarray(ds[axis].values, float)
+    order = np.argsort(x)
+    scale = np.ones(x.size) if scale is None else np.asarray(scale, float)
+    fig, ax = plt.subplots(figsize=(7, 5))
+    vals = np.asarray(ds[name].values, float) / scale[:, None]
+    for k in range(vals.shape[1]):
+        ax.plot(x[order], vals[order, k], "o", color="C0", ms=3, label="measured" if k == 0 else None)
+    for var, style in _theories(ds, name):
+        th = np.asarray(ds[var].values, float) / scale[:, None]
+        for k in range(th.shape[1]):
+            ax.plot(x[order], th[order, k], style, lw=0.8, label=var.replace(name + "_", "") if k == 0 else None)
+    ax.set_yscale("log")
+    if np.all(x > 0) and x.max() / x.min() > 5:
+        ax.set_xscale("log")
+    ax.set_xlabel(f"{ds[axis].attrs.get('long_name', axis)} [{ds[axis].attrs.get('units', '1')}]")
+    ax.set_ylabel(ylabel or f"{ds[name].attrs.get('long_name', name)} [{ds[name].attrs.get('units', '')}]")
+    ax.legend(fontsize=8)
+    ax.set_title(f"{ds[name].attrs.get('long_name', name)} against {axis}", fontsize=10)
+    return fig

@@ -254,6 +254,13 @@ def build_report(ds: xr.Dataset, fits: dict[str, Any], report_spec: dict[str, An
     parts.append("<h2>Measured vs theory</h2>")
     parts.append(figs.img("weight_var", figures.weight_var_against_ratio(ds), "weight variance against lr/batch_size"))
     parts.append(figs.img("spectra", figures.spectra(ds), "covariance spectra"))
+    swept = json.loads(ds.attrs.get("swept_axes", "[]"))
+    for axis in swept:
+        parts.append(figs.img(f"against_{axis}", figures.against_axis(ds, axis), f"observables against {axis}"))
+        if axis not in ("lr", "batch_size"):
+            for name in ("weight_cov_eigenvalues", "q_eigenvalues"):
+                parts.append(figs.img(f"{name}_against_{axis}", figures.spectrum_against_axis(ds, axis, name),
+                                      f"{name} against {axis}"))
     parts.append("<h2>Points</h2>")
     parts.append(_points_table(ds))
     shown = {"weight_var", "weight_var_se", "weight_var_theory", "loss", "loss_theory", "diverged", "burn_in",
