@@ -28,10 +28,16 @@ from .store import is_complete, point_path
 log = logging.getLogger("sgdsweep.execute")
 
 
+#: Parameters that may differ between the points of one engine call (one lane each).
+BATCH_VARYING = ("lr", "momentum")
+
+
 def make_batches(points: Sequence[Mapping[str, Any]], points_per_task: int) -> list[list[Mapping[str, Any]]]:
-    """Group points by (batch_size, steps), keeping sweep order, in chunks of ``points_per_task``."""
-    def key(p: Mapping[str, Any]) -> tuple[int, int]:
-        return int(p["params"]["batch_size"]), int(p["params"]["steps"])
+    """Group points that one engine call can advance together — equal in every parameter but
+    ``lr`` and ``momentum`` (so one shard and one batch_size) — keeping sweep order, in chunks of
+    ``points_per_task``."""
+    def key(p: Mapping[str, Any]) -> str:
+        return json.dumps({k: v for k, v in p["params"].items() if k not in BATCH_VARYING}, sort_keys=True)
 
     batches: list[list[Mapping[str, Any]]] = []
     for _, group in groupby(sorted(points, key=key), key=key):

@@ -372,6 +372,9 @@ def spectrum_against_axis(ds: xr.Dataset, axis: str, name: str = "weight_cov_eig
     scale = np.ones(x.size) if scale is None else np.asarray(scale, float)
     fig, ax = plt.subplots(figsize=(7, 5))
     vals = np.asarray(ds[name].values, float) / scale[:, None]
+    if vals.shape[1] < 2 or not np.any(np.isfinite(vals) & (vals > 0)):
+        plt.close(fig)
+        return None  # one mode (the against-axis figure shows it) or nothing positive to draw
     for k in range(vals.shape[1]):
         ax.plot(x[order], vals[order, k], "o", color="C0", ms=3, label="measured" if k == 0 else None)
     for var, style in _theories(ds, name):

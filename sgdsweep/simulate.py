@@ -66,6 +66,13 @@ def simulate_points(points: Sequence[Mapping[str, Any]], points_dir: str) -> dic
     """
     t_start = time.perf_counter()
     first = points[0]["params"]
+    for spec in points[1:]:
+        diff = sorted(k for k in set(first) | set(spec["params"])
+                      if k not in ("lr", "momentum") and first.get(k) != spec["params"].get(k))
+        if diff:
+            raise ValueError(f"points {points[0]['hash']} and {spec['hash']} differ in {diff}: one call simulates "
+                             "points equal in everything but lr and momentum (group them with "
+                             "sgdsweep.execute.make_batches)")
     model = get_model(first["model"])
     problem = model.make_problem(model.data_params(first))
     dyn = Dynamics(first["method"], first["dt_over_lr"])

@@ -108,3 +108,16 @@ def test_point_store_arrays_are_described(tmp_path):
     assert {"sigma_ww", "noise_cov_lag", "weight_var_diag", "weight_cov_eigenvectors"} <= set(names)
     for name in names:
         assert {"long_name", "units", "description"} <= set(group[name].attrs), name
+
+
+def test_a_batch_never_mixes_shards(tmp_path):
+    """Points of different shards (here: noise types) are never advanced by one engine call:
+    make_batches separates them and simulate_points refuses a mixed batch."""
+    sweep = build_sweep({"sweep": "mix", "results_dir": str(tmp_path), "model": {"kind": "linear", "n_inputs": 3},
+                         "dynamics": SHORT, "grid": {"lr": [0.1, 0.2], "batch_size": 2, "samples_per_param": 4,
+                                                     "noise": ["epoch", "label"]}})
+    specs = [p.spec() for p in sweep.points]
+    batches = make_batches(specs, 8)
+    assert len(batches) == 2 and all(len({b["params"]["noise"] for b in batch}) == 1 for batch in batches)
+    with pytest.raises(ValueError, match=r"differ in \['noise'"):
+        simulate_points(specs, str(tmp_path))
