@@ -26,7 +26,7 @@ import numpy as np
 import xarray as xr
 
 from .collapse import fit_collapse
-from .common import groups, replica_table
+from .common import axis_values, groups, replica_order, replica_table
 from .escape import fit_escape
 from .power_law import fit_power_law
 from .spectra import fit_flatness, fit_wigner
@@ -39,12 +39,6 @@ BOOTSTRAP_SEED = 20240101
 
 def _diverged(ds: xr.Dataset) -> np.ndarray:
     return ds["diverged"].values.astype(bool) if "diverged" in ds else np.zeros(ds.sizes["point"], bool)
-
-
-def _momentum(ds: xr.Dataset) -> np.ndarray:
-    if "momentum" in ds.coords:
-        return np.asarray(ds["momentum"].values, float)
-    return np.full(ds.sizes["point"], float(ds.attrs.get("momentum", 0.0)))
 
 
 def _has(ds: xr.Dataset, *names: str) -> bool:
@@ -92,7 +86,7 @@ def fit_ensemble(ds: xr.Dataset, fit_config: dict[str, Any]) -> dict[str, Any]:
                 ds["lr"].values[i], ds["batch_size"].values[i], ds["weight_var"].values[i],
                 ds["weight_var_se"].values[i], ds["weight_var_theory"].values[i] if "weight_var_theory" in ds else None,
                 replicas=wv_rep[i] if wv_rep is not None else None, rng=rng(), **common))
-    mom = _momentum(ds)
+    mom = axis_values(ds, "momentum", 0.0)
     for name, fitted, variable in (("linear_scaling", ("lr", "batch_size"), "lr/batch_size"),
                                    ("momentum_scaling", ("lr", "batch_size", "momentum"),
                                     "lr/((1-momentum)*batch_size)")):
@@ -115,11 +109,9 @@ def fit_ensemble(ds: xr.Dataset, fit_config: dict[str, Any]) -> dict[str, Any]:
         else:
             times = replica_table(ds, "escape_time_replica")
             esc = None
-            if times is not None and "escape_step" in ds:
-                raw = np.asarray(ds["escape_time_replica"].values, float)
-                flags = np.asarray(ds["escape_step"].values) >= 0
-                order = np.argsort(~np.isfinite(raw), axis=1, kind="stable")
-                esc = np.take_along_axis(flags, order, axis=1)
+            if times is not None and "escape_step" in ds:  # escape flags in the same replica order
+                esc = np.take_along_axis(np.asarray(ds["escape_step"].values) >= 0,
+                                         replica_order(ds, "escape_time_replica"), axis=1)
 
             def theory(name: str, i: np.ndarray) -> np.ndarray | None:
                 return ds[name].values[i] if name in ds else None

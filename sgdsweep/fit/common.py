@@ -45,15 +45,17 @@ def axis_values(ds: xr.Dataset, name: str, default: float) -> np.ndarray:
     return np.full(ds.sizes["point"], float(ds.attrs.get(name, default)))
 
 
+def replica_order(ds: xr.Dataset, name: str) -> np.ndarray:
+    """Per point, the permutation of the replicas that puts ``name``'s finite values first."""
+    return np.argsort(~np.isfinite(np.asarray(ds[name].values, float)), axis=1, kind="stable")
+
+
 def replica_table(ds: xr.Dataset, name: str) -> np.ndarray | None:
     """Per-replica values (point, replica) with each row's finite values moved to the front
     (NaN after), so that ``row[:count]`` are the usable replicas; None if ``name`` is absent."""
     if name not in ds:
         return None
-    arr = np.asarray(ds[name].values, float)
-    finite = np.isfinite(arr)
-    order = np.argsort(~finite, axis=1, kind="stable")
-    return np.take_along_axis(arr, order, axis=1)
+    return np.take_along_axis(np.asarray(ds[name].values, float), replica_order(ds, name), axis=1)
 
 
 def resample_indices(counts: np.ndarray, width: int, n_boot: int, rng: np.random.Generator) -> np.ndarray:
