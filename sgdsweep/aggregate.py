@@ -107,6 +107,8 @@ VARIABLES: dict[str, tuple[str, str, str]] = {
                                      "2/(2 − λω) and the multiplicative noise)"),
     "mode_curvature": ("loss curvature along covariance modes", "loss/weight²",
                        "vᵢᵀ H vᵢ for the covariance eigenvectors vᵢ, H the loss Hessian at the replica's mean weights"),
+    "mode_curvature_theory": ("loss curvature along the theory's covariance modes", "loss/weight²",
+                              "vᵢᵀ H vᵢ for the eigenvectors vᵢ of the exact theory covariance, H the loss Hessian"),
     "range_cov_eigenvalues": ("covariance eigenvalues on the range of Γ", "weight²",
                               "eigenvalues of the joint covariance projected on the Hessian's range, descending"),
     "noise_cov_ratio": ("‖D(m)‖/‖D(0)‖", "1", "Frobenius norm of the lag-m gradient-noise covariance over lag 0"),
@@ -120,7 +122,7 @@ VECTOR_ARRAYS = {"weight_cov_eigenvalues": "mode", "weight_cov_eigenvalues_theor
                  "weight_cov_eigenvalues_theory_detailed_balance": "mode",
                  "q_eigenvalues": "q_mode", "q_eigenvalues_theory": "q_mode",
                  "q_eigenvalues_theory_continuous": "q_mode",
-                 "mode_curvature": "mode", "noise_cov_ratio": "lag", "range_cov_eigenvalues": "range_mode"}
+                 "mode_curvature": "mode", "mode_curvature_theory": "mode", "noise_cov_ratio": "lag", "range_cov_eigenvalues": "range_mode"}
 COORDS: dict[str, tuple[str, str, str]] = {
     "point": ("point hash", "1", "content hash of the point's fully resolved parameters"),
     "replica": ("replica index", "1", "index of the independent replica"),
@@ -141,6 +143,7 @@ COORDS: dict[str, tuple[str, str, str]] = {
 }
 #: theory column → the key of its formula (and of the reason when it is missing) in the point summaries
 THEORY_SOURCES = {"weight_var_theory": "weight_cov", "weight_cov_eigenvalues_theory": "weight_cov",
+                  "mode_curvature_theory": "weight_cov",
                   "loss_theory": "loss", "escape_time_theory_arrhenius": "escape_time_arrhenius",
                   "escape_time_theory_powerlaw": "escape_time_powerlaw",
                   "joint_eigenvalue_theory": "joint_eigenvalue",

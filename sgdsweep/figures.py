@@ -16,6 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.colors import ListedColormap  # noqa: E402
 
+from .fit.spectra import ALL_WEIGHTS, flatness_columns  # noqa: E402
 from .theory import rmt  # noqa: E402
 
 
@@ -231,8 +232,8 @@ def flatness(ds: xr.Dataset, results: list[dict[str, Any]], max_points: int = 4)
     index = {str(p): i for i, p in enumerate(ds["point"].values)}
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     for res, c in zip(good, plt.cm.viridis(np.linspace(0, 0.85, len(good)))):
-        i, layer = index[res["point"]], res["layer"]
-        v, k = ds[f"layer_cov_eigenvalues_{layer}"].values[i], ds[f"layer_mode_curvature_{layer}"].values[i]
+        i, cols = index[res["point"]], flatness_columns(res["layer"])
+        v, k = ds[cols["variance"]].values[i], ds[cols["curvature"]].values[i]
         sel = np.isfinite(v) & np.isfinite(k) & (v > 0) & (k > 0)
         ax.plot(k[sel], v[sel], "o", color=c, ms=4,
                 label=f"λ = {ds['lr'].values[i]:g}, S = {ds['batch_size'].values[i]:g}: "
@@ -242,7 +243,8 @@ def flatness(ds: xr.Dataset, results: list[dict[str, Any]], max_points: int = 4)
         ax.plot(kk, np.exp(np.mean(np.log(v[sel]) - slope * np.log(k[sel]))) * kk**slope, "-", color=c, lw=0.8)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel(f"curvature vᵢᵀHvᵢ along {good[0]['layer']} modes  [loss/weight²]")
+    where = "the weights'" if good[0]["layer"] == ALL_WEIGHTS else good[0]["layer"]
+    ax.set_xlabel(f"curvature vᵢᵀHvᵢ along {where} covariance modes  [loss/weight²]")
     ax.set_ylabel("variance along the mode  [weight²]")
     ax.set_title("Variance against curvature: slope ψ/2 (ψ = 2: inverse variance–flatness)", fontsize=9)
     ax.legend(fontsize=7)

@@ -149,6 +149,14 @@ def _layer_arrays(problem, lanes, ok) -> dict[str, Any]:
     return arrays
 
 
+def mode_curvature(cov: np.ndarray, hessian: np.ndarray) -> np.ndarray:
+    """Loss curvature vᵢᵀHvᵢ (loss/weight²) along the eigenvectors vᵢ of ``cov``, in the order of
+    descending eigenvalue (Gross et al. 2024 Fig. 6: δL(θvᵢ) = θ²vᵢᵀHvᵢ/2)."""
+    vals, vecs = np.linalg.eigh(cov)
+    vecs = vecs[:, np.argsort(vals)[::-1]]
+    return np.einsum("dk,de,ek->k", vecs, hessian, vecs)
+
+
 def _hessian_fd(problem, w: np.ndarray, h: float = 1e-5) -> np.ndarray:
     """Loss Hessian at w (d,) by central differences of the full gradient."""
     d = w.size
@@ -267,6 +275,8 @@ def point_result(problem, params: Mapping[str, Any], burn_in: int, lanes: Mappin
             summary.update(spec_summary)
         elif n_ok:
             arrays["weight_cov_eigenvalues"] = (("mode",), np.sort(np.linalg.eigvalsh(cov))[::-1])
+            if pred.hessian is not None and pred.hessian.shape == cov.shape:
+                arrays["mode_curvature"] = (("mode",), mode_curvature(cov, pred.hessian))
     else:
         arrays["weight_var_diag"] = (("param",), m2[ok].mean(axis=0) if n_ok else np.full(d, np.nan))
         if "sketch" in lanes and n_ok:
@@ -285,6 +295,8 @@ def point_result(problem, params: Mapping[str, Any], burn_in: int, lanes: Mappin
         summary["weight_var_theory"] = finite_or_none(np.trace(pred.weight_cov) / d) if finite else None
         if finite:
             arrays["weight_cov_eigenvalues_theory"] = (("mode",), np.sort(np.linalg.eigvalsh(pred.weight_cov))[::-1])
+            if pred.hessian is not None and pred.hessian.shape == pred.weight_cov.shape:
+                arrays["mode_curvature_theory"] = (("mode",), mode_curvature(pred.weight_cov, pred.hessian))
     _approximation_columns(pred, params, arrays, summary, cov if full and n_ok else None, d)
     summary["loss_theory"] = finite_or_none(pred.loss)
     if pred.test_loss is not None:

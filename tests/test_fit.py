@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import xarray as xr
 
 from sgdsweep.fit import fit_ensemble, fit_power_law
@@ -285,3 +286,17 @@ def test_flatness_exponent_recovers_psi_and_flags_a_wrong_theory():
     flat = flatness_exponent(3e-3 * np.exp(0.05 * rng.standard_normal(12)), curv, theory_variance=3e-3 * curv)
     assert flat["params"]["psi"]["theory_inside"] is False and abs(flat["params"]["psi"]["estimate"]) < 0.2
     assert "need 3" in flatness_exponent(np.ones(2), np.ones(2))["error"]
+
+
+def test_flatness_theory_uses_its_own_curvatures():
+    """A single layer: the theory ψ is fitted along the theory's own modes (its curvatures), not at
+    the measured modes' curvatures."""
+    from sgdsweep.fit.spectra import flatness_exponent
+
+    curv = np.geomspace(0.1, 1.0, 8)
+    measured = 1e-3 * np.ones(8) * np.exp(0.01 * (np.arange(8) % 3))
+    theory_var = 1e-3 * np.geomspace(1.0, 2.0, 8)
+    res = flatness_exponent(measured, curv, theory_variance=theory_var, leading_order=0.0,
+                            theory_curvature=np.full(8, 0.5) * np.geomspace(1.0, 4.0, 8))
+    assert abs(res["params"]["psi"]["theory"] - 2 * np.log(2) / np.log(4)) < 1e-9  # ψ/2 = ln 2/ln 4
+    assert res["curvature_spread"] == pytest.approx(10.0) and res["variance_spread"] < 1.03

@@ -117,46 +117,84 @@ def fit_wigner(ds: xr.Dataset, cfg: dict[str, Any], diverged: np.ndarray, confid
     return points, width
 
 
+#: ``flatness.layer`` value for the whole weight vector of a single-layer model.
+ALL_WEIGHTS = "all"
+
+
+def flatness_columns(layer: str) -> dict[str, str | None]:
+    """Ensemble variables of the flatness fit for ``layer``: measured variance and curvature along
+    the covariance modes, and the theory's variance and curvature along the theory's modes (None:
+    the theory spectrum is compared at the measured curvatures)."""
+    if layer == ALL_WEIGHTS:
+        return {"variance": "weight_cov_eigenvalues", "curvature": "mode_curvature",
+                "theory_variance": "weight_cov_eigenvalues_theory", "theory_curvature": "mode_curvature_theory"}
+    return {"variance": f"layer_cov_eigenvalues_{layer}", "curvature": f"layer_mode_curvature_{layer}",
+            "theory_variance": f"layer_cov_eigenvalues_{layer}_theory", "theory_curvature": None}
+
+
 def flatness_exponent(variance: np.ndarray, curvature: np.ndarray, confidence: float = 0.95,
-                      theory_variance: np.ndarray | None = None, leading_order: float | None = None) -> dict[str, Any]:
-    """ψ from ``ln variance = c + (ψ/2) ln curvature`` over modes with both positive (module docstring)."""
+                      theory_variance: np.ndarray | None = None, leading_order: float | None = None,
+                      theory_curvature: np.ndarray | None = None) -> dict[str, Any]:
+    """ψ from ``ln variance = c + (ψ/2) ln curvature`` over modes with both positive (module docstring).
+
+    The theory ψ is the same fit of ``theory_variance`` against ``theory_curvature`` (default: the
+    measured curvature, mode by mode). ``curvature_spread`` = max/min curvature over the modes
+    used: a single layer has ψ ≈ 0 because the curvature barely varies (Gross et al. Fig. 6).
+    """
     v, c = np.asarray(variance, float), np.asarray(curvature, float)
     ok = np.isfinite(v) & np.isfinite(c) & (v > 0) & (c > 0)
     res: dict[str, Any] = {"model": "variance ∝ flatness^-psi, flatness ∝ curvature^-1/2", "n_modes": int(ok.sum()),
                            "confidence": confidence}
     if ok.sum() < 3 or np.ptp(np.log(c[ok])) == 0:
-        res["error"] = f"{int(ok.sum())} modes with positive variance and curvature: need 3 with distinct curvatures"
+        res["error"] = (f"{int(ok.sum())} modes with positive variance and curvature: need 3 with distinct "
+                        "curvatures (per-mode spectra need d ≤ observe.cov_max_dim)")
         return res
     lc, lv = np.log(c[ok]), np.log(v[ok])
     fit = stats.linregress(lc, lv)
     dof = int(ok.sum()) - 2
     th = None
     if theory_variance is not None:
-        tv = np.asarray(theory_variance, float)[ok]
-        if np.all(np.isfinite(tv) & (tv > 0)):
-            th = 2 * float(stats.linregress(lc, np.log(tv)).slope)
+        tv = np.asarray(theory_variance, float)
+        tc = c if theory_curvature is None else np.asarray(theory_curvature, float)
+        tok = np.isfinite(tv) & np.isfinite(tc) & (tv > 0) & (tc > 0)
+        if theory_curvature is None:
+            tok = ok if np.all(tok[ok]) else np.zeros_like(ok)
+        if tok.sum() >= 3 and np.ptp(np.log(tc[tok])) > 0:
+            th = 2 * float(stats.linregress(np.log(tc[tok]), np.log(tv[tok])).slope)
     tq = float(stats.t.ppf(0.5 + confidence / 2, dof)) if dof > 0 else math.inf
     res["params"] = {"psi": parameter(2 * float(fit.slope), 2 * float(fit.stderr), confidence, "analytic",
                                       theory=th, leading_order=leading_order, quantile=tq)}
     res["r_squared"] = float(fit.rvalue**2)
+    res["curvature_spread"] = float(np.exp(np.ptp(lc)))
+    res["variance_spread"] = float(np.exp(np.ptp(lv)))
     return res
 
 
 def fit_flatness(ds: xr.Dataset, cfg: dict[str, Any], diverged: np.ndarray,
                  confidence: float) -> list[dict[str, Any]] | str:
-    """ψ per point for one layer; a string says why it was skipped."""
+    """ψ per point for one layer (``cfg["layer"]``; default the last layer of a multi-layer model,
+    ``all`` for a single-layer one); a string says why it was skipped.
+
+    Leading order: 2 for W2 of two layers (σᵢ² ∝ D1ᵢ/(D1ᵢ + D2) with D1ᵢ ≪ D2); 0 for a single
+    layer (M ∝ I when C ∝ H); none for W1.
+    """
     layer = _layer(ds, "layer_mode_curvature_", cfg.get("layer"))
+    if layer is None and cfg.get("layer") in (None, ALL_WEIGHTS) and "mode_curvature" in ds \
+            and "layer_mode_curvature_W1" not in ds:
+        layer = ALL_WEIGHTS
     if layer is None:
-        return ("no per-layer mode curvatures in the ensemble (they are measured for models whose minima form a "
-                "manifold: two_layer)")
-    var = np.asarray(ds[f"layer_cov_eigenvalues_{layer}"].values, float)
-    curv = np.asarray(ds[f"layer_mode_curvature_{layer}"].values, float)
-    th_name = f"layer_cov_eigenvalues_{layer}_theory"
-    theory = np.asarray(ds[th_name].values, float) if th_name in ds else None
-    leading = 2.0 if layer == "W2" and "layer_mode_curvature_W1" in ds else None
+        return ("no per-mode curvatures in the ensemble (measured for single-layer models with an exact Hessian "
+                "and for two_layer, when d ≤ observe.cov_max_dim)")
+    cols = flatness_columns(layer)
+    var, curv = (np.asarray(ds[cols[k]].values, float) for k in ("variance", "curvature"))
+    theory = np.asarray(ds[cols["theory_variance"]].values, float) if cols["theory_variance"] in ds else None
+    theory_curv = (np.asarray(ds[cols["theory_curvature"]].values, float)
+                   if cols["theory_curvature"] in ds else None)
+    leading = {ALL_WEIGHTS: 0.0, "W2": 2.0 if "layer_mode_curvature_W1" in ds else None}.get(layer)
     out = []
     for i in np.flatnonzero(~diverged):
-        res = flatness_exponent(var[i], curv[i], confidence, theory[i] if theory is not None else None, leading)
+        res = flatness_exponent(var[i], curv[i], confidence, theory[i] if theory is not None else None, leading,
+                                theory_curv[i] if theory_curv is not None else None)
         res.update({"group": _point_group(ds, i), "point": str(ds["point"].values[i]), "layer": layer})
         out.append(res)
     return out
