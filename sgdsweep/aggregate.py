@@ -52,6 +52,10 @@ VARIABLES: dict[str, tuple[str, str, str]] = {
                             "the residual the papers' relation must leave at the exact stationary Σ_WW: "
                             "‖λE[Σxx⁽ⁿ⁾Σ_WWΣxx⁽ⁿ⁾]‖/‖λD(0)‖"),
     "q_ratio": ("antisymmetric ratio", "1", "max|Q|/max|D_sym|, Q = (ΣxxΣ_WW − Σ_WWΣxx)/2, D_sym its symmetric partner"),
+    "fdr_fourier_mismatch": ("Fourier mismatch of the FDR", "1",
+                             "max over k_x of the difference between the normalised Fourier profiles "
+                             "|Â(k_x,0)|/|Â(0,0)| of ΣxxΣ_WW + Σ_WWΣxx and of D(0), the inputs seen as image "
+                             "pixels (Han et al. 2021 Fig. 2)"),
     "noise_whiteness": ("gradient-noise whiteness", "1", "max over lags m ≠ 0 of ‖D(m)‖/‖D(0)‖"),
     "joint_eigenvalue": ("joint fluctuation eigenvalue", "weight²",
                          "mean eigenvalue of the joint (W1, W2) covariance projected on the range of Γ (the "
@@ -111,6 +115,10 @@ VARIABLES: dict[str, tuple[str, str, str]] = {
                               "vᵢᵀ H vᵢ for the eigenvectors vᵢ of the exact theory covariance, H the loss Hessian"),
     "range_cov_eigenvalues": ("covariance eigenvalues on the range of Γ", "weight²",
                               "eigenvalues of the joint covariance projected on the Hessian's range, descending"),
+    "fdr_fourier_lhs": ("Fourier profile of ΣxxΣ_WW + Σ_WWΣxx", "1",
+                        "|Â(k_x,0)|/|Â(0,0)| at k_x = 2πj/(number of image pixels), the inputs seen as pixels"),
+    "fdr_fourier_noise": ("Fourier profile of D(0)", "1",
+                          "|D̂(k_x,0)|/|D̂(0,0)| at k_x = 2πj/(number of image pixels), the inputs seen as pixels"),
     "noise_cov_ratio": ("‖D(m)‖/‖D(0)‖", "1", "Frobenius norm of the lag-m gradient-noise covariance over lag 0"),
 }
 #: Per-replica arrays copied from the point stores (padded with NaN or −1).
@@ -122,7 +130,8 @@ VECTOR_ARRAYS = {"weight_cov_eigenvalues": "mode", "weight_cov_eigenvalues_theor
                  "weight_cov_eigenvalues_theory_detailed_balance": "mode",
                  "q_eigenvalues": "q_mode", "q_eigenvalues_theory": "q_mode",
                  "q_eigenvalues_theory_continuous": "q_mode",
-                 "mode_curvature": "mode", "mode_curvature_theory": "mode", "noise_cov_ratio": "lag", "range_cov_eigenvalues": "range_mode"}
+                 "mode_curvature": "mode", "mode_curvature_theory": "mode", "noise_cov_ratio": "lag", "range_cov_eigenvalues": "range_mode",
+                 "fdr_fourier_lhs": "fourier_k", "fdr_fourier_noise": "fourier_k"}
 COORDS: dict[str, tuple[str, str, str]] = {
     "point": ("point hash", "1", "content hash of the point's fully resolved parameters"),
     "replica": ("replica index", "1", "index of the independent replica"),

@@ -391,3 +391,24 @@ def spectrum_against_axis(ds: xr.Dataset, axis: str, name: str = "weight_cov_eig
     ax.legend(fontsize=8)
     ax.set_title(f"{ds[name].attrs.get('long_name', name)} against {axis}", fontsize=10)
     return fig
+
+
+def fdr_fourier(ds: xr.Dataset, max_points: int = 3) -> plt.Figure | None:
+    """Han et al. 2021 Fig. 2 (bottom): normalised Fourier profiles of ΣxxΣ_WW + Σ_WWΣxx and of
+    D(0) along k = (k_x, 0), per point; they coincide where the fluctuation–dissipation relation holds."""
+    if "fdr_fourier_lhs" not in ds:
+        return None
+    rows = [i for i in range(ds.sizes["point"]) if np.isfinite(ds["fdr_fourier_lhs"].values[i]).any()][:max_points]
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, c in zip(rows, plt.cm.viridis(np.linspace(0, 0.85, len(rows)))):
+        lhs, noise = ds["fdr_fourier_lhs"].values[i], ds["fdr_fourier_noise"].values[i]
+        j = np.arange(lhs.size)
+        ax.plot(j, noise, "o-", color=c, ms=3, lw=0.8, label=f"D(0), λ = {ds['lr'].values[i]:g}")
+        ax.plot(j, lhs, "s--", color=c, ms=3, lw=0.8, mfc="none", label="ΣxxΣ_WW + Σ_WWΣxx")
+    ax.set_xlabel("k_x / (2π / number of pixels)")
+    ax.set_ylabel("|Â(k_x, 0)| / |Â(0, 0)|")
+    ax.set_title("Fourier profiles of the two sides of the fluctuation–dissipation relation", fontsize=10)
+    ax.legend(fontsize=7)
+    return fig

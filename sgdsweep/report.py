@@ -254,6 +254,7 @@ def build_report(ds: xr.Dataset, fits: dict[str, Any], report_spec: dict[str, An
     parts.append("<h2>Measured vs theory</h2>")
     parts.append(figs.img("weight_var", figures.weight_var_against_ratio(ds), "weight variance against lr/batch_size"))
     parts.append(figs.img("spectra", figures.spectra(ds), "covariance spectra"))
+    parts.append(figs.img("fdr_fourier", figures.fdr_fourier(ds), "Fourier profiles of the FDR"))
     swept = json.loads(ds.attrs.get("swept_axes", "[]"))
     for axis in swept:
         parts.append(figs.img(f"against_{axis}", figures.against_axis(ds, axis), f"observables against {axis}"))

@@ -132,6 +132,12 @@ def fluctuation_dissipation(problem, lanes: Mapping[str, np.ndarray], ok: np.nda
     arrays = {"sigma_ww": (("input", "input_t"), sww), "noise_cov_lag": (("lag", "input", "input_t"), dm),
               "lag": (("lag",), np.asarray(lags, dtype=np.int64)),
               "noise_cov_ratio": (("lag",), np.array([1.0] + norms))}
+    if getattr(problem, "pixels", None) is not None:  # image inputs: Han et al.'s Fourier comparison
+        lhs = fdr.fourier_profile(problem.sxx @ sww + sww @ problem.sxx, problem.pixels, problem.n_pixels)
+        noise = fdr.fourier_profile(d0, problem.pixels, problem.n_pixels)
+        arrays["fdr_fourier_lhs"] = (("fourier_k",), lhs)
+        arrays["fdr_fourier_noise"] = (("fourier_k",), noise)
+        summary["fdr_fourier_mismatch"] = finite_or_none(float(np.max(np.abs(lhs - noise))))
     return summary, arrays
 
 

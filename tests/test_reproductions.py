@@ -121,6 +121,11 @@ def test_han2021_fdr_white_noise_and_broken_symmetry_on_digits(tmp_path):
                     dynamics__replicas=4)
     s = attrs["summary"]
     assert s["noise_whiteness"] < 0.04 and 0.02 < s["q_ratio"] < 0.3 and s["fdr_residual"] < 0.25, s
+    # Fig. 2 (bottom): the Fourier profiles of both sides coincide (measured 0.010), with the image
+    # period a = 8 pixels as a peak at k_x = 2π/8 (j = 64/8 = 8: 0.58 measured)
+    path = store.point_path(tmp_path, attrs["point_hash"])
+    lhs, noise = store.read_array(path, "fdr_fourier_lhs"), store.read_array(path, "fdr_fourier_noise")
+    assert s["fdr_fourier_mismatch"] < 0.05 and lhs[8] > 0.3 and noise[8] > 0.3 and lhs[8] > 3 * lhs[4], (lhs, noise)
 
 
 def test_park2024_binder_and_wigner_of_the_degenerate_pair(tmp_path):

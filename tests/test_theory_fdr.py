@@ -52,3 +52,20 @@ def test_q_ratio_is_zero_for_commuting_and_positive_otherwise():
     assert fdr.q_ratio(sxx, np.array([[1.0, 0.4, 0], [0.4, 1.0, 0], [0, 0, 1.0]])) > 0.05
     with pytest.raises(ValueError, match="sigma_ww must be a square matrix"):
         fdr.q_ratio(sxx, np.ones(3))
+
+
+def test_fourier_profile_sees_the_image_period_through_dropped_pixels():
+    """Han et al. Fig. 2: a matrix whose rows repeat with the image width a = 8 has its profile's
+    peaks at k_x = multiples of 2π/8 (j = 8, 16, …), with dropped pixels embedded as zeros; the
+    normalisation removes overall scale; a wrong pixel map is refused."""
+    width, n_pixels = 8, 64
+    pixels = np.array([p for p in range(n_pixels) if p % width not in (0, 7)])  # edge columns dropped
+    col = pixels % width
+    a = np.outer(np.cos(2 * np.pi * col / width) + 2.0, np.ones(pixels.size))
+    prof = fdr.fourier_profile(a, pixels, n_pixels)
+    assert prof.shape == (33,) and prof[0] == 1.0
+    peaks = np.argsort(prof)[::-1][:3]
+    assert set(peaks) <= {0, 8, 16, 24, 32} and prof[8] > 0.1 and np.max(np.delete(prof, [0, 8, 16, 24, 32])) < 1e-12
+    assert np.allclose(fdr.fourier_profile(5.0 * a, pixels, n_pixels), prof)
+    with pytest.raises(ValueError, match="pixels"):
+        fdr.fourier_profile(a, pixels[:-1], n_pixels)

@@ -40,7 +40,8 @@ def _make(test_fraction: float, pixel_scale: float, seed: int) -> AffineProblem:
     order = rng.permutation(len(x_all))
     n_test = int(round(test_fraction * len(x_all)))
     test, train = order[:n_test], order[n_test:]
-    x_all = x_all[:, np.any(x_all[train] != 0, axis=0)]  # pixels never lit in training: Σxx singular
+    lit = np.any(x_all[train] != 0, axis=0)
+    x_all = x_all[:, lit]  # pixels never lit in training: Σxx singular
     xt, yt = x_all[test], y_all[test]
     sxx_t = xt.T @ xt / max(1, n_test)
     syx_t = yt.T @ xt / max(1, n_test)
@@ -52,6 +53,8 @@ def _make(test_fraction: float, pixel_scale: float, seed: int) -> AffineProblem:
         return 0.5 * np.einsum("loj,loj->l", wm @ sxx_t, wm) - np.einsum("loi,oi->l", wm, syx_t) + yy_t
 
     problem = AffineProblem("digits", x_all[train], y_all[train], noise_types=NOISE_TYPES, test_loss_fn=test_loss)
+    problem.pixels = np.flatnonzero(lit)  # image pixel (row-major in 8×8) of each input
+    problem.n_pixels = lit.size
     return problem
 
 

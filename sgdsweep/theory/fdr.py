@@ -57,3 +57,22 @@ def relation_lhs(sxx: np.ndarray, sigma_ww: np.ndarray, lr: float, batch_term: n
 def predicted_residual(batch_term: np.ndarray, d0: np.ndarray) -> float:
     """The papers' residual at the exact Σ_WW: ‖E[Σxx⁽ⁿ⁾Σ_WWΣxx⁽ⁿ⁾]‖/‖D(0)‖ (1)."""
     return float(np.linalg.norm(_square(batch_term, "batch_term")) / np.linalg.norm(_square(d0, "d0")))
+
+
+def fourier_profile(a: np.ndarray, pixels: np.ndarray, n_pixels: int) -> np.ndarray:
+    """Han et al.'s Fig. 2 (bottom): |Â(k_x, 0)|/|Â(0, 0)| of an input × input matrix seen as an
+    image, for k_x = 2πj/n_pixels, j = 0 … n_pixels/2.
+
+    Input i is image pixel ``pixels[i]`` (row-major, ``n_pixels`` in all): the matrix is embedded
+    in the full n_pixels × n_pixels one (zero at pixels that were dropped), so that the image
+    period a (the image width) shows as peaks at multiples of k0 = 2π/a, i.e. j = n_pixels/a.
+    k_y = 0 sums over the second index. Dimensionless.
+    """
+    a = _square(a, "a")
+    pixels = np.asarray(pixels, dtype=np.int64)
+    if pixels.shape != (a.shape[0],):
+        raise ValueError(f"pixels must list the image pixel of each of the {a.shape[0]} inputs, got shape {pixels.shape}")
+    column = np.zeros(int(n_pixels))
+    column[pixels] = a.sum(axis=1)
+    spectrum = np.abs(np.fft.rfft(column))
+    return spectrum / spectrum[0]
