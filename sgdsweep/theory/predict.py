@@ -58,6 +58,24 @@ class Prediction:
     reasons: dict[str, str] = field(default_factory=dict)
 
 
+#: Noise types whose per-step covariance at the minimum the local theory of a landscape knows.
+LOCAL_NOISE = ("minibatch", "minibatch_replace", "gaussian_matched")
+LOCAL_FORMULA = ("local quadratic approximation at the starting minimum w*: the exact discrete Lyapunov "
+                 "solution with H = ∇²L(w*) and C = the minibatch covariance of the per-sample gradients "
+                 "at w* (quadratic.stationary_covariance); neglects ∇³L and C(w) − C(w*), O(λ) relative")
+
+
+def local_noise_covariance(problem, batch_size: int, noise: str) -> np.ndarray:
+    """Per-step gradient-noise covariance at the minimum of a data problem (weight-space units
+    gradient²): f·cov_μ(g_μ), f = (P−S)/(S(P−1)) without replacement (``minibatch``,
+    ``gaussian_matched``), 1/S with replacement."""
+    g = problem.sample_grads(problem.w_min[None])[0]
+    g = g - g.mean(axis=0)
+    p = problem.n_samples
+    f = 1.0 / batch_size if noise == "minibatch_replace" else (p - batch_size) / (batch_size * (p - 1))
+    return f * (g.T @ g) / p
+
+
 def _sde_step(params: Mapping[str, Any]) -> tuple[float, float]:
     """(integrator step, noise gain): (λ, 1) for SGD, (dt, λ/dt) for the SDE."""
     lr = params["lr"]
@@ -88,6 +106,13 @@ def predict(problem, params: Mapping[str, Any]) -> Prediction:
             pred.formulas["loss"] = "L(w*) + ½ Tr(H M) with M from " + linear_theory.FORMULA
             pred.hessian, pred.noise_cov = problem.sxx, linear_theory.noise_covariance(problem, s, noise)
             _linear_extras(problem, params, pred)
+        elif kind == "landscape" and problem.n_samples is not None and noise in LOCAL_NOISE:
+            pred.hessian = problem.hessian(problem.w_min)
+            pred.noise_cov = local_noise_covariance(problem, s, noise)
+            pred.weight_cov = quadratic_theory.stationary_covariance(pred.hessian, pred.noise_cov * gain, step, mu)
+            pred.loss = float(problem.loss_min + 0.5 * np.sum(pred.hessian * pred.weight_cov))
+            pred.formulas["weight_cov"] = LOCAL_FORMULA
+            pred.formulas["loss"] = "L(w*) + ½ Tr(H M) with M from " + LOCAL_FORMULA
         else:
             pred.reasons["weight_cov"] = (f"no exact stationary covariance for model {kind} with noise {noise}"
                                           + (" and several outputs" if getattr(problem, "n_outputs", 1) > 1 else ""))
@@ -171,7 +196,8 @@ def _escape(problem, params: Mapping[str, Any], pred: Prediction) -> None:
         pred.reasons["escape_time_arrhenius"] = "no constant noise temperature for this landscape"
     if getattr(problem, "loss_saddle", None) and problem.loss_min > 0:
         slope = escape_theory.powerlaw_slope(problem.k_min, problem.loss_min, problem.loss_saddle)
-        pred.escape_powerlaw = math.exp(slope * s / lr) / lr
+        exponent = slope * s / lr
+        pred.escape_powerlaw = math.exp(exponent) / lr if exponent < 700.0 else math.inf  # beyond float range
         pred.formulas["escape_time_powerlaw"] = (
             "Mori's state-dependent law τ_t ∝ exp((S/(λ h*)) ln(L_saddle/L_min)) with unit prefactor, "
             "τ_steps = τ_t/λ; only the slope of ln τ against S/λ is predicted")
