@@ -236,8 +236,8 @@ def flatness(ds: xr.Dataset, results: list[dict[str, Any]], max_points: int = 4)
         v, k = ds[cols["variance"]].values[i], ds[cols["curvature"]].values[i]
         sel = np.isfinite(v) & np.isfinite(k) & (v > 0) & (k > 0)
         ax.plot(k[sel], v[sel], "o", color=c, ms=4,
-                label=f"λ = {ds['lr'].values[i]:g}, S = {ds['batch_size'].values[i]:g}: "
-                      f"ψ = {res['params']['psi']['estimate']:.2f}")
+                label=", ".join(f"{k} = {v:g}" if isinstance(v, float) else f"{k} = {v}"
+                                for k, v in res["group"].items()) + f": ψ = {res['params']['psi']['estimate']:.2f}")
         slope = res["params"]["psi"]["estimate"] / 2
         kk = np.geomspace(k[sel].min(), k[sel].max(), 20)
         ax.plot(kk, np.exp(np.mean(np.log(v[sel]) - slope * np.log(k[sel]))) * kk**slope, "-", color=c, lw=0.8)
