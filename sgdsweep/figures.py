@@ -224,6 +224,35 @@ def wigner(ds: xr.Dataset, results: list[dict[str, Any]], max_points: int = 3) -
     return fig
 
 
+def wigner_width(ds: xr.Dataset, results: list[dict[str, Any]]) -> plt.Figure | None:
+    """Park et al. Fig. 3: the pair width σ of every point against √(λ/S) = √(α/|B|), marked by
+    batch size; the linear scaling rule puts all points on one line through the origin (drawn:
+    the least-squares slope through the origin)."""
+    good = [r for r in results if "params" in r]
+    if len(good) < 2:
+        return None
+    index = {str(p): i for i, p in enumerate(ds["point"].values)}
+    rows = [index[r["point"]] for r in good]
+    x = np.sqrt(ds["lr"].values[rows].astype(float) / ds["batch_size"].values[rows].astype(float))
+    sig = np.array([r["params"]["sigma"]["estimate"] for r in good])
+    lo = np.array([r["params"]["sigma"]["interval"][0] for r in good], dtype=float)
+    hi = np.array([r["params"]["sigma"]["interval"][1] for r in good], dtype=float)
+    batch = ds["batch_size"].values[rows]
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    for b, c in zip(np.unique(batch), plt.cm.viridis(np.linspace(0, 0.85, np.unique(batch).size))):
+        m = batch == b
+        ax.errorbar(x[m], sig[m], yerr=[sig[m] - lo[m], hi[m] - sig[m]], fmt="o", color=c, ms=4, capsize=2,
+                    label=f"S = {b}")
+    slope = float(x @ sig / (x @ x))
+    xx = np.linspace(0, x.max() * 1.05, 20)
+    ax.plot(xx, slope * xx, "k--", lw=0.8, label=f"σ = {slope:.3g}·√(λ/S)")
+    ax.set_xlabel("√(λ/S) = √(α/|B|)  [1]")
+    ax.set_ylabel("pair width σ  [weight²]")
+    ax.set_title("Linear scaling rule: the width depends on λ/S only (one line through 0)", fontsize=9)
+    ax.legend(fontsize=7)
+    return fig
+
+
 def flatness(ds: xr.Dataset, results: list[dict[str, Any]], max_points: int = 4) -> plt.Figure | None:
     """Variance against curvature along one layer's covariance modes (log–log) with the fitted line."""
     good = [r for r in results if "params" in r][:max_points]

@@ -184,6 +184,7 @@ def _fit_sections(ds: xr.Dataset, fits: dict[str, Any], figs: _Figures) -> list[
                              "consistent with the surmise"], rows, "fit"))
         parts.append(_verdict_html(fits["wigner"]))
         parts.append(figs.img("wigner", figures.wigner(ds, fits["wigner"]), "pair statistics"))
+        parts.append(figs.img("wigner_width", figures.wigner_width(ds, fits["wigner"]), "pair width against √(λ/S)"))
         for res in fits.get("wigner_width", []):
             if "params" in res:
                 parts.append(f"<h4>{_NAMES['wigner_width']} at {html.escape(_where(res['group']))}</h4>")

@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from . import store
+from . import allocator, store
 from .engine import Dynamics, run_lanes
 from .identity import hash_words
 from .models import get_model
@@ -64,6 +64,7 @@ def simulate_points(points: Sequence[Mapping[str, Any]], points_dir: str) -> dic
     Returns:
         ``{"points": [hashes written or found], "replica_steps": int, "seconds": float}``.
     """
+    allocator.tune()  # Dask workers start with a malloc setting that makes numpy temporaries page-fault
     t_start = time.perf_counter()
     first = points[0]["params"]
     for spec in points[1:]:
