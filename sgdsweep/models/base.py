@@ -128,15 +128,23 @@ class Problem:
         """|w|² scale that the divergence bound multiplies (1 + |w_min|² by default)."""
         return 1.0 + (float(self.w_min @ self.w_min) if self.w_min is not None else 0.0)
 
+    def minibatch_noise_cov(self, batch_size: int, replace: bool = False) -> np.ndarray:
+        """Per-step gradient-noise covariance at the minimum of a data problem (gradient², d × d):
+        f·cov_μ(g_μ) over the per-sample gradients, f = (P−S)/(S(P−1)) without replacement,
+        1/S with replacement (physics.md §7)."""
+        g = self.sample_grads(self.w_min[None, :])[0]
+        g = g - g.mean(axis=0)
+        p = self.n_samples
+        if replace:
+            factor = 1.0 / batch_size
+        else:
+            factor = (p - batch_size) / (batch_size * (p - 1)) if p > 1 else 0.0
+        return factor * (g.T @ g) / p
+
     def gaussian_noise_var(self, batch_size: int) -> float:
         """Per-coordinate variance of the isotropic ``gaussian`` noise per step: the minibatch
         (without replacement) noise trace at the minimum divided by d (physics.md §7)."""
-        w = self.w_min[None, :]
-        g = self.sample_grads(w)[0]
-        g = g - g.mean(axis=0)
-        p = self.n_samples
-        factor = (p - batch_size) / (batch_size * (p - 1)) if p > 1 else 0.0
-        return float(factor * np.sum(g * g) / p / self.dim)
+        return float(np.trace(self.minibatch_noise_cov(batch_size)) / self.dim)
 
     def describe(self) -> dict[str, Any]:
         """JSON-ready facts about the problem, stored with every point (minimum loss etc.)."""

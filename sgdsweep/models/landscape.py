@@ -155,11 +155,7 @@ class Thesis(Problem):
 
     def step_noise_var(self, batch_size: int) -> float:
         """Minibatch gradient-noise variance per step along the escape direction at the minimum."""
-        g = self.sample_grads(self.w_min[None])[0]
-        g = g - g.mean(axis=0)
-        p = self.n_samples
-        c = g.T @ g / p * (p - batch_size) / (batch_size * (p - 1))
-        return float(self.normal @ c @ self.normal)
+        return float(self.normal @ self.minibatch_noise_cov(batch_size) @ self.normal)
 
     def divergence_scale(self):
         return 1.0 + 1e4

@@ -65,17 +65,6 @@ LOCAL_FORMULA = ("local quadratic approximation at the starting minimum w*: the 
                  "at w* (quadratic.stationary_covariance); neglects ∇³L and C(w) − C(w*), O(λ) relative")
 
 
-def local_noise_covariance(problem, batch_size: int, noise: str) -> np.ndarray:
-    """Per-step gradient-noise covariance at the minimum of a data problem (weight-space units
-    gradient²): f·cov_μ(g_μ), f = (P−S)/(S(P−1)) without replacement (``minibatch``,
-    ``gaussian_matched``), 1/S with replacement."""
-    g = problem.sample_grads(problem.w_min[None])[0]
-    g = g - g.mean(axis=0)
-    p = problem.n_samples
-    f = 1.0 / batch_size if noise == "minibatch_replace" else (p - batch_size) / (batch_size * (p - 1))
-    return f * (g.T @ g) / p
-
-
 def _sde_step(params: Mapping[str, Any]) -> tuple[float, float]:
     """(integrator step, noise gain): (λ, 1) for SGD, (dt, λ/dt) for the SDE."""
     lr = params["lr"]
@@ -108,7 +97,7 @@ def predict(problem, params: Mapping[str, Any]) -> Prediction:
             _linear_extras(problem, params, pred)
         elif kind == "landscape" and problem.n_samples is not None and noise in LOCAL_NOISE:
             pred.hessian = problem.hessian(problem.w_min)
-            pred.noise_cov = local_noise_covariance(problem, s, noise)
+            pred.noise_cov = problem.minibatch_noise_cov(s, replace=noise == "minibatch_replace")
             pred.weight_cov = quadratic_theory.stationary_covariance(pred.hessian, pred.noise_cov * gain, step, mu)
             pred.loss = float(problem.loss_min + 0.5 * np.sum(pred.hessian * pred.weight_cov))
             pred.formulas["weight_cov"] = LOCAL_FORMULA
