@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import fused
 from . import observables as obs
 from .models.base import ADDED_NOISE, Problem
 from .noise import MODE, added_noise, normals_per_step, sample_indices, uniforms_per_step
@@ -125,6 +126,12 @@ def run_lanes(problem: Problem, *, noise: str, batch_size: int, steps: int, lr: 
     gu = [s[0] for s in streams]  # the working lanes' uniform and normal generators
     gz = [s[1] for s in streams]
     per_step = max(1, n_u + n_z)
+    use_fused = fused.supports(problem, noise, dynamics.kind, noise_lags) and not observe.escape
+    if use_fused:
+        kernel_model = fused.Model(problem)
+        n_threads = fused.threads()
+        omega = (obs.sketch_matrix(d, acc.arrays["sketch"].shape[2]) if "sketch" in acc.arrays
+                 else np.zeros((0, 0)))
     t0 = 0
     while t0 < steps and ids.size:
         n_work = ids.size
@@ -134,11 +141,22 @@ def run_lanes(problem: Problem, *, noise: str, batch_size: int, steps: int, lr: 
             u = np.empty((n_work, nb, n_u))
             for i, g in enumerate(gu):
                 g.random(out=u[i])
-            idx_block = sample_indices(u, perm_view, pos_view, MODE[noise], n_batches)
+            if not use_fused:
+                idx_block = sample_indices(u, perm_view, pos_view, MODE[noise], n_batches)
         if n_z:
             z_block = np.empty((n_work, nb, n_z))
             for i, g in enumerate(gz):
                 g.standard_normal(out=z_block[i])
+        if use_fused:
+            stopping = fused.advance(kernel_model, MODE[noise], n_batches, t0, u,
+                                     z_block if z_block is not None else np.zeros((n_work, nb, 0)),
+                                     w, mom, lr_v, mu_v, burn_v, bound_v, stride_v, perm_view, pos_view,
+                                     acc.arrays, omega, observe.loss,
+                                     observe.test_loss and kernel_model.test_a.size > 0, n_threads)
+            if stopping.any():
+                stop(stopping)
+            t0 += nb
+            continue
         for s in range(nb):
             t = t0 + s
             idx = idx_block[:, s] if idx_block is not None else None

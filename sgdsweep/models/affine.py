@@ -25,14 +25,16 @@ from .base import ADDED_NOISE, Layer, Problem
 
 
 class AffineProblem(Problem):
-    """See the module docstring. ``test`` is an optional (x, y) held-out set or a callable
-    giving the expected loss on fresh data per lane."""
+    """See the module docstring. ``test_quadratic`` is the optional test loss as a quadratic
+    form ``(A, B, c)``: ``L_test(W) = c + ½ Σ_o W_o A W_oᵀ − ⟨B, W⟩`` with A (n_in × n_in) and B
+    (n_out × n_in) — the expected loss on fresh data, or the loss on a held-out set."""
 
     linear_in_w = True
 
     def __init__(self, kind: str, x: np.ndarray, y: np.ndarray, *, metric: np.ndarray | None = None,
                  offsets: np.ndarray | None = None, noise_types: tuple[str, ...] = (),
-                 label_noise: float = 0.0, test_loss_fn=None) -> None:
+                 label_noise: float = 0.0,
+                 test_quadratic: tuple[np.ndarray, np.ndarray, float] | None = None) -> None:
         self.kind = kind
         self.x = np.ascontiguousarray(x, dtype=np.float64)
         self.y = np.ascontiguousarray(y.reshape(len(y), -1), dtype=np.float64)
@@ -45,7 +47,10 @@ class AffineProblem(Problem):
         self.offsets = None if offsets is None else np.asarray(offsets, dtype=np.float64)
         self.noise_types = noise_types
         self.label_noise = float(label_noise)
-        self._test_loss_fn = test_loss_fn
+        self.test_quadratic = None if test_quadratic is None else (
+            np.ascontiguousarray(test_quadratic[0], dtype=np.float64),
+            np.ascontiguousarray(test_quadratic[1], dtype=np.float64).reshape(n_out, n_in),
+            float(test_quadratic[2]))
         self.sxx = self.x.T @ self.x / p
         self.syx = self.y.T @ self.x / p
         self.a_mean = np.zeros((n_out, n_in)) if self.offsets is None else self.offsets.mean(axis=0)
@@ -108,7 +113,11 @@ class AffineProblem(Problem):
         return self.loss_min + 0.5 * np.einsum("loj,loj->l", md @ self.sxx, d)
 
     def test_loss(self, w):
-        return None if self._test_loss_fn is None else self._test_loss_fn(self._mat(w))
+        if self.test_quadratic is None:
+            return None
+        a, b, c = self.test_quadratic
+        wm = self._mat(w)
+        return c + 0.5 * np.einsum("loj,loj->l", wm @ a, wm) - np.einsum("loi,oi->l", wm, b)
 
     def curvatures(self):
         return self._curv

@@ -47,12 +47,9 @@ def _make(test_fraction: float, pixel_scale: float, seed: int) -> AffineProblem:
     syx_t = yt.T @ xt / max(1, n_test)
     yy_t = 0.5 * float(np.mean(np.sum(yt * yt, axis=1))) if n_test else 0.0
 
-    def test_loss(wm: np.ndarray) -> np.ndarray | None:
-        if n_test == 0:
-            return None
-        return 0.5 * np.einsum("loj,loj->l", wm @ sxx_t, wm) - np.einsum("loi,oi->l", wm, syx_t) + yy_t
-
-    problem = AffineProblem("digits", x_all[train], y_all[train], noise_types=NOISE_TYPES, test_loss_fn=test_loss)
+    test_quadratic = (sxx_t, syx_t, yy_t) if n_test else None  # the held-out images' loss
+    problem = AffineProblem("digits", x_all[train], y_all[train], noise_types=NOISE_TYPES,
+                            test_quadratic=test_quadratic)
     problem.pixels = np.flatnonzero(lit)  # image pixel (row-major in 8×8) of each input
     problem.n_pixels = lit.size
     return problem

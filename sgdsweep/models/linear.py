@@ -94,12 +94,10 @@ def _make(n_inputs: int, n_outputs: int, p: int, label_noise: float, inputs: str
     y = x @ teacher.T + (0.0 if noiseless else eps)
     noise_floor = n_outputs * label_noise**2 / 2.0
 
-    def test_loss(wm: np.ndarray) -> np.ndarray:
-        d = wm - teacher[None]
-        return 0.5 * np.einsum("loj,loj->l", d @ cov, d) + noise_floor
-
+    # expected loss on fresh data, ½ Σ_o (W − T)_o Σ (W − T)_oᵀ + noise floor, as a quadratic form
+    test_quadratic = (cov, teacher @ cov, 0.5 * float(np.sum((teacher @ cov) * teacher)) + noise_floor)
     problem = AffineProblem("linear", x, y, noise_types=NOISE_TYPES, label_noise=label_noise,
-                            test_loss_fn=test_loss)
+                            test_quadratic=test_quadratic)
     problem.teacher = teacher
     problem.input_cov = cov
     return problem

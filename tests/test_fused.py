@@ -1,0 +1,111 @@
+"""The fused kernel (sgdsweep.fused) against the numpy engine on the same random numbers.
+
+Both paths consume the same per-lane uniform and normal streams, so for every supported model,
+noise type and observable every accumulator must agree to floating-point rounding — including
+lanes that diverge mid-block, per-lane burn-in and loss strides, momentum, the N×N second moment
+(flushed from the kernel's δ buffer) and the diagonal + Nyström sketch beyond cov_max_dim. A
+wrong sample selection, gradient, update or accumulator in either path fails these tests; the
+physics of the shared path is tested against theory in test_engine_statistics.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from sgdsweep import engine, fused
+from sgdsweep.config import build_sweep
+from sgdsweep.models import get_model
+from sgdsweep.observables import ObserveSpec
+from sgdsweep.simulate import replica_streams
+
+
+def _problem(model: dict[str, Any]):
+    model = dict(model)
+    grid = {"lr": 0.1, "batch_size": 5}
+    if model["kind"] != "digits":
+        grid["samples_per_param"] = model.pop("samples_per_param", 5)
+    point = build_sweep({"sweep": "t", "model": model, "grid": grid, "dynamics": {"burn_in": 0}}).points[0]
+    m = get_model(model["kind"])
+    return m.make_problem(m.data_params(point.params))
+
+
+def _run(problem, noise: str, *, lr, momentum, observe: ObserveSpec, steps: int = 700,
+         batch_size: int = 5, threads: int = 1, use_fused: bool, monkeypatch) -> dict[str, np.ndarray]:
+    n = len(lr)
+    streams = [g[:2] for g in replica_streams(3, "00112233445566778899aabbccddeeff", n)]
+    monkeypatch.setenv(fused.THREADS_ENV, str(threads))
+    if not use_fused:
+        monkeypatch.setattr(fused, "supports", lambda *a: False)
+    out = engine.run_lanes(problem, noise=noise, batch_size=batch_size, steps=steps, lr=np.array(lr),
+                           momentum=np.array(momentum), burn_in=np.arange(n) * 37 % 200,
+                           bound=np.full(n, 1e6 * problem.divergence_scale()),
+                           w0=np.zeros((n, problem.dim)), streams=streams, observe=observe,
+                           loss_stride=1 + np.arange(n) % 3)
+    monkeypatch.undo()
+    return out
+
+
+CASES = {
+    # model, noise, lr (the last lanes diverge), momentum
+    "linear minibatch": ({"kind": "linear", "n_inputs": 12, "samples_per_param": 5}, "minibatch",
+                         [0.1, 0.5, 1.0, 9.0], [0.0, 0.0, 0.0, 0.0]),
+    "linear momentum": ({"kind": "linear", "n_inputs": 12, "samples_per_param": 5}, "minibatch",
+                        [0.1, 0.3, 0.2, 9.0], [0.0, 0.5, 0.9, 0.5]),
+    "linear epoch": ({"kind": "linear", "n_inputs": 12, "samples_per_param": 5.25}, "epoch",
+                     [0.1, 0.5, 1.0, 9.0], [0.0, 0.3, 0.0, 0.0]),
+    "linear replace": ({"kind": "linear", "n_inputs": 12, "samples_per_param": 5}, "minibatch_replace",
+                       [0.1, 0.5, 1.0, 9.0], [0.0, 0.0, 0.6, 0.0]),
+    "linear label, two outputs": ({"kind": "linear", "n_inputs": 8, "n_outputs": 2, "samples_per_param": 5,
+                                   "label_noise": 0.3}, "label", [0.1, 0.5, 1.0, 9.0], [0.0, 0.2, 0.0, 0.0]),
+    "matrix (metric, offsets)": ({"kind": "matrix", "targets": [1.0, 0.5, 0.25], "injected_noise": 0.3},
+                                 "minibatch", [0.05, 0.1, 0.2, 40.0], [0.0, 0.5, 0.0, 0.0]),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_fused_equals_numpy_engine(name, monkeypatch):
+    model, noise, lr, mom = CASES[name]
+    problem = _problem(model)
+    observe = ObserveSpec(cov_max_dim=64, autocorr_lags=8)
+    a = _run(problem, noise, lr=lr, momentum=mom, observe=observe, use_fused=True, monkeypatch=monkeypatch)
+    b = _run(problem, noise, lr=lr, momentum=mom, observe=observe, use_fused=False, monkeypatch=monkeypatch)
+    assert fused.supports(problem, noise, "sgd", [])
+    assert a.keys() == b.keys()
+    assert (a["diverged_step"][-1] > 0) and (a["diverged_step"][:-1] == -1).all()  # the last lane diverges
+    assert a["n"][:-1].min() > 100 and a["loss_count"][:-1].min() > 30
+    for k in a:
+        np.testing.assert_allclose(a[k], b[k], rtol=1e-9, atol=1e-12 * np.abs(b[k]).max(initial=1.0), err_msg=k)
+
+
+def test_fused_sketch_beyond_cov_max_dim_and_threads(monkeypatch):
+    """digits (d = 610 > cov_max_dim): diagonal + sketch + held-out test loss, two threads."""
+    problem = _problem({"kind": "digits"})
+    observe = ObserveSpec(cov_max_dim=64, n_eigenpairs=4, autocorr_lags=4)
+    lr, mom = [0.01, 0.02, 0.05, 0.05, 0.01], [0.0, 0.0, 0.5, 0.0, 0.9]
+    a = _run(problem, "minibatch", lr=lr, momentum=mom, observe=observe, steps=300, threads=2,
+             use_fused=True, monkeypatch=monkeypatch)
+    b = _run(problem, "minibatch", lr=lr, momentum=mom, observe=observe, steps=300, use_fused=False,
+             monkeypatch=monkeypatch)
+    assert "sketch" in a and "sum_test_loss" in a and "sum_dd" not in a
+    for k in a:
+        np.testing.assert_allclose(a[k], b[k], rtol=1e-9, atol=1e-12 * np.abs(b[k]).max(initial=1.0), err_msg=k)
+
+
+def test_wrong_update_is_caught(monkeypatch):
+    """The comparison is not vacuous: another sample stream (one more draw per step) differs."""
+    problem = _problem(CASES["linear minibatch"][0])
+    observe = ObserveSpec(cov_max_dim=64, autocorr_lags=8)
+    lr, mom = [0.1, 0.5, 1.0], [0.0, 0.0, 0.0]
+    a = _run(problem, "minibatch", lr=lr, momentum=mom, observe=observe, use_fused=True, monkeypatch=monkeypatch)
+    b = _run(problem, "minibatch", lr=lr, momentum=mom, observe=observe, batch_size=6, use_fused=False,
+             monkeypatch=monkeypatch)
+    assert not np.allclose(a["sum_dd"], b["sum_dd"], rtol=1e-3)
+
+
+def test_threads_env_is_checked(monkeypatch):
+    monkeypatch.setenv(fused.THREADS_ENV, "two")
+    with pytest.raises(ValueError, match="SGDSWEEP_THREADS='two'"):
+        fused.threads()
