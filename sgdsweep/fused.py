@@ -142,6 +142,7 @@ def _advance(t0, u, z, w, mom, lr, mu, burn, bound, stride, perm, pos,
         idx = np.empty(s, np.int64)
         inv_s = 1.0 / s
         wl = w[lane]
+        pl = perm[lane] if mode != 1 else perm[0]
         for step in range(n_steps):
             t = t0 + step
             # -- sample selection (sgdsweep.noise.sample_indices) --
@@ -156,10 +157,10 @@ def _advance(t0, u, z, w, mom, lr, mu, burn, bound, stride, perm, pos,
                     j = a + int(u[lane, step, k] * (p - a))
                     if j >= p:
                         j = p - 1
-                    tmp = perm[lane, a]
-                    perm[lane, a] = perm[lane, j]
-                    perm[lane, j] = tmp
-                    idx[k] = perm[lane, a]
+                    pj = pl[j]
+                    pl[j] = pl[a]
+                    pl[a] = pj
+                    idx[k] = pj
                 if mode == 2:
                     pos[lane] = (pos[lane] + 1) % n_batches
             # -- minibatch gradient: mean over the batch of M (W x − y − ε) xᵀ − a, four rows at a

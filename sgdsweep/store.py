@@ -9,6 +9,7 @@ summary; arrays hold per-replica values and matrices, with ``dimension_names`` s
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -18,6 +19,8 @@ from typing import Any, Mapping
 
 import numpy as np
 import zarr
+import zarr.api.asynchronous
+from zarr.storage import MemoryStore
 
 from .errors import StoreError
 
@@ -50,16 +53,13 @@ def write_point(path: str | Path, arrays: Mapping[str, tuple[tuple[str, ...], np
     if is_complete(path):
         return False
     tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:8]}"
+    group_attrs = {**json.loads(json.dumps(dict(attrs))), "store_version": STORE_VERSION, COMPLETE_ATTR: True}
     try:
-        group = zarr.open_group(str(tmp), mode="w", zarr_format=3)
-        for name, (dims, data, *extra) in arrays.items():
-            data = np.asarray(data)
-            arr = group.create_array(name, data=data, chunks=data.shape or "auto",
-                                     dimension_names=list(dims), compressors=None)
-            if extra:
-                arr.attrs.update(extra[0])
-        group.attrs.update({**json.loads(json.dumps(dict(attrs))),
-                            "store_version": STORE_VERSION, COMPLETE_ATTR: True})
+        files = asyncio.run(_encode(arrays, group_attrs))
+        for key in sorted(files, key=lambda k: k == "zarr.json"):  # the group's metadata last
+            target = tmp / key
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(files[key])
         if path.exists() and not is_complete(path):  # an incomplete leftover of a killed run
             shutil.rmtree(path)
         try:
@@ -72,6 +72,26 @@ def write_point(path: str | Path, arrays: Mapping[str, tuple[tuple[str, ...], np
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+async def _encode(arrays: Mapping[str, tuple], group_attrs: dict[str, Any]) -> dict[str, bytes]:
+    """The files (Zarr key → bytes) of a point store, built by Zarr in memory.
+
+    Zarr 3 spends milliseconds of Python per array and per synchronous call; building the whole
+    group in a :class:`zarr.storage.MemoryStore` in one event loop and writing its keys as files
+    (what :class:`zarr.storage.LocalStore` would do key by key) makes a point store about twice
+    as fast to write (``benchmarks/pipeline.py``).
+    """
+    contents: dict = {}
+    group = await zarr.api.asynchronous.open_group(store=MemoryStore(contents), mode="w", zarr_format=3)
+    for name, (dims, data, *extra) in arrays.items():
+        data = np.asarray(data)
+        arr = await group.create_array(name, shape=data.shape, dtype=data.dtype, chunks=data.shape or "auto",
+                                       dimension_names=list(dims), compressors=None,
+                                       attributes=dict(extra[0]) if extra else None)
+        await arr.setitem(Ellipsis, data)
+    await group.update_attributes(group_attrs)
+    return {key: buf.to_bytes() for key, buf in contents.items()}
 
 
 def read_attrs(path: str | Path) -> dict[str, Any]:
