@@ -23,7 +23,7 @@ from .errors import SgdsweepError
 from .paths import atomic_write_text
 from .plan import failed_marker
 from .simulate import simulate_points
-from .store import is_complete, point_path
+from .store import complete_points
 
 log = logging.getLogger("sgdsweep.execute")
 
@@ -66,7 +66,8 @@ def run_shard(spec_path: Path, receipt_path: Path, execution: Mapping[str, Any],
     spec = json.loads(Path(spec_path).read_text())
     shard, points = spec["shard"], spec["points"]
     points_dir = str(Path(spec["points_dir"]).resolve())  # workers may run in another directory
-    todo = [p for p in points if not is_complete(point_path(points_dir, p["hash"]))]
+    done = complete_points(points_dir, (p["hash"] for p in points))
+    todo = [p for p in points if p["hash"] not in done]
     n_cached = len(points) - len(todo)
     log.info("shard %s: %d points, %d already stored, %d to simulate", shard, len(points), n_cached, len(todo))
     batches = make_batches(todo, int(execution.get("points_per_task", 8)))
@@ -102,7 +103,8 @@ def run_shard(spec_path: Path, receipt_path: Path, execution: Mapping[str, Any],
                 log.info("shard %s: %d/%d points done (%d stored before) | %.3g/%.3g replica-steps | "
                          "%.3g replica-steps/s | %s elapsed, %s left", shard, done_points + n_cached,
                          len(points), n_cached, done_steps, total, rate, _fmt_time(elapsed), _fmt_time(eta))
-    missing = [p["hash"] for p in points if not is_complete(point_path(points_dir, p["hash"]))]
+    done = complete_points(points_dir, (p["hash"] for p in points))
+    missing = [p["hash"] for p in points if p["hash"] not in done]
     if missing:
         raise SgdsweepError(f"shard {shard}: {len(missing)} point store(s) are still missing after "
                             f"simulation (first: {missing[0]}); see the log above")

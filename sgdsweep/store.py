@@ -15,7 +15,7 @@ import os
 import shutil
 import uuid
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 import zarr
@@ -127,6 +127,16 @@ def is_complete(path: str | Path) -> bool:
     except StoreError:
         return False
     return True
+
+
+def complete_points(points_dir: str | Path, hashes: Iterable[str]) -> set[str]:
+    """The hashes among ``hashes`` whose point store in ``points_dir`` is complete (one directory
+    listing, then only the stores that exist are opened: planning 10⁴ points stays fast)."""
+    try:
+        present = set(os.listdir(points_dir))
+    except FileNotFoundError:
+        return set()
+    return {h for h in hashes if f"{h}.zarr" in present and is_complete(point_path(points_dir, h))}
 
 
 def has_array(path: str | Path, name: str) -> bool:
