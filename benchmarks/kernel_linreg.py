@@ -1,20 +1,35 @@
-"""Kernel throughput on the reference problem "linreg-ref" against a numpy baseline, same run.
+"""Kernel throughput on the reference problem "linreg-ref" against baselines and the roofline,
+all measured in the same run.
 
 linreg-ref: linear regression, N = 100 inputs, P = 1000 samples, S = 10, plain SGD, lr = 0.1,
-float64. Throughput is in replica-steps per second (one replica-step = 4·S·N flops for the
-gradient). Two sgdsweep numbers are printed: the bare SGD step (burn-in = all steps, so nothing is
-accumulated) and the step with the streaming N×N second-moment accumulator (what a sweep runs).
-The baseline is numpy vectorised over replicas (fancy-indexed minibatches, einsum gradients),
-measured here, in the same process; the ratio is what to compare across machines.
+float64, R replicas. Throughput is in replica-steps per second; one replica-step is 4·S·N flops
+(the gradient: S dot products and S axpys of length N).
 
-    python benchmarks/kernel_linreg.py [--replicas 1 64 1024] [--seconds 2]
+Measured here, in this process:
+
+- ``numpy``: SGD vectorised over replicas with numpy (fancy-indexed minibatches, einsum);
+- ``numba``: a plain numba kernel parallel over replicas (per-replica loop, per-sample dot and
+  axpy, indices drawn inside numba) — the "numba, parallel over replicas" row of the issue;
+- ``sgdsweep``: :func:`sgdsweep.engine.run_lanes` as a sweep runs it (the fused kernel of
+  :mod:`sgdsweep.fused`), bare (burn-in = all steps, nothing accumulated) and with the default
+  observables (N×N second moment every step, train and test loss every eighth relaxation time),
+  on 1 and on 2 threads (``SGDSWEEP_THREADS``);
+- the roofline: float64 GEMM GFLOP/s (numpy matmul, all threads) → 4·S·N flops per replica-step;
+  and the bandwidth of gathering S random rows of an N-column matrix of P rows (the minibatch
+  reads; the data lie in L3 on a 512 KiB-L2 core) → 8·S·N bytes per replica-step. The roofline
+  is the smaller of the two.
+
+    python benchmarks/kernel_linreg.py [--replicas 1 64 1024] [--seconds 2] [--repeat 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 
+import numba
 import numpy as np
 
 from sgdsweep.engine import run_lanes
@@ -23,6 +38,7 @@ from sgdsweep.observables import ObserveSpec
 from sgdsweep.simulate import replica_streams
 
 N, P, S, LR = 100, 1000, 10, 0.1
+FLOPS = 4 * S * N
 
 
 def numpy_baseline(data, replicas: int, steps: int, seed: int = 0) -> float:
@@ -38,38 +54,116 @@ def numpy_baseline(data, replicas: int, steps: int, seed: int = 0) -> float:
     return replicas * steps / (time.perf_counter() - t0)
 
 
-def sgdsweep_kernel(data, replicas: int, steps: int, accumulate: bool) -> float:
+@numba.njit(parallel=True, nogil=True)
+def _numba_sgd(x, y, w, steps, lr, seed):  # pragma: no cover - compiled
+    replicas, n = w.shape
+    p = x.shape[0]
+    for r in numba.prange(replicas):
+        np.random.seed(seed + r)
+        g = np.empty(n)
+        for _ in range(steps):
+            g[:] = 0.0
+            for _k in range(S):
+                row = np.random.randint(0, p)
+                e = -y[row, 0]
+                for i in range(n):
+                    e += w[r, i] * x[row, i]
+                for i in range(n):
+                    g[i] += e * x[row, i]
+            for i in range(n):
+                w[r, i] -= lr / S * g[i]
+
+
+def numba_baseline(data, replicas: int, steps: int) -> float:
+    """Replica-steps/s of a plain numba kernel parallel over replicas (all numba threads)."""
+    w = np.zeros((replicas, N))
+    t0 = time.perf_counter()
+    _numba_sgd(data.x, data.y, w, steps, LR, 0)
+    return replicas * steps / (time.perf_counter() - t0)
+
+
+def sgdsweep_kernel(data, replicas: int, steps: int, accumulate: bool, threads: int = 1) -> float:
     """The engine as a sweep runs it; ``accumulate`` = the default observables (N×N second
     moment, losses every eighth relaxation time), otherwise bare steps (burn-in = all steps)."""
     streams = [g[:2] for g in replica_streams(0, "0123456789abcdef", replicas)]
     burn = np.zeros(replicas, np.int64) if accumulate else np.full(replicas, steps, np.int64)
     stride = max(1, int(data.relaxation_steps(LR, 0.0) / 8))
+    os.environ["SGDSWEEP_THREADS"] = str(threads)
     t0 = time.perf_counter()
     run_lanes(data, noise="minibatch", batch_size=S, steps=steps, lr=np.full(replicas, LR),
               momentum=np.zeros(replicas), burn_in=burn, bound=np.full(replicas, 1e12),
-              w0=np.zeros((replicas, N)), streams=streams, observe=ObserveSpec(cov_max_dim=N, autocorr_stride=stride))
+              w0=np.zeros((replicas, N)), streams=streams,
+              observe=ObserveSpec(cov_max_dim=N, autocorr_stride=stride))
     return replicas * steps / (time.perf_counter() - t0)
 
 
-def _steps_for(rate_guess: float, replicas: int, seconds: float) -> int:
-    return max(10, int(rate_guess * seconds / replicas))
+def gemm_gflops(size: int = 1500) -> float:
+    """float64 GEMM GFLOP/s of numpy's BLAS on all its threads."""
+    a, b = np.random.rand(size, size), np.random.rand(size, size)
+    a @ b
+    t0 = time.perf_counter()
+    for _ in range(3):
+        a @ b
+    return 3 * 2 * size**3 / (time.perf_counter() - t0) / 1e9
+
+
+@numba.njit(nogil=True, fastmath={"reassoc", "contract"})
+def _gather_sum(x, rows):  # pragma: no cover - compiled
+    acc = np.zeros(x.shape[1])
+    for r in rows:
+        for i in range(x.shape[1]):
+            acc[i] += x[r, i]
+    return acc
+
+
+def gather_bandwidth(data, threads: int, rows: int = 2_000_000) -> float:
+    """GB/s of reading random whole rows of the data matrix (the minibatch reads), summed over
+    ``threads`` threads."""
+    idx = [np.random.default_rng(t).integers(0, P, rows) for t in range(threads)]
+    _gather_sum(data.x, idx[0][:10])
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(lambda r: _gather_sum(data.x, r), idx))
+    return threads * rows * N * 8 / (time.perf_counter() - t0) / 1e9
+
+
+def best(fn, repeat: int) -> float:
+    """The best of ``repeat`` measurements (these machines are noisy; the best is the least
+    disturbed)."""
+    return max(fn() for _ in range(repeat))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--replicas", type=int, nargs="+", default=[1, 64, 1024])
-    ap.add_argument("--seconds", type=float, default=2.0, help="target duration of each measurement")
+    ap.add_argument("--seconds", type=float, default=1.0, help="target duration of each measurement")
+    ap.add_argument("--repeat", type=int, default=3, help="measurements per number (the best is kept)")
     args = ap.parse_args()
-    data = linear.make_problem({"n_inputs": N, "n_outputs": 1, "n_samples": P, "label_noise": 0.5, "inputs": "isotropic",
-                                "wishart_ratio": None, "labels": "teacher", "noiseless": False, "seed": 0})
-    sgdsweep_kernel(data, 2, 10, True)  # compile (numba) outside the timings
-    print(f"linreg-ref: N={N}, P={P}, S={S}, lr={LR}, float64, one core; replica-steps/s")
-    print(f"{'R':>6} {'numpy':>10} {'sgdsweep bare':>14} {'ratio':>7} {'sgdsweep +acc':>14} {'ratio':>7}")
+    data = linear.make_problem({"n_inputs": N, "n_outputs": 1, "n_samples": P, "label_noise": 0.5,
+                                "inputs": "isotropic", "wishart_ratio": None, "labels": "teacher",
+                                "noiseless": False, "seed": 0})
+    threads = numba.config.NUMBA_NUM_THREADS
+    sgdsweep_kernel(data, 2, 10, True)  # compile outside the timings
+    numba_baseline(data, 2, 10)
+    gemm = best(gemm_gflops, args.repeat)
+    bw = best(lambda: gather_bandwidth(data, threads), args.repeat)
+    roof_flops, roof_bw = gemm * 1e9 / FLOPS, bw * 1e9 / (8 * S * N)
+    roof = min(roof_flops, roof_bw)
+    print(f"linreg-ref: N={N}, P={P}, S={S}, lr={LR}, float64, {threads} threads; replica-steps/s (best of {args.repeat})")
+    print(f"roofline: GEMM {gemm:.1f} GFLOP/s → {roof_flops:.3g}; row-gather bandwidth {bw:.1f} GB/s → "
+          f"{roof_bw:.3g}; roofline = {roof:.3g}")
+    print(f"{'R':>5} {'numpy':>9} {'numba':>9} | {'bare 1t':>9} {'bare 2t':>9} {'+obs 1t':>9} {'+obs 2t':>9} | "
+          f"{'2t/numpy':>8} {'2t/numba':>8} {'2t/roof':>7}")
     for r in args.replicas:
-        base = numpy_baseline(data, r, _steps_for(3e5 if r > 1 else 3e4, r, args.seconds))
-        bare = sgdsweep_kernel(data, r, _steps_for(1.5e6, r, args.seconds), accumulate=False)
-        acc = sgdsweep_kernel(data, r, _steps_for(2e5, r, args.seconds), accumulate=True)
-        print(f"{r:>6} {base:>10.3g} {bare:>14.3g} {bare / base:>7.1f} {acc:>14.3g} {acc / base:>7.1f}")
+        def steps(rate: float) -> int:
+            return max(10, int(rate * args.seconds / r))
+
+        base = best(lambda: numpy_baseline(data, r, steps(3e5 if r > 1 else 3e4)), args.repeat)
+        nb = best(lambda: numba_baseline(data, r, steps(3e6)), args.repeat)
+        bare = [best(lambda: sgdsweep_kernel(data, r, steps(1.5e6 * t), False, t), args.repeat) for t in (1, 2)]
+        obs = [best(lambda: sgdsweep_kernel(data, r, steps(3e5 * t), True, t), args.repeat) for t in (1, 2)]
+        print(f"{r:>5} {base:>9.3g} {nb:>9.3g} | {bare[0]:>9.3g} {bare[1]:>9.3g} {obs[0]:>9.3g} {obs[1]:>9.3g} | "
+              f"{bare[1] / base:>8.1f} {bare[1] / nb:>8.2f} {bare[1] / roof:>7.0%}", flush=True)
 
 
 if __name__ == "__main__":
