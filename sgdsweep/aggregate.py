@@ -6,12 +6,15 @@ and dimension ``replica`` for per-replica values. Measured values sit next to th
 (``<name>``, ``<name>_se``, ``<name>_theory``). Every variable and coordinate carries
 ``long_name``, ``units`` and ``description``. The dataset attributes hold the provenance.
 
-Points are read one at a time (only scalars and per-replica vectors are kept in memory).
+Points are read one at a time (only scalars and per-replica vectors are kept in memory), their
+arrays straight from their chunk files where the layout allows (:func:`read_point_arrays`).
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 import os
 import shutil
 import uuid
@@ -214,6 +217,104 @@ def _pad(rows: list[np.ndarray], fill: float) -> np.ndarray:
     return out
 
 
+#: Zarr v3 ``data_type`` names read directly (fixed size, one NumPy type each).
+_FIXED_DTYPES = {"bool": "?", "int8": "i1", "int16": "i2", "int32": "i4", "int64": "i8", "uint8": "u1",
+                 "uint16": "u2", "uint32": "u4", "uint64": "u8", "float16": "f2", "float32": "f4",
+                 "float64": "f8", "complex64": "c8", "complex128": "c16"}
+_ENDIAN = {"little": "<", "big": ">", None: "|"}
+
+
+def _ensemble_array_names(path: Path) -> list[str]:
+    """Names of the point-store arrays the ensemble may take from ``path``, in the order they
+    join it: :data:`REPLICA_ARRAYS`, :data:`VECTOR_ARRAYS`, then per-layer arrays (singular
+    values, layer vectors) as the directory lists them. Names may be absent from the store."""
+    prefixes = ("singular_values_",) + tuple(LAYER_VECTORS)
+    with os.scandir(path) as it:
+        extra = [e.name for e in it if e.name.startswith(prefixes)]
+    return list(dict.fromkeys([*REPLICA_ARRAYS, *VECTOR_ARRAYS, *extra]))
+
+
+def _single_chunk(meta: dict[str, Any]) -> tuple[np.dtype, tuple[int, ...], str] | None:
+    """(dtype, shape, chunk key) of a Zarr v3 array stored as one uncompressed chunk.
+
+    That is the layout :func:`sgdsweep.store.write_point` writes: a regular chunk grid whose
+    only chunk is the whole array, the ``bytes`` codec alone, the default chunk-key encoding,
+    no storage transformer and a fixed-size numeric type. Its chunk file is the C-order array
+    in the codec's byte order (Zarr v3 core specification). None for any other layout.
+    """
+    try:
+        shape = tuple(int(d) for d in meta["shape"])
+        grid, codecs, keys = meta["chunk_grid"], meta["codecs"], meta["chunk_key_encoding"]
+        if (meta.get("zarr_format") != 3 or meta.get("node_type") != "array" or meta.get("storage_transformers")
+                or grid.get("name") != "regular"
+                or tuple(grid.get("configuration", {}).get("chunk_shape", ())) != shape or 0 in shape
+                or len(codecs) != 1 or codecs[0].get("name") != "bytes" or keys.get("name") != "default"):
+            return None
+        endian = codecs[0].get("configuration", {}).get("endian")
+        dtype = np.dtype(_ENDIAN[endian] + _FIXED_DTYPES[meta["data_type"]])
+        separator = keys.get("configuration", {}).get("separator", "/")
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    if separator not in ("/", ".") or (dtype.itemsize > 1 and endian is None):
+        return None
+    return dtype, shape, separator.join(["c"] + ["0"] * len(shape))
+
+
+@functools.lru_cache(maxsize=1024)
+def _layout(meta_text: bytes) -> tuple[np.dtype, tuple[int, ...], str] | None:
+    """:func:`_single_chunk` of an array's ``zarr.json`` text (cached: point stores of one sweep
+    repeat the same few metadata documents); None when it is not a JSON object."""
+    try:
+        meta = json.loads(meta_text)
+    except ValueError:
+        return None
+    return _single_chunk(meta) if isinstance(meta, dict) else None
+
+
+def _read_fast(array_dir: str, meta_text: bytes) -> np.ndarray | None:
+    """The array at ``array_dir`` decoded from its one uncompressed chunk file, or None when the
+    layout is another one (:func:`_single_chunk`), the chunk is absent (Zarr then reads the fill
+    value) or its size is wrong (Zarr then reports the error)."""
+    layout = _layout(meta_text)
+    if layout is None:
+        return None
+    dtype, shape, key = layout
+    try:
+        with open(os.path.join(array_dir, key), "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    if len(raw) != dtype.itemsize * math.prod(shape):
+        return None
+    return np.frombuffer(raw, dtype=dtype).astype(dtype.newbyteorder("="), copy=True).reshape(shape)
+
+
+def read_point_arrays(path: str | Path, names: list[str]) -> dict[str, np.ndarray]:
+    """The arrays ``names`` of the point store at ``path`` that it holds (absent ones are left
+    out), in the order of ``names``.
+
+    Zarr 3 spends milliseconds of Python per array opened, which makes reading thousands of
+    point stores the bulk of an aggregation. Arrays in the layout point stores are written in
+    (:func:`_single_chunk`) are therefore decoded straight from their chunk file; any other
+    layout, a missing chunk or a damaged file goes through Zarr (:func:`sgdsweep.store.read_array`),
+    which gives the same values or raises the same :class:`~sgdsweep.errors.StoreError`.
+    """
+    root = os.fspath(path)
+    out: dict[str, np.ndarray] = {}
+    for name in names:
+        array_dir = os.path.join(root, name)
+        try:
+            with open(os.path.join(array_dir, "zarr.json"), "rb") as f:
+                meta_text = f.read()
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            continue  # not an array of this store
+        except OSError:
+            meta_text = b""  # unreadable: Zarr raises the error
+        arr = _read_fast(array_dir, meta_text)
+        out[name] = arr if arr is not None else np.asarray(store.read_array(path, name))
+    return out
+
+
 def build_ensemble(sweep_spec: dict[str, Any]) -> xr.Dataset:
     """The ensemble dataset of the points listed in ``sweep_spec`` (``plan/sweep.json``).
 
@@ -246,14 +347,10 @@ def build_ensemble(sweep_spec: dict[str, Any]) -> xr.Dataset:
         for c in coords:
             coords[c].append(attrs["params"].get(c))
         seconds.append(attrs.get("simulation_seconds", np.nan))
-        if lag_values is None and store.has_array(path, "lag"):
-            lag_values = np.asarray(store.read_array(path, "lag"))
-        names = list(REPLICA_ARRAYS) + list(VECTOR_ARRAYS) + [
-            p.name for p in Path(path).iterdir() if p.name.startswith(("singular_values_",) + tuple(LAYER_VECTORS))]
-        for name in dict.fromkeys(names):
-            if not store.has_array(path, name):
-                continue
-            arr = np.asarray(store.read_array(path, name))
+        arrays = read_point_arrays(path, _ensemble_array_names(path) + ([] if lag_values is not None else ["lag"]))
+        if "lag" in arrays:
+            lag_values = arrays.pop("lag")
+        for name, arr in arrays.items():
             if name.startswith("singular_values_"):
                 sv_dims[name] = "sv_" + name[len("singular_values_"):]
                 per_replica.setdefault(name, [None] * n)[i] = arr
