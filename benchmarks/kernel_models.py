@@ -1,0 +1,102 @@
+"""Throughput of every model and noise type per flop, against linear regression in the same run.
+
+Each case is one :func:`sgdsweep.engine.run_lanes` call of 256 lanes (one thread, bare steps:
+burn-in = all steps), built from a config as a sweep builds it. Its flops per replica-step are
+those of the gradient and update (``FLOPS`` below; observables excluded); the ratio is
+(throughput × flops) against the same product of the reference, linear regression N = 100,
+S = 10, minibatch (linreg-ref). Single-layer models with sampled noise run the fused kernel
+(:mod:`sgdsweep.fused`); the others run the numpy engine, one vectorised step at a time.
+
+    python benchmarks/kernel_models.py [--seconds 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from sgdsweep.config import build_sweep
+from sgdsweep.engine import run_lanes
+from sgdsweep.models import get_model
+from sgdsweep.simulate import observe_spec, replica_streams
+
+LANES = 256
+
+#: name → (config, flops per replica-step of (problem, S))
+CASES: dict[str, tuple[dict[str, Any], Callable[[Any, int], float]]] = {
+    "linear minibatch (reference)": (
+        {"model": {"kind": "linear", "n_inputs": 100},
+         "grid": {"lr": 0.1, "batch_size": 10, "samples_per_param": 10, "noise": "minibatch"}},
+        lambda p, s: 4 * s * p.dim + 2 * p.dim),
+    "linear label": (
+        {"model": {"kind": "linear", "n_inputs": 100, "label_noise": 0.5},
+         "grid": {"lr": 0.1, "batch_size": 10, "samples_per_param": 10, "noise": "label"}},
+        lambda p, s: 4 * s * p.dim + 2 * p.dim),
+    "linear gaussian": (
+        {"model": {"kind": "linear", "n_inputs": 100},
+         "grid": {"lr": 0.1, "batch_size": 10, "samples_per_param": 10, "noise": "gaussian"}},
+        lambda p, s: 2 * p.n_inputs * p.dim + 3 * p.dim),
+    "linear student_t": (
+        {"model": {"kind": "linear", "n_inputs": 20},
+         "grid": {"lr": 0.1, "batch_size": 10, "samples_per_param": 10, "noise": "student_t"}},
+        lambda p, s: 2 * p.n_inputs * p.dim + 6 * p.n_samples * p.dim),
+    "matrix minibatch": (
+        {"model": {"kind": "matrix", "targets": [1.0, 0.8, 0.6, 0.4, 0.3, 0.2, 0.1, 0.05]},
+         "grid": {"lr": 0.05, "batch_size": 10, "samples_per_param": 10, "noise": "minibatch"}},
+        lambda p, s: 4 * s * p.dim + 2 * s * p.n_outputs**2 + 3 * p.dim),
+    "two_layer minibatch": (
+        {"model": {"kind": "two_layer", "n_inputs": 20, "labels": "teacher"},
+         "grid": {"lr": 0.02, "batch_size": 10, "samples_per_param": 10, "hidden_width": 20,
+                  "noise": "minibatch"}},
+        lambda p, s: 6 * p.n_outputs * p.hidden * p.n_inputs + 4 * s * p.n_inputs * p.n_outputs + 2 * p.dim),
+    "quadratic gaussian (d = 2)": (
+        {"model": {"kind": "quadratic", "curvatures": [1.0, 0.3], "noise_cov": [[1.0, 0.6], [0.6, 2.0]]},
+         "grid": {"lr": 0.2, "batch_size": 1, "noise": "gaussian"}},
+        lambda p, s: 2 * p.dim**2 + 3 * p.dim),
+    "escape double well, gaussian": (
+        {"model": {"kind": "landscape", "landscape": "double_well"},
+         "grid": {"lr": 0.05, "batch_size": 1, "noise": "gaussian"}},
+        lambda p, s: 12.0),
+    "thesis landscape, minibatch S = 1": (
+        {"model": {"kind": "landscape", "landscape": "thesis", "start": "spurious"},
+         "grid": {"lr": 3e-3, "batch_size": 1, "noise": "minibatch"}},
+        lambda p, s: 30.0 * s),
+}
+
+
+def rate(cfg: dict[str, Any], steps: int) -> tuple[float, Any, int]:
+    """(replica-steps/s, problem, S) of one bare run_lanes call of LANES lanes."""
+    point = build_sweep({"sweep": "bench", "dynamics": {"burn_in": 0, "steps": 10_000}, **cfg}).points[0]
+    p = point.params
+    model = get_model(p["model"])
+    problem = model.make_problem(model.data_params(p))
+    gens = replica_streams(0, point.hash, LANES)
+    t0 = time.perf_counter()
+    run_lanes(problem, noise=p["noise"], batch_size=int(p["batch_size"]), steps=steps,
+              lr=np.full(LANES, p["lr"]), momentum=np.zeros(LANES), burn_in=np.full(LANES, steps),
+              bound=np.full(LANES, 1e30), w0=np.array([problem.initial(p["init"], g[2]) for g in gens]),
+              streams=[g[:2] for g in gens], observe=observe_spec(p))
+    return LANES * steps / (time.perf_counter() - t0), problem, int(p["batch_size"])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seconds", type=float, default=1.0)
+    args = ap.parse_args()
+    print(f"{LANES} lanes, one thread, float64, bare steps; replica-steps/s and per-flop ratio to linreg-ref")
+    print(f"{'case':>36} {'replica-steps/s':>16} {'flops/step':>11} {'GFLOP/s':>8} {'per flop / ref':>15}")
+    ref = None
+    for name, (cfg, flops) in CASES.items():
+        rate(cfg, 20)  # compile and build the problem
+        guess, _, _ = rate(cfg, 500)
+        r, problem, s = rate(cfg, max(500, int(guess * args.seconds / LANES)))
+        gflops = r * flops(problem, s) / 1e9
+        ref = ref or gflops
+        print(f"{name:>36} {r:>16.3g} {flops(problem, s):>11.3g} {gflops:>8.2f} {gflops / ref:>15.3f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
