@@ -126,12 +126,14 @@ def run_lanes(problem: Problem, *, noise: str, batch_size: int, steps: int, lr: 
     gu = [s[0] for s in streams]  # the working lanes' uniform and normal generators
     gz = [s[1] for s in streams]
     per_step = max(1, n_u + n_z)
-    use_fused = fused.supports(problem, noise, dynamics.kind, noise_lags) and not observe.escape
+    use_fused = fused.supports(problem, noise, dynamics.kind, noise_lags, observe.escape)
     if use_fused:
-        kernel_model = fused.Model(problem)
-        n_threads = fused.threads()
         omega = (obs.sketch_matrix(d, acc.arrays["sketch"].shape[2]) if "sketch" in acc.arrays
                  else np.zeros((0, 0)))
+        kernel, shared = fused.model_arrays(problem, noise, batch_size, noise_scale, MODE.get(noise, 0),
+                                            n_batches if noise in MODE else 1, omega, observe.loss,
+                                            observe.test_loss, observe.escape)
+        n_threads = fused.threads()
     t0 = 0
     while t0 < steps and ids.size:
         n_work = ids.size
@@ -148,11 +150,9 @@ def run_lanes(problem: Problem, *, noise: str, batch_size: int, steps: int, lr: 
             for i, g in enumerate(gz):
                 g.standard_normal(out=z_block[i])
         if use_fused:
-            stopping = fused.advance(kernel_model, MODE[noise], n_batches, t0, u,
-                                     z_block if z_block is not None else np.zeros((n_work, nb, 0)),
-                                     w, mom, lr_v, mu_v, burn_v, bound_v, stride_v, perm_view, pos_view,
-                                     acc.arrays, omega, observe.loss,
-                                     observe.test_loss and kernel_model.test_a.size > 0, n_threads)
+            stopping = fused.advance(kernel, shared, t0, u if n_u else np.zeros((n_work, nb, 0)),
+                                     z_block if n_z else np.zeros((n_work, nb, 0)), w, mom, step_v, mu_v,
+                                     burn_v, bound_v, stride_v, perm_view, pos_view, acc.arrays, n_threads)
             if stopping.any():
                 stop(stopping)
             t0 += nb

@@ -1,18 +1,24 @@
-"""The fused kernel: a block of SGD steps of single-layer (affine) models in one compiled loop.
+"""Fused kernels: a block of steps of many lanes in one compiled loop.
 
 :func:`sgdsweep.engine.run_lanes` advances lanes with numpy, one vectorised step at a time,
-which costs about 100 µs of interpreter overhead per step whatever the number of lanes. For the
-models whose gradient is affine in the weights (:class:`sgdsweep.models.affine.AffineProblem`:
-``linear``, ``digits``, ``matrix``) with sampled noise (``minibatch``, ``minibatch_replace``,
-``epoch``, ``label``) and SGD dynamics, this module runs the whole block instead — sample
-selection, gradient, heavy-ball update, divergence check and the streaming accumulators of
-:mod:`sgdsweep.observables` — lane by lane (so a lane's weights, momentum and N×N second moment
-stay in cache for the block), optionally in threads over lanes (the compiled loop releases the GIL).
+which costs about 100 µs of interpreter overhead per step whatever the number of lanes. Where a
+kernel exists this module runs the whole block instead — noise, gradient, heavy-ball update,
+divergence and escape checks and the streaming accumulators of :mod:`sgdsweep.observables` —
+lane by lane (a lane's weights, momentum and second moment stay in cache for the block),
+optionally in threads over lanes (the compiled loops release the GIL):
 
-It consumes exactly the random numbers the numpy path consumes (the same per-lane uniform and
+- ``_advance_affine``: single linear layers (:class:`sgdsweep.models.affine.AffineProblem`:
+  ``linear``, ``digits``, ``matrix``) with sampled noise (``minibatch``, ``minibatch_replace``,
+  ``epoch``, ``label``), SGD;
+- ``_advance_additive``: additive-noise problems whose gradient is a per-coordinate polynomial
+  (``quadratic``, the ``double_well`` landscape) with ``gaussian`` or ``student_t`` noise, SGD or
+  the SDE, with escape;
+- ``_advance_thesis``: the thesis landscape (``landscape: thesis``, Vescovi's escape problem)
+  with sampled noise, SGD, with escape.
+
+Both consume exactly the random numbers the numpy path consumes (the same per-lane uniform and
 normal blocks, the same partial Fisher–Yates shuffle), so both paths give the same trajectories
-up to floating-point rounding; ``tests/test_fused.py`` checks that.
-"""
+up to floating-point rounding; ``tests/test_fused.py`` checks that for every kernel."""
 
 from __future__ import annotations
 
@@ -23,20 +29,28 @@ import numba
 import numpy as np
 
 from .models.affine import AffineProblem
-from .noise import MODE
+from .models.landscape import Thesis
+from .noise import MODE, STUDENT_NU
 
 #: Environment variable: threads the fused kernel may use in one process (default 1: a
 #: sweep's parallelism is its Dask workers, one per core; set it for in-process runs).
 THREADS_ENV = "SGDSWEEP_THREADS"
+#: Added-noise types of the additive kernel.
+ADDITIVE = ("gaussian", "student_t")
 #: Accumulate-and-flush buffer of δ per lane (steps): the N×N second moment is updated from
 #: this many steps at once (a blocked rank-k update) instead of once per step.
 DELTA_BUFFER = 16
 
 
-def supports(problem, noise: str, dynamics_kind: str, noise_lags: list[int]) -> bool:
-    """Whether the fused kernel can run this call (otherwise the numpy engine does)."""
-    return (isinstance(problem, AffineProblem) and noise in MODE and dynamics_kind == "sgd"
-            and not noise_lags and problem.w_min is not None)
+def supports(problem, noise: str, dynamics_kind: str, noise_lags: list[int], escape: bool) -> bool:
+    """Whether a fused kernel can run this call (otherwise the numpy engine does)."""
+    if problem.w_min is None or noise_lags:
+        return False
+    if isinstance(problem, AffineProblem):
+        return noise in MODE and dynamics_kind == "sgd" and not escape
+    if isinstance(problem, Thesis):
+        return noise in MODE and noise != "label" and dynamics_kind == "sgd"
+    return getattr(problem, "polynomial", None) is not None and noise in ADDITIVE
 
 
 def threads() -> int:
@@ -51,60 +65,66 @@ def threads() -> int:
     return n
 
 
-class Model:
-    """The arrays of an :class:`AffineProblem` the kernel reads (empty where unused)."""
-
-    def __init__(self, problem: AffineProblem) -> None:
-        empty2 = np.zeros((0, 0))
-        self.x, self.y = problem.x, problem.y
-        self.metric = problem.metric if problem.metric is not None else empty2
-        self.offsets = (problem.offsets.reshape(problem.n_samples, -1) if problem.offsets is not None
-                        else empty2)
-        self.sxx = np.ascontiguousarray(problem.sxx)
-        self.loss_min = float(problem.loss_min)
-        self.label_noise = float(problem.label_noise)
+def model_arrays(problem, noise: str, batch_size: int, noise_scale: float, mode: int, n_batches: int,
+                 omega: np.ndarray, want_loss: bool, want_test: bool, escape: bool) -> tuple:
+    """The kernel and its shared (not per-lane) arguments for ``problem``."""
+    empty2 = np.zeros((0, 0))
+    if isinstance(problem, AffineProblem):
+        metric = problem.metric if problem.metric is not None else empty2
+        offsets = problem.offsets.reshape(problem.n_samples, -1) if problem.offsets is not None else empty2
         if problem.test_quadratic is not None:
-            self.test_a, self.test_b, self.test_c = problem.test_quadratic
-            self.test_b = self.test_b.ravel()
+            test_a, test_b, test_c = problem.test_quadratic
         else:
-            self.test_a, self.test_b, self.test_c = empty2, np.zeros(0), 0.0
-        self.ref = problem.w_min
-        self.n_out = problem.n_outputs
+            test_a, test_b, test_c = empty2, np.zeros((0, 0)), 0.0
+        return _advance_affine, (problem.x, problem.y, metric, offsets, float(problem.label_noise), mode, n_batches,
+                                 problem.w_min, omega, want_loss, want_test and test_a.size > 0,
+                                 np.ascontiguousarray(problem.sxx), float(problem.loss_min), test_a,
+                                 test_b.ravel(), float(test_c))
+    if isinstance(problem, Thesis):
+        return _advance_thesis, (problem.x, problem.y, mode, n_batches, problem.w_min, problem.saddle_point,
+                                 problem.normal, escape, omega, want_loss)
+    a1, a2, a3 = (np.asarray(c, dtype=np.float64) for c in problem.polynomial)
+    threshold = float(getattr(problem, "escape_threshold", np.inf))
+    return _advance_additive, (a1, a2, a3, np.ascontiguousarray(problem.noise_chol) / np.sqrt(batch_size),
+                               noise == "student_t", noise_scale, threshold, problem.w_min, omega, want_loss)
 
 
-def advance(model: Model, mode: int, n_batches: int, t0: int, u: np.ndarray, z: np.ndarray,
-            w: np.ndarray, mom: np.ndarray | None, lr: np.ndarray, mu: np.ndarray, burn: np.ndarray,
-            bound: np.ndarray, stride: np.ndarray, perm: np.ndarray, pos: np.ndarray,
-            acc: dict[str, np.ndarray], omega: np.ndarray, want_loss: bool, want_test: bool,
+def advance(kernel, shared: tuple, t0: int, u: np.ndarray, z: np.ndarray, w: np.ndarray,
+            mom: np.ndarray | None, step: np.ndarray, mu: np.ndarray, burn: np.ndarray, bound: np.ndarray,
+            stride: np.ndarray, perm: np.ndarray | None, pos: np.ndarray | None, acc: dict[str, np.ndarray],
             n_threads: int) -> np.ndarray:
     """Advance the working lanes by ``u.shape[1]`` steps starting at step ``t0``, in place.
 
-    ``u`` (L, steps, S) are the lanes' uniforms and ``z`` (L, steps, S·n_out) their normals
-    (label noise; empty otherwise); ``acc`` the working accumulators of
-    :class:`sgdsweep.observables.Accumulators`. A lane that diverges gets ``diverged_step`` and
-    stops advancing. Returns the mask of lanes that stopped.
+    ``kernel, shared`` come from :func:`model_arrays`. ``u`` (L, steps, S) are the lanes'
+    uniforms (sampled noise) and ``z`` (L, steps, k) their normals (label or added noise);
+    ``step`` the per-lane step size (λ, or dt for the SDE); ``acc`` the working accumulators of
+    :class:`sgdsweep.observables.Accumulators`. A lane that diverges gets ``diverged_step``, one
+    that escapes ``escape_step``; both stop advancing. Returns the mask of lanes that stopped.
     """
-    n_lanes = w.shape[0]
+    n_lanes, n_steps = w.shape[0], max(u.shape[1], z.shape[1])
     stopped = np.zeros(n_lanes, dtype=np.bool_)
     e1, e2, e3 = np.zeros(0), np.zeros((0, 0)), np.zeros((0, 0, 0))
     k_lags = acc["loss_buf"].shape[1] if "loss_buf" in acc else 0
-    # per-lane arrays (sliced per thread) and shared ones
-    lanes = [u, z, w, mom if mom is not None else e2, lr, mu, burn, bound, stride, perm, pos,
+    if u.shape[1] != n_steps:
+        u = np.zeros((n_lanes, n_steps, 0))
+    if z.shape[1] != n_steps:
+        z = np.zeros((n_lanes, n_steps, 0))
+    # per-lane arrays (sliced per thread); empty ones stay as they are
+    lanes = [u, z, w, mom if mom is not None else e2, step, mu, burn, bound, stride,
+             perm if perm is not None else np.zeros((0, 0), np.int64),
+             pos if pos is not None else np.zeros(0, np.int64),
              acc["n"], acc["sum_d"], acc.get("sum_dd", e3), acc.get("sum_d2", e2), acc.get("sketch", e3),
              acc.get("loss_count", np.zeros(0, np.int64)), acc.get("sum_loss", e1), acc.get("sum_test_loss", e1),
              acc["loss_buf"] if k_lags else e2, acc["loss_lag"] if k_lags else e2,
-             acc["loss_head"] if k_lags else e2, acc["diverged_step"], stopped]
-    shared = (model.x, model.y, model.metric, model.offsets, model.label_noise, mode, n_batches, model.ref,
-              omega, want_loss, want_test, model.sxx, model.loss_min, model.test_a, model.test_b,
-              model.test_c)
+             acc["loss_head"] if k_lags else e2, acc["diverged_step"], acc["escape_step"], stopped]
 
     def run(lo: int, hi: int) -> None:
-        _advance(t0, *[a[lo:hi] if a.shape[0] else a for a in lanes], *shared)
+        kernel(t0, *[a[lo:hi] if a.shape[0] else a for a in lanes], *shared)
 
     n_threads = max(1, min(n_threads, n_lanes))
     if n_threads == 1:
         run(0, n_lanes)
-    else:  # the kernel releases the GIL: threads over contiguous lane ranges
+    else:  # the kernels release the GIL: threads over contiguous lane ranges
         cuts = np.linspace(0, n_lanes, n_threads + 1).astype(int)
         with ThreadPoolExecutor(n_threads) as pool:
             list(pool.map(run, cuts[:-1], cuts[1:]))
@@ -112,12 +132,12 @@ def advance(model: Model, mode: int, n_batches: int, t0: int, u: np.ndarray, z: 
 
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
-def _advance(t0, u, z, w, mom, lr, mu, burn, bound, stride, perm, pos,
-             count, sum_d, sum_dd, sum_d2, sketch, loss_count, sum_loss, sum_test_loss,
-             loss_buf, loss_lag, loss_head, diverged_step, stopped,
-             x, y, metric, offsets, label_noise, mode, n_batches, ref,
-             omega, want_loss, want_test, sxx, loss_min, test_a, test_b, test_c):  # pragma: no cover - compiled
-    """The block loop of :func:`advance` over lanes ``[0, L)`` of the per-lane arrays."""
+def _advance_affine(t0, u, z, w, mom, lr, mu, burn, bound, stride, perm, pos,
+                    count, sum_d, sum_dd, sum_d2, sketch, loss_count, sum_loss, sum_test_loss,
+                    loss_buf, loss_lag, loss_head, diverged_step, escape_step, stopped,
+                    x, y, metric, offsets, label_noise, mode, n_batches, ref,
+                    omega, want_loss, want_test, sxx, loss_min, test_a, test_b, test_c):  # pragma: no cover
+    """The block loop of :func:`advance` for affine problems with sampled noise."""
     n_lanes, n_steps, s = u.shape
     p, n_in = x.shape
     n_out = y.shape[1]
@@ -127,9 +147,6 @@ def _advance(t0, u, z, w, mom, lr, mu, burn, bound, stride, perm, pos,
     has_label = z.shape[2] > 0
     has_mom = mom.shape[0] > 0
     full = sum_dd.shape[0] > 0
-    has_sketch = sketch.shape[0] > 0
-    k_sketch = omega.shape[1]
-    k_lags = loss_buf.shape[1]
     sample_losses = loss_count.shape[0] > 0
     nb = DELTA_BUFFER
     for lane in range(n_lanes):
@@ -145,24 +162,7 @@ def _advance(t0, u, z, w, mom, lr, mu, burn, bound, stride, perm, pos,
         pl = perm[lane] if mode != 1 else perm[0]
         for step in range(n_steps):
             t = t0 + step
-            # -- sample selection (sgdsweep.noise.sample_indices) --
-            if mode == 1:
-                for k in range(s):
-                    j = int(u[lane, step, k] * p)
-                    idx[k] = j if j < p else p - 1
-            else:
-                base = pos[lane] * s if mode == 2 else 0
-                for k in range(s):
-                    a = base + k
-                    j = a + int(u[lane, step, k] * (p - a))
-                    if j >= p:
-                        j = p - 1
-                    pj = pl[j]
-                    pl[j] = pl[a]
-                    pl[a] = pj
-                    idx[k] = pj
-                if mode == 2:
-                    pos[lane] = (pos[lane] + 1) % n_batches
+            _draw(u[lane, step], pl, pos, lane, mode, n_batches, p, idx)
             # -- minibatch gradient: mean over the batch of M (W x − y − ε) xᵀ − a, four rows at a
             # time (each weight and gradient element loaded once per four rows) --
             for k0 in range(0, s, 4):
@@ -235,39 +235,11 @@ def _advance(t0, u, z, w, mom, lr, mu, burn, bound, stride, perm, pos,
                 break
             if t < burn[lane]:
                 continue
-            # -- accumulators (sgdsweep.observables) --
-            count[lane] += 1
-            for i in range(d):
-                sum_d[lane, i] += delta[i]
-            if full:
-                for i in range(d):
-                    dbuf[i, nbuf] = delta[i]
-                nbuf += 1
-                if nbuf == nb:
-                    _flush(dbuf, nbuf, sum_dd[lane])
-                    nbuf = 0
-            else:
-                for i in range(d):
-                    sum_d2[lane, i] += delta[i] * delta[i]
-                if has_sketch:
-                    for c in range(k_sketch):
-                        proj = 0.0
-                        for i in range(d):
-                            proj += delta[i] * omega[i, c]
-                        for i in range(d):
-                            sketch[lane, i, c] += delta[i] * proj
+            nbuf = _moments(lane, delta, count, sum_d, sum_dd, dbuf, nbuf, sum_d2, sketch, omega)
             if sample_losses and t % stride[lane] == 0:
                 if want_loss:
-                    val = loss_min + 0.5 * _metric_form(delta, sxx, metric, n_out, n_in)
-                    if k_lags > 0:
-                        n = loss_count[lane]
-                        at = n % k_lags
-                        loss_buf[lane, at] = val
-                        if n < k_lags:
-                            loss_head[lane, n] = val
-                        for lag in range(min(n + 1, k_lags)):
-                            loss_lag[lane, lag] += val * loss_buf[lane, (at - lag) % k_lags]
-                    sum_loss[lane] += val
+                    _feed_loss(lane, loss_min + 0.5 * _metric_form(delta, sxx, metric, n_out, n_in),
+                               loss_count, sum_loss, loss_buf, loss_lag, loss_head)
                 if want_test:
                     val = test_c
                     for o in range(n_out):
@@ -280,6 +252,219 @@ def _advance(t0, u, z, w, mom, lr, mu, burn, bound, stride, perm, pos,
                 loss_count[lane] += 1
         if full and nbuf > 0:
             _flush(dbuf, nbuf, sum_dd[lane])
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _advance_additive(t0, u, z, w, mom, step, mu, burn, bound, stride, perm, pos,
+                      count, sum_d, sum_dd, sum_d2, sketch, loss_count, sum_loss, sum_test_loss,
+                      loss_buf, loss_lag, loss_head, diverged_step, escape_step, stopped,
+                      a1, a2, a3, chol, student, noise_scale, threshold, ref,
+                      omega, want_loss):  # pragma: no cover - compiled
+    """The block loop of :func:`advance` for additive-noise problems with a per-coordinate
+    polynomial gradient ``g_i = a1_i w_i + a2_i w_i² + a3_i w_i³`` (``quadratic``, the double
+    well) and noise ``chol·z`` (``chol`` = the Cholesky factor of C/S), Student-t when
+    ``student`` (the last STUDENT_NU normals make the χ²); escape when ``w_0 ≥ threshold``."""
+    n_lanes, n_steps = z.shape[0], z.shape[1]
+    d = a1.shape[0]
+    has_mom = mom.shape[0] > 0
+    sample_losses = loss_count.shape[0] > 0
+    for lane in range(n_lanes):
+        g = np.empty(d)
+        delta = np.empty(d)
+        dbuf = np.empty((d, DELTA_BUFFER))
+        nbuf = 0
+        wl = w[lane]
+        for s in range(n_steps):
+            t = t0 + s
+            zl = z[lane, s]
+            scale = noise_scale
+            if student:
+                v = 0.0
+                for j in range(d, d + STUDENT_NU):
+                    v += zl[j] * zl[j]
+                scale *= np.sqrt((STUDENT_NU - 2) / v)
+            for i in range(d):
+                xi = 0.0
+                for j in range(i + 1):  # chol is lower triangular
+                    xi += chol[i, j] * zl[j]
+                wi = wl[i]
+                g[i] = wi * (a1[i] + wi * (a2[i] + wi * a3[i])) + scale * xi
+            lam = step[lane]
+            if has_mom:
+                m = mom[lane]
+                mul = mu[lane]
+                for i in range(d):
+                    m[i] = mul * m[i] + g[i]
+                    wl[i] -= lam * m[i]
+            else:
+                for i in range(d):
+                    wl[i] -= lam * g[i]
+            d2 = 0.0
+            for i in range(d):
+                delta[i] = wl[i] - ref[i]
+                d2 += delta[i] * delta[i]
+            if not d2 <= bound[lane]:
+                diverged_step[lane] = t
+                stopped[lane] = True
+                break
+            escaped = wl[0] >= threshold
+            if t >= burn[lane]:
+                nbuf = _moments(lane, delta, count, sum_d, sum_dd, dbuf, nbuf, sum_d2, sketch, omega)
+                if sample_losses and t % stride[lane] == 0:
+                    if want_loss:
+                        val = 0.0
+                        for i in range(d):
+                            wi = wl[i]
+                            val += wi * wi * (0.5 * a1[i] + wi * (a2[i] / 3.0 + wi * a3[i] / 4.0))
+                        _feed_loss(lane, val, loss_count, sum_loss, loss_buf, loss_lag, loss_head)
+                    loss_count[lane] += 1
+            if escaped:
+                escape_step[lane] = t
+                stopped[lane] = True
+                break
+        if nbuf > 0:
+            _flush(dbuf, nbuf, sum_dd[lane])
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _advance_thesis(t0, u, z, w, mom, step, mu, burn, bound, stride, perm, pos,
+                    count, sum_d, sum_dd, sum_d2, sketch, loss_count, sum_loss, sum_test_loss,
+                    loss_buf, loss_lag, loss_head, diverged_step, escape_step, stopped,
+                    x, y, mode, n_batches, ref, saddle, normal, check_escape,
+                    omega, want_loss):  # pragma: no cover - compiled
+    """The block loop of :func:`advance` for the thesis landscape (``landscape: thesis``:
+    f(a, b; x) = a² + x(1 + b σ(a x)), loss = mean (f − y)²) with sampled noise; escape when
+    (w − saddle)·normal > 0."""
+    n_lanes, n_steps, s = u.shape
+    p = x.shape[0]
+    has_mom = mom.shape[0] > 0
+    sample_losses = loss_count.shape[0] > 0
+    inv_s = 1.0 / s
+    for lane in range(n_lanes):
+        delta = np.empty(2)
+        dbuf = np.empty((2, DELTA_BUFFER))
+        nbuf = 0
+        idx = np.empty(s, np.int64)
+        wl = w[lane]
+        pl = perm[lane] if mode != 1 else perm[0]
+        for step_i in range(n_steps):
+            t = t0 + step_i
+            _draw(u[lane, step_i], pl, pos, lane, mode, n_batches, p, idx)
+            a, b = wl[0], wl[1]
+            ga = 0.0
+            gb = 0.0
+            for k in range(s):
+                xk = x[idx[k]]
+                sig = 1.0 / (1.0 + np.exp(-a * xk))
+                r = 2.0 * (a * a + xk * (1.0 + b * sig) - y[idx[k]])
+                ga += r * (2.0 * a + b * xk * xk * sig * (1.0 - sig))
+                gb += r * xk * sig
+            ga *= inv_s
+            gb *= inv_s
+            lam = step[lane]
+            if has_mom:
+                m = mom[lane]
+                m[0] = mu[lane] * m[0] + ga
+                m[1] = mu[lane] * m[1] + gb
+                wl[0] -= lam * m[0]
+                wl[1] -= lam * m[1]
+            else:
+                wl[0] -= lam * ga
+                wl[1] -= lam * gb
+            delta[0] = wl[0] - ref[0]
+            delta[1] = wl[1] - ref[1]
+            d2 = delta[0] * delta[0] + delta[1] * delta[1]
+            if not d2 <= bound[lane]:
+                diverged_step[lane] = t
+                stopped[lane] = True
+                break
+            escaped = check_escape and (wl[0] - saddle[0]) * normal[0] + (wl[1] - saddle[1]) * normal[1] > 0
+            if t >= burn[lane]:
+                nbuf = _moments(lane, delta, count, sum_d, sum_dd, dbuf, nbuf, sum_d2, sketch, omega)
+                if sample_losses and t % stride[lane] == 0:
+                    if want_loss:
+                        a, b = wl[0], wl[1]
+                        val = 0.0
+                        for q in range(p):
+                            f = a * a + x[q] * (1.0 + b / (1.0 + np.exp(-a * x[q]))) - y[q]
+                            val += f * f
+                        _feed_loss(lane, val / p, loss_count, sum_loss, loss_buf, loss_lag, loss_head)
+                    loss_count[lane] += 1
+            if escaped:
+                escape_step[lane] = t
+                stopped[lane] = True
+                break
+        if nbuf > 0:
+            _flush(dbuf, nbuf, sum_dd[lane])
+
+
+@numba.njit(cache=True, nogil=True)
+def _draw(ul, pl, pos, lane, mode, n_batches, p, idx):  # pragma: no cover - compiled
+    """One step's sample indices into ``idx`` from the uniforms ``ul`` (S,), exactly as
+    :func:`sgdsweep.noise.sample_indices`: mode 1 with replacement; 0 a partial Fisher–Yates
+    shuffle of the lane's permutation ``pl`` from position 0; 2 continued at ``pos[lane]``."""
+    s = idx.shape[0]
+    if mode == 1:
+        for k in range(s):
+            j = int(ul[k] * p)
+            idx[k] = j if j < p else p - 1
+        return
+    base = pos[lane] * s if mode == 2 else 0
+    for k in range(s):
+        a = base + k
+        j = a + int(ul[k] * (p - a))
+        if j >= p:
+            j = p - 1
+        pj = pl[j]
+        pl[j] = pl[a]
+        pl[a] = pj
+        idx[k] = pj
+    if mode == 2:
+        pos[lane] = (pos[lane] + 1) % n_batches
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _moments(lane, delta, count, sum_d, sum_dd, dbuf, nbuf, sum_d2, sketch, omega):  # pragma: no cover
+    """One measured step of :func:`sgdsweep.observables.update_moments`: n, Σδ, and Σδδᵀ through
+    the δ buffer (flushed when full; returns its new fill) or Σδ² and the Nyström sketch."""
+    d = delta.shape[0]
+    count[lane] += 1
+    for i in range(d):
+        sum_d[lane, i] += delta[i]
+    if sum_dd.shape[0] > 0:
+        for i in range(d):
+            dbuf[i, nbuf] = delta[i]
+        nbuf += 1
+        if nbuf == dbuf.shape[1]:
+            _flush(dbuf, nbuf, sum_dd[lane])
+            nbuf = 0
+        return nbuf
+    for i in range(d):
+        sum_d2[lane, i] += delta[i] * delta[i]
+    if sketch.shape[0] > 0:
+        for c in range(omega.shape[1]):
+            proj = 0.0
+            for i in range(d):
+                proj += delta[i] * omega[i, c]
+            for i in range(d):
+                sketch[lane, i, c] += delta[i] * proj
+    return nbuf
+
+
+@numba.njit(cache=True, nogil=True)
+def _feed_loss(lane, val, loss_count, sum_loss, loss_buf, loss_lag, loss_head):  # pragma: no cover
+    """One training-loss sample: the sum and the autocorrelation ring buffer
+    (:func:`sgdsweep.observables.update_losses`; the caller counts the sample)."""
+    k = loss_buf.shape[1]
+    if k > 0:
+        n = loss_count[lane]
+        at = n % k
+        loss_buf[lane, at] = val
+        if n < k:
+            loss_head[lane, n] = val
+        for lag in range(min(n + 1, k)):
+            loss_lag[lane, lag] += val * loss_buf[lane, (at - lag) % k]
+    sum_loss[lane] += val
 
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})

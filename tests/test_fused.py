@@ -33,7 +33,8 @@ def _problem(model: dict[str, Any]):
 
 
 def _run(problem, noise: str, *, lr, momentum, observe: ObserveSpec, steps: int = 700,
-         batch_size: int = 5, threads: int = 1, use_fused: bool, monkeypatch) -> dict[str, np.ndarray]:
+         batch_size: int = 5, threads: int = 1, use_fused: bool, monkeypatch,
+         dynamics: engine.Dynamics = engine.Dynamics(), w0: np.ndarray | None = None) -> dict[str, np.ndarray]:
     n = len(lr)
     streams = [g[:2] for g in replica_streams(3, "00112233445566778899aabbccddeeff", n)]
     monkeypatch.setenv(fused.THREADS_ENV, str(threads))
@@ -42,8 +43,9 @@ def _run(problem, noise: str, *, lr, momentum, observe: ObserveSpec, steps: int 
     out = engine.run_lanes(problem, noise=noise, batch_size=batch_size, steps=steps, lr=np.array(lr),
                            momentum=np.array(momentum), burn_in=np.arange(n) * 37 % 200,
                            bound=np.full(n, 1e6 * problem.divergence_scale()),
-                           w0=np.zeros((n, problem.dim)), streams=streams, observe=observe,
-                           loss_stride=1 + np.arange(n) % 3)
+                           w0=np.zeros((n, problem.dim)) + (0.0 if w0 is None else w0), streams=streams,
+                           observe=observe,
+                           loss_stride=1 + np.arange(n) % 3, dynamics=dynamics)
     monkeypatch.undo()
     return out
 
@@ -72,7 +74,7 @@ def test_fused_equals_numpy_engine(name, monkeypatch):
     observe = ObserveSpec(cov_max_dim=64, autocorr_lags=8)
     a = _run(problem, noise, lr=lr, momentum=mom, observe=observe, use_fused=True, monkeypatch=monkeypatch)
     b = _run(problem, noise, lr=lr, momentum=mom, observe=observe, use_fused=False, monkeypatch=monkeypatch)
-    assert fused.supports(problem, noise, "sgd", [])
+    assert fused.supports(problem, noise, "sgd", [], False)
     assert a.keys() == b.keys()
     assert (a["diverged_step"][-1] > 0) and (a["diverged_step"][:-1] == -1).all()  # the last lane diverges
     assert a["n"][:-1].min() > 100 and a["loss_count"][:-1].min() > 30
@@ -90,6 +92,73 @@ def test_fused_sketch_beyond_cov_max_dim_and_threads(monkeypatch):
     b = _run(problem, "minibatch", lr=lr, momentum=mom, observe=observe, steps=300, use_fused=False,
              monkeypatch=monkeypatch)
     assert "sketch" in a and "sum_test_loss" in a and "sum_dd" not in a
+    for k in a:
+        np.testing.assert_allclose(a[k], b[k], rtol=1e-9, atol=1e-12 * np.abs(b[k]).max(initial=1.0), err_msg=k)
+
+
+ADDITIVE = {
+    # model, noise, lr (the last lane diverges), momentum, dynamics
+    "quadratic gaussian, non-commuting C": (
+        {"kind": "quadratic", "curvatures": [1.0, 0.3, 0.1], "noise_cov": [[1.0, 0.6, 0.1], [0.6, 2.0, 0.3],
+                                                                          [0.1, 0.3, 0.5]]},
+        "gaussian", [0.2, 1.0, 1.5, 2.5], [0.0, 0.5, 0.0, 0.0], engine.Dynamics()),
+    "quadratic student_t": ({"kind": "quadratic", "curvatures": [1.0, 0.3], "noise_cov": [1.0, 2.0]},
+                            "student_t", [0.2, 1.0, 0.5, 2.5], [0.0, 0.0, 0.7, 0.0], engine.Dynamics()),
+    "quadratic sde, dt = lr/4": ({"kind": "quadratic", "curvatures": [1.0, 0.3], "noise_cov": [1.0, 2.0]},
+                                 "gaussian", [0.2, 1.0, 0.5, 12.0], [0.0, 0.0, 0.0, 0.0], engine.Dynamics("sde", 0.25)),
+}
+
+
+@pytest.mark.parametrize("name", list(ADDITIVE))
+def test_additive_kernel_equals_numpy_engine(name, monkeypatch):
+    model, noise, lr, mom, dyn = ADDITIVE[name]
+    point = build_sweep({"sweep": "t", "model": model, "grid": {"lr": 0.1, "batch_size": 2, "noise": noise},
+                         "dynamics": {"burn_in": 0}}).points[0]
+    problem = get_model("quadratic").make_problem(get_model("quadratic").data_params(point.params))
+    observe = ObserveSpec(cov_max_dim=64, autocorr_lags=8, test_loss=False)
+    kw = dict(lr=lr, momentum=mom, observe=observe, batch_size=2, dynamics=dyn, monkeypatch=monkeypatch)
+    a = _run(problem, noise, use_fused=True, **kw)
+    b = _run(problem, noise, use_fused=False, **kw)
+    assert fused.supports(problem, noise, dyn.kind, [], False)
+    assert (a["diverged_step"][-1] > 0) and (a["diverged_step"][:-1] == -1).all()
+    assert a["n"][:-1].min() > 100
+    for k in a:
+        np.testing.assert_allclose(a[k], b[k], rtol=1e-9, atol=1e-12 * np.abs(b[k]).max(initial=1.0), err_msg=k)
+
+
+def test_double_well_escapes_stop_lanes(monkeypatch):
+    """Lanes that escape are stopped at the same step, with the same accumulators, by both paths."""
+    point = build_sweep({"sweep": "t", "model": {"kind": "landscape", "landscape": "double_well", "barrier": 0.3},
+                         "grid": {"lr": 0.1, "batch_size": 1, "noise": "gaussian"},
+                         "dynamics": {"burn_in": 0}}).points[0]
+    m = get_model("landscape")
+    problem = m.make_problem(m.data_params(point.params))
+    observe = ObserveSpec(cov_max_dim=64, autocorr_lags=8, test_loss=False, escape=True)
+    kw = dict(lr=[0.1] * 12, momentum=[0.0] * 12, observe=observe, batch_size=1, steps=3000, monkeypatch=monkeypatch)
+    a = _run(problem, "gaussian", use_fused=True, **kw)
+    b = _run(problem, "gaussian", use_fused=False, **kw)
+    assert fused.supports(problem, "gaussian", "sgd", [], True)
+    assert 0 < (a["escape_step"] >= 0).sum() < 12  # some escape, some stay
+    for k in a:
+        np.testing.assert_allclose(a[k], b[k], rtol=1e-9, atol=1e-12 * np.abs(b[k]).max(initial=1.0), err_msg=k)
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in exp")  # the diverging lane, numpy path
+@pytest.mark.parametrize("noise", ["minibatch", "minibatch_replace", "epoch"])
+def test_thesis_kernel_equals_numpy_engine(noise, monkeypatch):
+    """The thesis landscape from its spurious minimum: escapes, momentum, a diverging lane."""
+    point = build_sweep({"sweep": "t", "model": {"kind": "landscape", "landscape": "thesis", "start": "spurious"},
+                         "grid": {"lr": 3e-3, "batch_size": 3, "noise": noise}, "dynamics": {"burn_in": 0}}).points[0]
+    m = get_model("landscape")
+    problem = m.make_problem(m.data_params(point.params))
+    observe = ObserveSpec(cov_max_dim=64, autocorr_lags=8, escape=True)
+    lr = [3e-3, 4e-3, 5e-3, 3e-3, 0.5]
+    kw = dict(lr=lr, momentum=[0.0, 0.0, 0.0, 0.5, 0.0], observe=observe, batch_size=3, steps=1500,
+              w0=problem.w_min, monkeypatch=monkeypatch)
+    a = _run(problem, noise, use_fused=True, **kw)
+    b = _run(problem, noise, use_fused=False, **kw)
+    assert fused.supports(problem, noise, "sgd", [], True)
+    assert (a["escape_step"] >= 0).any() and (a["escape_step"] < 0).any() and a["diverged_step"][-1] >= 0
     for k in a:
         np.testing.assert_allclose(a[k], b[k], rtol=1e-9, atol=1e-12 * np.abs(b[k]).max(initial=1.0), err_msg=k)
 

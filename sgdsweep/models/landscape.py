@@ -53,6 +53,9 @@ class DoubleWell(Problem):
         self.layers = (Layer("w", 0, 1, 1),)
         self.loss_min = 0.0
         self.loss_saddle = None
+        #: the gradient as polynomial coefficients of (w, w², w³) and where escape begins: sgdsweep.fused
+        self.polynomial = (np.array([k_a]), np.array([3 * self.c3]), np.array([4 * self.c4]))
+        self.escape_threshold = self.other_minimum
 
     def grad(self, w, idx=None, label_eps=None):
         return self.k_min * w + 3 * self.c3 * w**2 + 4 * self.c4 * w**3
