@@ -13,6 +13,7 @@ optionally in threads over lanes (the compiled loops release the GIL):
 - ``_advance_additive``: additive-noise problems whose gradient is a per-coordinate polynomial
   (``quadratic``, the ``double_well`` landscape) with ``gaussian`` or ``student_t`` noise, SGD or
   the SDE, with escape;
+- ``_advance_two_layer``: the two-layer linear network (``two_layer``) with sampled noise, SGD;
 - ``_advance_thesis``: the thesis landscape (``landscape: thesis``, Vescovi's escape problem)
   with sampled noise, SGD, with escape.
 
@@ -30,6 +31,7 @@ import numpy as np
 
 from .models.affine import AffineProblem
 from .models.landscape import Thesis
+from .models.two_layer import TwoLayerProblem
 from .noise import MODE, STUDENT_NU
 
 #: Environment variable: threads the fused kernel may use in one process (default 1: a
@@ -44,7 +46,11 @@ DELTA_BUFFER = 16
 
 def supports(problem, noise: str, dynamics_kind: str, noise_lags: list[int], escape: bool) -> bool:
     """Whether a fused kernel can run this call (otherwise the numpy engine does)."""
-    if problem.w_min is None or noise_lags:
+    if noise_lags:
+        return False
+    if isinstance(problem, TwoLayerProblem):
+        return noise in MODE and dynamics_kind == "sgd" and not escape
+    if problem.w_min is None:
         return False
     if isinstance(problem, AffineProblem):
         return noise in MODE and dynamics_kind == "sgd" and not escape
@@ -80,6 +86,11 @@ def model_arrays(problem, noise: str, batch_size: int, noise_scale: float, mode:
                                  problem.w_min, omega, want_loss, want_test and test_a.size > 0,
                                  np.ascontiguousarray(problem.sxx), float(problem.loss_min), test_a,
                                  test_b.ravel(), float(test_c))
+    if isinstance(problem, TwoLayerProblem):
+        return _advance_two_layer, (problem.x, problem.y, problem.hidden, float(problem.label_noise), mode, n_batches,
+                                    np.ascontiguousarray(problem.map_min), np.ascontiguousarray(problem.sxx),
+                                    float(problem.loss_min), np.ascontiguousarray(problem.teacher),
+                                    problem.n_outputs * problem.label_noise**2 / 2, omega, want_loss, want_test)
     if isinstance(problem, Thesis):
         return _advance_thesis, (problem.x, problem.y, mode, n_batches, problem.w_min, problem.saddle_point,
                                  problem.normal, escape, omega, want_loss)
@@ -116,7 +127,8 @@ def advance(kernel, shared: tuple, t0: int, u: np.ndarray, z: np.ndarray, w: np.
              acc["n"], acc["sum_d"], acc.get("sum_dd", e3), acc.get("sum_d2", e2), acc.get("sketch", e3),
              acc.get("loss_count", np.zeros(0, np.int64)), acc.get("sum_loss", e1), acc.get("sum_test_loss", e1),
              acc["loss_buf"] if k_lags else e2, acc["loss_lag"] if k_lags else e2,
-             acc["loss_head"] if k_lags else e2, acc["diverged_step"], acc["escape_step"], stopped]
+             acc["loss_head"] if k_lags else e2, acc["diverged_step"], acc["escape_step"],
+             acc.get("reference", e2), stopped]
 
     def run(lo: int, hi: int) -> None:
         kernel(t0, *[a[lo:hi] if a.shape[0] else a for a in lanes], *shared)
@@ -134,7 +146,7 @@ def advance(kernel, shared: tuple, t0: int, u: np.ndarray, z: np.ndarray, w: np.
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
 def _advance_affine(t0, u, z, w, mom, lr, mu, burn, bound, stride, perm, pos,
                     count, sum_d, sum_dd, sum_d2, sketch, loss_count, sum_loss, sum_test_loss,
-                    loss_buf, loss_lag, loss_head, diverged_step, escape_step, stopped,
+                    loss_buf, loss_lag, loss_head, diverged_step, escape_step, reference, stopped,
                     x, y, metric, offsets, label_noise, mode, n_batches, ref,
                     omega, want_loss, want_test, sxx, loss_min, test_a, test_b, test_c):  # pragma: no cover
     """The block loop of :func:`advance` for affine problems with sampled noise."""
@@ -257,7 +269,7 @@ def _advance_affine(t0, u, z, w, mom, lr, mu, burn, bound, stride, perm, pos,
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
 def _advance_additive(t0, u, z, w, mom, step, mu, burn, bound, stride, perm, pos,
                       count, sum_d, sum_dd, sum_d2, sketch, loss_count, sum_loss, sum_test_loss,
-                      loss_buf, loss_lag, loss_head, diverged_step, escape_step, stopped,
+                      loss_buf, loss_lag, loss_head, diverged_step, escape_step, reference, stopped,
                       a1, a2, a3, chol, student, noise_scale, threshold, ref,
                       omega, want_loss):  # pragma: no cover - compiled
     """The block loop of :func:`advance` for additive-noise problems with a per-coordinate
@@ -329,7 +341,7 @@ def _advance_additive(t0, u, z, w, mom, step, mu, burn, bound, stride, perm, pos
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
 def _advance_thesis(t0, u, z, w, mom, step, mu, burn, bound, stride, perm, pos,
                     count, sum_d, sum_dd, sum_d2, sketch, loss_count, sum_loss, sum_test_loss,
-                    loss_buf, loss_lag, loss_head, diverged_step, escape_step, stopped,
+                    loss_buf, loss_lag, loss_head, diverged_step, escape_step, reference, stopped,
                     x, y, mode, n_batches, ref, saddle, normal, check_escape,
                     omega, want_loss):  # pragma: no cover - compiled
     """The block loop of :func:`advance` for the thesis landscape (``landscape: thesis``:
@@ -396,6 +408,125 @@ def _advance_thesis(t0, u, z, w, mom, step, mu, burn, bound, stride, perm, pos,
                 break
         if nbuf > 0:
             _flush(dbuf, nbuf, sum_dd[lane])
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _advance_two_layer(t0, u, z, w, mom, step, mu, burn, bound, stride, perm, pos,
+                       count, sum_d, sum_dd, sum_d2, sketch, loss_count, sum_loss, sum_test_loss,
+                       loss_buf, loss_lag, loss_head, diverged_step, escape_step, reference, stopped,
+                       x, y, hidden, label_noise, mode, n_batches, map_min, sxx, loss_min, teacher, test_c,
+                       omega, want_loss, want_test):  # pragma: no cover - compiled
+    """The block loop of :func:`advance` for ``two_layer`` (y = W2 W1 x, w = (vec W1, vec W2))
+    with sampled noise. Minima form a manifold: |w|² is bounded, and each lane is measured
+    around its weights at its first measured step (``reference``)."""
+    n_lanes, n_steps, s = u.shape
+    p, n_in = x.shape
+    n_out = y.shape[1]
+    n1 = hidden * n_in
+    d = n1 + n_out * hidden
+    has_mom = mom.shape[0] > 0
+    has_label = z.shape[2] > 0
+    sample_losses = loss_count.shape[0] > 0
+    inv_s = 1.0 / s
+    for lane in range(n_lanes):
+        g = np.empty(d)
+        prod = np.empty((n_out, n_in))
+        gp = np.empty((n_out, n_in))
+        e = np.empty(n_out)
+        delta = np.empty(d)
+        dbuf = np.empty((d, DELTA_BUFFER))
+        nbuf = 0
+        idx = np.empty(s, np.int64)
+        wl = w[lane]
+        ref = reference[lane]
+        pl = perm[lane] if mode != 1 else perm[0]
+        for step_i in range(n_steps):
+            t = t0 + step_i
+            _draw(u[lane, step_i], pl, pos, lane, mode, n_batches, p, idx)
+            _end_to_end(wl, hidden, n_in, n_out, prod)
+            gp[:, :] = 0.0
+            for k in range(s):
+                row = idx[k]
+                for o in range(n_out):
+                    acc = -y[row, o]
+                    if has_label:
+                        acc -= label_noise * z[lane, step_i, k * n_out + o]
+                    for i in range(n_in):
+                        acc += prod[o, i] * x[row, i]
+                    e[o] = acc * inv_s
+                for o in range(n_out):
+                    eo = e[o]
+                    for i in range(n_in):
+                        gp[o, i] += eo * x[row, i]
+            for hh in range(hidden):  # g1 = W2ᵀ gp, g2 = gp W1ᵀ
+                for i in range(n_in):
+                    acc = 0.0
+                    for o in range(n_out):
+                        acc += wl[n1 + o * hidden + hh] * gp[o, i]
+                    g[hh * n_in + i] = acc
+                for o in range(n_out):
+                    acc = 0.0
+                    for i in range(n_in):
+                        acc += gp[o, i] * wl[hh * n_in + i]
+                    g[n1 + o * hidden + hh] = acc
+            lam = step[lane]
+            if has_mom:
+                m = mom[lane]
+                mul = mu[lane]
+                for i in range(d):
+                    m[i] = mul * m[i] + g[i]
+                    wl[i] -= lam * m[i]
+            else:
+                for i in range(d):
+                    wl[i] -= lam * g[i]
+            d2 = 0.0
+            for i in range(d):
+                d2 += wl[i] * wl[i]
+            measuring = t >= burn[lane]
+            if measuring and np.isnan(ref[0]):
+                for i in range(d):
+                    ref[i] = wl[i]
+            if not d2 <= bound[lane]:
+                diverged_step[lane] = t
+                stopped[lane] = True
+                break
+            if not measuring:
+                continue
+            for i in range(d):
+                delta[i] = wl[i] - ref[i]
+            nbuf = _moments(lane, delta, count, sum_d, sum_dd, dbuf, nbuf, sum_d2, sketch, omega)
+            if sample_losses and t % stride[lane] == 0:
+                _end_to_end(wl, hidden, n_in, n_out, prod)
+                if want_loss:
+                    val = 0.0
+                    for o in range(n_out):
+                        for i in range(n_in):
+                            acc = 0.0
+                            for j in range(n_in):
+                                acc += sxx[i, j] * (prod[o, j] - map_min[o, j])
+                            val += (prod[o, i] - map_min[o, i]) * acc
+                    _feed_loss(lane, loss_min + 0.5 * val, loss_count, sum_loss, loss_buf, loss_lag, loss_head)
+                if want_test:
+                    val = 0.0
+                    for o in range(n_out):
+                        for i in range(n_in):
+                            val += (prod[o, i] - teacher[o, i]) ** 2
+                    sum_test_loss[lane] += 0.5 * val / n_in + test_c
+                loss_count[lane] += 1
+        if nbuf > 0:
+            _flush(dbuf, nbuf, sum_dd[lane])
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _end_to_end(wl, hidden, n_in, n_out, prod):  # pragma: no cover - compiled
+    """prod = W2 W1 (n_out × n_in) of the flattened two-layer weights wl."""
+    n1 = hidden * n_in
+    prod[:, :] = 0.0
+    for o in range(n_out):
+        for hh in range(hidden):
+            c = wl[n1 + o * hidden + hh]
+            for i in range(n_in):
+                prod[o, i] += c * wl[hh * n_in + i]
 
 
 @numba.njit(cache=True, nogil=True)
