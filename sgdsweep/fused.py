@@ -458,12 +458,13 @@ def _advance_two_layer(t0, u, z, w, mom, step, mu, burn, bound, stride, perm, po
                     eo = e[o]
                     for i in range(n_in):
                         gp[o, i] += eo * x[row, i]
-            for hh in range(hidden):  # g1 = W2ᵀ gp, g2 = gp W1ᵀ
+            for hh in range(hidden):  # g1 = W2ᵀ gp, g2 = gp W1ᵀ (innermost loops over inputs)
                 for i in range(n_in):
-                    acc = 0.0
-                    for o in range(n_out):
-                        acc += wl[n1 + o * hidden + hh] * gp[o, i]
-                    g[hh * n_in + i] = acc
+                    g[hh * n_in + i] = 0.0
+                for o in range(n_out):
+                    c = wl[n1 + o * hidden + hh]
+                    for i in range(n_in):
+                        g[hh * n_in + i] += c * gp[o, i]
                 for o in range(n_out):
                     acc = 0.0
                     for i in range(n_in):
