@@ -300,3 +300,17 @@ def test_flatness_theory_uses_its_own_curvatures():
                             theory_curvature=np.full(8, 0.5) * np.geomspace(1.0, 4.0, 8))
     assert abs(res["params"]["psi"]["theory"] - 2 * np.log(2) / np.log(4)) < 1e-9  # ψ/2 = ln 2/ln 4
     assert res["curvature_spread"] == pytest.approx(10.0) and res["variance_spread"] < 1.03
+
+
+def test_flatness_line_is_scipy_linregress():
+    """The per-point line fit of ψ gives what scipy.stats.linregress gives (slope, its standard
+    error, r), including an exact line (r = ±1)."""
+    from scipy import stats
+
+    from sgdsweep.fit.spectra import _line
+
+    rng = np.random.default_rng(7)
+    for x, y in [(rng.standard_normal(n), rng.standard_normal(n)) for n in (3, 8, 40)] + [
+            (np.arange(5.0), 2.0 - 3.0 * np.arange(5.0))]:
+        ref = stats.linregress(x, y)
+        np.testing.assert_allclose(_line(x, y), (ref.slope, ref.stderr, ref.rvalue), rtol=1e-12, atol=1e-15)

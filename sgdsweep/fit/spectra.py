@@ -18,6 +18,7 @@ theory eigenvalues, when the ensemble has them.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from typing import Any
@@ -31,10 +32,17 @@ from .common import boot_sd, groups, parameter, resample_indices
 from .power_law import fit_power_law
 
 
-def _point_group(ds: xr.Dataset, i: int) -> dict[str, Any]:
-    """The swept axes' values at point i (a per-point fit's "group")."""
-    values = {a: ds[a].values[i] for a in json.loads(ds.attrs.get("swept_axes", "[]")) if a in ds.coords}
-    return {a: v.item() if hasattr(v, "item") else v for a, v in values.items()}
+def _point_groups(ds: xr.Dataset) -> list[dict[str, Any]]:
+    """Per point, the swept axes' values as Python scalars (a per-point fit's "group"); each
+    axis is converted once for all points."""
+    axes = [a for a in json.loads(ds.attrs.get("swept_axes", "[]")) if a in ds.coords]
+    columns = [np.asarray(ds[a].values).tolist() for a in axes]
+    return [dict(zip(axes, row)) for row in zip(*columns)] if axes else [{} for _ in range(ds.sizes["point"])]
+
+
+def _point_names(ds: xr.Dataset) -> list[str]:
+    """Every point's hash as a string."""
+    return [str(p) for p in ds["point"].values]
 
 
 def _layer(ds: xr.Dataset, prefix: str, wanted: str | None) -> str | None:
@@ -72,12 +80,13 @@ def fit_wigner(ds: xr.Dataset, cfg: dict[str, Any], diverged: np.ndarray, confid
         return (f"layer {layer} has {sv.shape[2]} singular value(s); the pair {pair} needs {max(pair) + 1} "
                 "(set fit.wigner.layer to a layer with at least two)")
     points: list[dict[str, Any]] = []
+    point_groups, point_names = _point_groups(ds), _point_names(ds)
     sigma = np.full(ds.sizes["point"], np.nan)
     sigma_se = np.full(ds.sizes["point"], np.nan)
     for i in np.flatnonzero(~diverged):
         x = sv[i][:, pair] ** 2
         x = x[np.all(np.isfinite(x), axis=1)]
-        res: dict[str, Any] = {"group": _point_group(ds, i), "point": str(ds["point"].values[i]),
+        res: dict[str, Any] = {"group": point_groups[i], "point": point_names[i],
                                "layer": layer, "pair": pair, "confidence": confidence}
         try:
             st = rmt.pair_statistics(x)
@@ -132,6 +141,30 @@ def flatness_columns(layer: str) -> dict[str, str | None]:
             "theory_variance": f"layer_cov_eigenvalues_{layer}_theory", "theory_curvature": None}
 
 
+def _line(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
+    """(slope, its standard error, Pearson r) of the least-squares line of ``y`` on ``x``, for
+    at least three points with distinct ``x``.
+
+    The estimators and arithmetic of :func:`scipy.stats.linregress` (same values to the last
+    bit), without its per-call dispatch and p-value: :func:`fit_flatness` fits two lines per
+    point, thousands per sweep.
+    """
+    ssxm, ssxym, _, ssym = np.cov(x, y, bias=1).flat
+    if ssxm == 0.0 or ssym == 0.0:
+        r = math.nan if ssxym == 0 else 0.0
+    else:
+        r = float(np.clip(ssxym / np.sqrt(ssxm * ssym), -1.0, 1.0))
+    slope = ssxym / ssxm
+    stderr = np.sqrt((1 - r**2) * ssym / ssxm / (x.size - 2))
+    return float(slope), float(stderr), r
+
+
+@functools.lru_cache(maxsize=64)
+def _t_quantile(probability: float, dof: int) -> float:
+    """Student's t quantile (cached: every point of a sweep asks for the same few)."""
+    return float(stats.t.ppf(probability, dof))
+
+
 def flatness_exponent(variance: np.ndarray, curvature: np.ndarray, confidence: float = 0.95,
                       theory_variance: np.ndarray | None = None, leading_order: float | None = None,
                       theory_curvature: np.ndarray | None = None) -> dict[str, Any]:
@@ -150,7 +183,7 @@ def flatness_exponent(variance: np.ndarray, curvature: np.ndarray, confidence: f
                         "curvatures (per-mode spectra need d ≤ observe.cov_max_dim)")
         return res
     lc, lv = np.log(c[ok]), np.log(v[ok])
-    fit = stats.linregress(lc, lv)
+    slope, stderr, r = _line(lc, lv)
     dof = int(ok.sum()) - 2
     th = None
     if theory_variance is not None:
@@ -160,11 +193,11 @@ def flatness_exponent(variance: np.ndarray, curvature: np.ndarray, confidence: f
         if theory_curvature is None:
             tok = ok if np.all(tok[ok]) else np.zeros_like(ok)
         if tok.sum() >= 3 and np.ptp(np.log(tc[tok])) > 0:
-            th = 2 * float(stats.linregress(np.log(tc[tok]), np.log(tv[tok])).slope)
-    tq = float(stats.t.ppf(0.5 + confidence / 2, dof)) if dof > 0 else math.inf
-    res["params"] = {"psi": parameter(2 * float(fit.slope), 2 * float(fit.stderr), confidence, "analytic",
+            th = 2 * _line(np.log(tc[tok]), np.log(tv[tok]))[0]
+    tq = _t_quantile(0.5 + confidence / 2, dof) if dof > 0 else math.inf
+    res["params"] = {"psi": parameter(2 * slope, 2 * stderr, confidence, "analytic",
                                       theory=th, leading_order=leading_order, quantile=tq)}
-    res["r_squared"] = float(fit.rvalue**2)
+    res["r_squared"] = float(r**2)
     res["curvature_spread"] = float(np.exp(np.ptp(lc)))
     res["variance_spread"] = float(np.exp(np.ptp(lv)))
     return res
@@ -192,9 +225,10 @@ def fit_flatness(ds: xr.Dataset, cfg: dict[str, Any], diverged: np.ndarray,
                    if cols["theory_curvature"] in ds else None)
     leading = {ALL_WEIGHTS: 0.0, "W2": 2.0 if "layer_mode_curvature_W1" in ds else None}.get(layer)
     out = []
+    point_groups, point_names = _point_groups(ds), _point_names(ds)
     for i in np.flatnonzero(~diverged):
         res = flatness_exponent(var[i], curv[i], confidence, theory[i] if theory is not None else None, leading,
                                 theory_curv[i] if theory_curv is not None else None)
-        res.update({"group": _point_group(ds, i), "point": str(ds["point"].values[i]), "layer": layer})
+        res.update({"group": point_groups[i], "point": point_names[i], "layer": layer})
         out.append(res)
     return out
