@@ -451,6 +451,12 @@ def write_ensemble(ds: xr.Dataset, path: str | Path) -> None:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def load_ensemble(path: str | Path) -> xr.Dataset:
+    """The whole ensemble read into memory as NumPy arrays (the fits and the report use all of
+    it: opening it without Dask chunks skips building and computing a task graph)."""
+    return xr.open_zarr(path, chunks=None).load()
+
+
 def open_ensemble(path: str | Path, grid: bool = False) -> xr.Dataset:
     """Open an ensemble; with ``grid=True`` unstack ``point`` into the swept axes."""
     ds = xr.open_zarr(path)

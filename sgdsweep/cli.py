@@ -107,12 +107,11 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
-    import xarray as xr
-
+    from .aggregate import load_ensemble
     from .fit import fit_ensemble
     from .paths import atomic_write_text
 
-    fits = fit_ensemble(xr.open_zarr(args.ensemble).load(), _read_json(args.spec))
+    fits = fit_ensemble(load_ensemble(args.ensemble), _read_json(args.spec))
     atomic_write_text(args.out, json.dumps(fits, indent=1) + "\n")
     for kind, results in fits.items():
         if kind in ("skipped", "settings"):
@@ -130,12 +129,11 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    import xarray as xr
-
+    from .aggregate import load_ensemble
     from .paths import atomic_write_text
     from .report import build_report
 
-    text = build_report(xr.open_zarr(args.ensemble).load(), _read_json(args.fits), _read_json(args.spec),
+    text = build_report(load_ensemble(args.ensemble), _read_json(args.fits), _read_json(args.spec),
                         figures_dir=args.figures)
     atomic_write_text(args.out, text)
     log.info("report written to %s", args.out)
