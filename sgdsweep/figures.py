@@ -6,6 +6,7 @@ measured values carry ±1 standard-error bars; theory is drawn as lines.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import matplotlib
@@ -14,10 +15,67 @@ import xarray as xr
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib import ticker  # noqa: E402
 from matplotlib.colors import ListedColormap  # noqa: E402
 
 from .fit.spectra import ALL_WEIGHTS, flatness_columns  # noqa: E402
 from .theory import rmt  # noqa: E402
+
+#: A log axis's mathtext tick label: optional minus, optional ``coefficient\times``, base, optional exponent.
+_LOG_LABEL = re.compile(r"\$\\mathdefault\{(-?)(?:([0-9.]+)\\times)?([0-9.]+)(?:\^\{(-?[0-9]+)\})?\}\$")
+_SUPERSCRIPT = str.maketrans("0123456789-", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻")
+
+
+def plain_label(label: str) -> str:
+    """A log-axis tick label written in mathtext (``$\\mathdefault{2\\times10^{-3}}$``) as the
+    same text in Unicode (``2×10⁻³``); any other label unchanged."""
+    m = _LOG_LABEL.fullmatch(label)
+    if m is None:
+        return label
+    sign, coeff, base, exponent = m.groups()
+    return ("−" if sign else "") + (f"{coeff}×" if coeff else "") + base + (exponent or "").translate(_SUPERSCRIPT)
+
+
+class PlainLogFormatter(ticker.Formatter):
+    """Wraps a log axis's own formatter (which ticks get a label, and which label, stay its
+    choice) and writes its labels in Unicode instead of mathtext (:func:`plain_label`).
+
+    Parsing mathtext tick labels is most of the time matplotlib spends drawing a log-scaled
+    figure (a few milliseconds per label, for every label of every draw).
+    """
+
+    def __init__(self, inner: ticker.Formatter) -> None:
+        self.inner = inner
+
+    def set_axis(self, axis) -> None:
+        self.axis = axis
+        self.inner.set_axis(axis)
+
+    def set_locs(self, locs) -> None:
+        self.inner.set_locs(locs)
+
+    def __call__(self, x, pos=None) -> str:
+        return plain_label(self.inner(x, pos))
+
+    def format_data_short(self, value) -> str:
+        return self.inner.format_data_short(value)
+
+    def get_offset(self) -> str:
+        return self.inner.get_offset()
+
+
+def plain_log_labels(fig: plt.Figure) -> plt.Figure:
+    """Give every log-scaled axis of ``fig`` :class:`PlainLogFormatter` labels (call once the
+    scales are set, before drawing); returns ``fig``."""
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            if axis.get_scale() != "log":
+                continue
+            for get, put in ((axis.get_major_formatter, axis.set_major_formatter),
+                             (axis.get_minor_formatter, axis.set_minor_formatter)):
+                if isinstance(get(), ticker.LogFormatterMathtext):
+                    put(PlainLogFormatter(get()))
+    return fig
 
 
 def _ok(ds: xr.Dataset) -> np.ndarray:
@@ -127,6 +185,43 @@ def collapse(ds: xr.Dataset, fit: dict[str, Any]) -> plt.Figure | None:
     axr.axhline(0, color="k", lw=0.8)
     axr.set_xlabel(fit["variable"].replace("lr", "λ").replace("batch_size", "S").replace("momentum", "μ") + "  [1]")
     axr.set_ylabel("value / class mean − 1")
+    return fig
+
+
+def _group_label(group: dict[str, Any]) -> str:
+    return ", ".join(f"{v:g}" if isinstance(v, (int, float)) else str(v) for v in group.values()) or "all"
+
+
+def fit_overview(results: list[dict[str, Any]], names: tuple[str, ...], title: str) -> plt.Figure | None:
+    """Every group's fit at a glance: one panel per parameter in ``names``, one row per group
+    (labelled by its values of the group axes), the estimate with its interval (bar), the theory
+    value (black +) and the leading order (grey dashed). None when no group has an estimate."""
+    rows = [r for r in results if any(((r.get("params") or {}).get(n) or {}).get("estimate") is not None
+                                      for n in names)]
+    if not rows:
+        return None
+    y = np.arange(len(rows))
+    fig, axes = plt.subplots(1, len(names), figsize=(3.6 * len(names) + 1.6, 1.2 + 0.22 * len(rows)),
+                             sharey=True, squeeze=False)
+    for ax, name in zip(axes[0], names):
+        qs = [((r.get("params") or {}).get(name) or {}) for r in rows]
+        est = np.array([np.nan if q.get("estimate") is None else q["estimate"] for q in qs], float)
+        lo, hi = (np.array([np.nan if q.get("interval", [None, None])[k] is None else q["interval"][k] for q in qs],
+                           float) for k in (0, 1))
+        ax.errorbar(est, y, xerr=[np.nan_to_num(est - lo), np.nan_to_num(hi - est)], fmt="o", ms=3, capsize=2,
+                    label="estimate [interval]")
+        theory = np.array([np.nan if q.get("theory") is None else q["theory"] for q in qs], float)
+        if np.isfinite(theory).any():
+            ax.plot(theory, y, "k+", ms=7, label="theory")
+        leading = {q.get("leading_order") for q in qs} - {None}
+        if len(leading) == 1:
+            ax.axvline(leading.pop(), color="0.5", ls="--", lw=0.8, label="leading order")
+        ax.set_xlabel(name)
+        ax.legend(fontsize=7)
+    axes[0][0].set_yticks(y, [_group_label(r["group"]) for r in rows], fontsize=7)
+    axes[0][0].set_ylabel(", ".join(rows[0]["group"]) or "group")
+    axes[0][0].invert_yaxis()  # first group on top, as in the tables
+    fig.suptitle(title, fontsize=10)
     return fig
 
 

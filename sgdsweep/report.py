@@ -13,6 +13,9 @@ import base64
 import html
 import io
 import json
+import multiprocessing
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -41,33 +44,69 @@ def _fmt(x: Any, digits: int = 4) -> str:
     return html.escape(str(x))
 
 
-def _scalar(value: Any) -> Any:
-    """A numpy scalar as a Python value (strings stay strings)."""
-    return value.item() if hasattr(value, "item") else value
-
-
 def _table(header: list[str], rows: list[list[Any]], cls: str = "") -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{_fmt(c)}</td>" for c in row) + "</tr>" for row in rows)
     return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
-class _Figures:
-    """Collects figures: embeds each as a data URI and, with a directory, writes it as PNG."""
+def _png(make: Callable[..., Any], args: tuple[Any, ...]) -> bytes | None:
+    """The PNG of the figure ``make(*args)`` (None when it returns None: nothing to draw)."""
+    fig = make(*args)
+    if fig is None:
+        return None
+    try:
+        figures.plain_log_labels(fig)
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+        return buf.getvalue()
+    finally:
+        figures.plt.close(fig)
 
-    def __init__(self, directory: Path | None) -> None:
+
+def _render(todo: list[tuple[Callable[..., Any], tuple[Any, ...]]], jobs: int) -> list[bytes | None]:
+    """:func:`_png` of every (make, args), in order; with ``jobs`` > 1 in that many processes.
+
+    Drawing is the report's cost (matplotlib spends ~0.5 s of CPU per figure) and figures are
+    independent. Workers are forked (they inherit the imported modules; the arguments travel
+    pickled); where the platform cannot fork they are drawn one after the other.
+    """
+    workers = min(jobs, len(todo))
+    if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        return [_png(make, args) for make, args in todo]
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        return list(pool.map(_png, *zip(*todo)))
+
+
+class _Figures:
+    """Collects the report's figures, draws them all at once (:func:`_render`) and embeds each
+    as a data URI; with a directory, also writes each there as ``<name>.png``."""
+
+    def __init__(self, directory: Path | None, jobs: int = 1) -> None:
         self.directory = directory
+        self.jobs = jobs
         self.names: list[str] = []
+        self._todo: list[tuple[str, str, Callable[..., Any], tuple[Any, ...]]] = []
         if directory is not None:
             directory.mkdir(parents=True, exist_ok=True)
 
-    def img(self, name: str, fig, alt: str) -> str:
-        if fig is None:
+    def img(self, name: str, alt: str, make: Callable[..., Any], *args: Any) -> str:
+        """A placeholder (one element of the report's parts) for the figure ``make(*args)``;
+        :meth:`fill` replaces it by the figure, or by nothing when ``make`` returns None."""
+        self._todo.append((name, alt, make, args))
+        return f"<!--figure {len(self._todo) - 1}-->"
+
+    def fill(self, parts: list[str]) -> list[str]:
+        """``parts`` with every placeholder replaced by its drawn figure (in document order)."""
+        pngs = _render([(make, args) for _, _, make, args in self._todo], self.jobs)
+        html_of = {f"<!--figure {i}-->": self._embed(name, alt, data)
+                   for i, ((name, alt, _, _), data) in enumerate(zip(self._todo, pngs))}
+        self._todo = []
+        return [html_of.get(p, p) for p in parts]
+
+    def _embed(self, name: str, alt: str, data: bytes | None) -> str:
+        if data is None:
             return ""
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
-        figures.plt.close(fig)
-        data = buf.getvalue()
         if self.directory is not None:
             (self.directory / f"{name}.png").write_bytes(data)
         self.names.append(name)
@@ -124,9 +163,51 @@ def _subset(ds: xr.Dataset, group: dict[str, Any]) -> xr.Dataset:
     return ds.isel(point=np.flatnonzero(mask))
 
 
+#: Per fit kind, the figures of at most this many groups are drawn; with more groups an overview
+#: figure shows every group's estimates instead (each group keeps its table).
+MAX_GROUP_FIGURES = 4
+#: Parameters of each per-group fit shown in its overview figure.
+_OVERVIEW = {"power_law": ("a", "b"), "linear_scaling": ("spread2",), "momentum_scaling": ("spread2",),
+             "escape": ("slope", "intercept")}
+
+
+def _flagged(res: dict[str, Any]) -> bool:
+    """Whether a theory value of the fit lies outside its interval."""
+    return any(q and q.get("theory_inside") is False for q in (res.get("params") or {}).values())
+
+
+def _drawn_groups(results: list[dict[str, Any]]) -> set[int]:
+    """Indices of the groups whose figure is drawn: every group when there are at most
+    :data:`MAX_GROUP_FIGURES`, else :data:`MAX_GROUP_FIGURES` of the fitted ones (no error): the
+    first, then those with a theory value outside its interval, then the next ones in order."""
+    if len(results) <= MAX_GROUP_FIGURES:
+        return set(range(len(results)))
+    fitted = [i for i, r in enumerate(results) if not r.get("error")]
+    order = dict.fromkeys([*fitted[:1], *(i for i in fitted if _flagged(results[i])), *fitted])
+    return set(list(order)[:MAX_GROUP_FIGURES])
+
+
+def _overview(kind: str, results: list[dict[str, Any]], figs: _Figures) -> list[str]:
+    """With more groups than :data:`MAX_GROUP_FIGURES`: a note saying which groups have a figure
+    and one figure of every group's estimates; nothing otherwise."""
+    if len(results) <= MAX_GROUP_FIGURES:
+        return []
+    drawn = sorted(_drawn_groups(results))
+    where = "; ".join(_where(results[i]["group"]) for i in drawn)
+    note = (f"<p>{len(results)} groups: each has its table below, but to keep the report quick to build and "
+            f"to read only {len(drawn)} have a figure of their own ({html.escape(where)}: the first group, then "
+            "groups with a theory value outside its interval, then the next ones). This figure shows every "
+            "group's estimates.</p>")
+    return [f"<h3>{_NAMES[kind]}: all {len(results)} groups</h3>", note,
+            figs.img(f"{kind}_overview", f"{kind} estimates of every group", figures.fit_overview, results,
+                     _OVERVIEW[kind], _NAMES[kind])]
+
+
 def _fit_sections(ds: xr.Dataset, fits: dict[str, Any], figs: _Figures) -> list[str]:
     parts: list[str] = []
     conf = fits.get("settings", {}).get("confidence", 0.95)
+    parts.extend(_overview("power_law", fits.get("power_law", []), figs))
+    drawn = _drawn_groups(fits.get("power_law", []))
     for i, res in enumerate(fits.get("power_law", [])):
         parts.append(f"<h3>{_NAMES['power_law']} at {html.escape(_where(res['group']))}</h3>")
         if res.get("error"):
@@ -137,8 +218,12 @@ def _fit_sections(ds: xr.Dataset, fits: dict[str, Any], figs: _Figures) -> list[
                      f"(p = {_fmt(res.get('chi2_pvalue'))}). The leading-order law (a = 1, b = −1) ignores the "
                      "discreteness and multiplicative-noise corrections that the exact theory includes.</p>")
         parts.append(_verdict_html([res]))
-        parts.append(figs.img(f"power_law_{i}", figures.power_law(_subset(ds, res["group"]), res), "power-law fit"))
+        if i in drawn:
+            parts.append(figs.img(f"power_law_{i}", "power-law fit", figures.power_law, _subset(ds, res["group"]),
+                                  res))
     for kind in ("linear_scaling", "momentum_scaling"):
+        parts.extend(_overview(kind, fits.get(kind, []), figs))
+        drawn = _drawn_groups(fits.get(kind, []))
         for i, res in enumerate(fits.get(kind, [])):
             parts.append(f"<h3>{_NAMES[kind]} at {html.escape(_where(res['group']))}</h3>")
             if res.get("error"):
@@ -151,7 +236,11 @@ def _fit_sections(ds: xr.Dataset, fits: dict[str, Any], figs: _Figures) -> list[
                          f"exact theory, 0 at leading order; measurement noise alone: "
                          f"{_fmt(res['noise_floor'])} per point.</p>")
             parts.append(_verdict_html([res]))
-            parts.append(figs.img(f"{kind}_{i}", figures.collapse(_subset(ds, res["group"]), res), _NAMES[kind]))
+            if i in drawn:
+                parts.append(figs.img(f"{kind}_{i}", _NAMES[kind], figures.collapse, _subset(ds, res["group"]),
+                                      res))
+    parts.extend(_overview("escape", fits.get("escape", []), figs))
+    drawn = _drawn_groups(fits.get("escape", []))
     for i, res in enumerate(fits.get("escape", [])):
         parts.append(f"<h3>{_NAMES['escape']} at {html.escape(_where(res['group']))}</h3>")
         if res.get("error"):
@@ -167,7 +256,8 @@ def _fit_sections(ds: xr.Dataset, fits: dict[str, Any], figs: _Figures) -> list[
         parts.append(f"<p>{res['n_points']} points ({res['excluded_points']} without escapes excluded). "
                      + ("<b class='good'>Supported: " + ", ".join(laws) + ".</b>" if laws
                         else "<b class='bad'>Neither escape law's slope lies inside the interval.</b>") + "</p>")
-        parts.append(figs.img(f"escape_{i}", figures.escape(_subset(ds, res["group"]), res), "escape fit"))
+        if i in drawn:
+            parts.append(figs.img(f"escape_{i}", "escape fit", figures.escape, _subset(ds, res["group"]), res))
     if fits.get("wigner"):
         rows = []
         for res in fits["wigner"]:
@@ -183,8 +273,8 @@ def _fit_sections(ds: xr.Dataset, fits: dict[str, Any], figs: _Figures) -> list[
                              "KS statistic vs Wigner surmise", "KS p-value (approximate)",
                              "consistent with the surmise"], rows, "fit"))
         parts.append(_verdict_html(fits["wigner"]))
-        parts.append(figs.img("wigner", figures.wigner(ds, fits["wigner"]), "pair statistics"))
-        parts.append(figs.img("wigner_width", figures.wigner_width(ds, fits["wigner"]), "pair width against √(λ/S)"))
+        parts.append(figs.img("wigner", "pair statistics", figures.wigner, ds, fits["wigner"]))
+        parts.append(figs.img("wigner_width", "pair width against √(λ/S)", figures.wigner_width, ds, fits["wigner"]))
         for res in fits.get("wigner_width", []):
             if "params" in res:
                 parts.append(f"<h4>{_NAMES['wigner_width']} at {html.escape(_where(res['group']))}</h4>")
@@ -195,7 +285,7 @@ def _fit_sections(ds: xr.Dataset, fits: dict[str, Any], figs: _Figures) -> list[
             [_where(res["group"]), "psi", res.get("error"), None, None, None, None, None]])]
         parts.append(_table(_PARAM_HEADER, rows, "fit"))
         parts.append(_verdict_html(fits["flatness"]))
-        parts.append(figs.img("flatness", figures.flatness(ds, fits["flatness"]), "variance against curvature"))
+        parts.append(figs.img("flatness", "variance against curvature", figures.flatness, ds, fits["flatness"]))
     if fits.get("skipped"):
         parts.append("<h3>Fits not run</h3><ul>" + "".join(
             f"<li>{html.escape(_NAMES.get(k, k))}: {html.escape(v)}</li>" for k, v in fits["skipped"].items())
@@ -228,41 +318,46 @@ def _summary(ds: xr.Dataset, fits: dict[str, Any]) -> str:
     return text + ("<ul>" + "".join(lines) + "</ul>" if lines else "")
 
 
+def _rows(ds: xr.Dataset, names: list[str], extra: list[np.ndarray] = ()) -> list[list[Any]]:
+    """One table row per point: the values of the per-point variables ``names``, then of the
+    arrays ``extra``, as Python scalars (each column converted once, not cell by cell)."""
+    columns = [np.asarray(ds[n].values).tolist() for n in names] + [np.asarray(e).tolist() for e in extra]
+    return [list(row) for row in zip(*columns)]
+
+
 def _points_table(ds: xr.Dataset) -> str:
     axes = json.loads(ds.attrs.get("swept_axes", "[]")) or ["lr", "batch_size"]
     cols = [c for c in ("weight_var", "weight_var_se", "weight_var_theory", "loss", "loss_theory", "diverged_replicas",
                         "burn_in") if c in ds]
     z = ((ds["weight_var"] - ds["weight_var_theory"]) / ds["weight_var_se"]).values if {
         "weight_var", "weight_var_theory", "weight_var_se"} <= set(ds.data_vars) else None
-    rows = []
-    for i in range(ds.sizes["point"]):
-        rows.append([ds["point"].values[i]] + [_scalar(ds[a].values[i]) for a in axes]
-                    + [_scalar(ds[c].values[i]) for c in cols] + ([z[i]] if z is not None else []))
+    rows = _rows(ds, ["point", *axes, *cols], [z] if z is not None else [])
     header = ["point"] + axes + [f"{c} [{ds[c].attrs.get('units', '')}]" for c in cols]
     return _table(header + (["(meas−theory)/SE"] if z is not None else []), rows, "points")
 
 
 def build_report(ds: xr.Dataset, fits: dict[str, Any], report_spec: dict[str, Any],
-                 figures_dir: str | Path | None = None) -> str:
-    """The report as one HTML string (no external resources); figures also go to ``figures_dir``."""
-    figs = _Figures(Path(figures_dir) if figures_dir is not None else None)
+                 figures_dir: str | Path | None = None, jobs: int = 1) -> str:
+    """The report as one HTML string (no external resources); figures also go to ``figures_dir``.
+    ``jobs`` processes draw the figures (the report is the same for any number)."""
+    figs = _Figures(Path(figures_dir) if figures_dir is not None else None, jobs)
     title = report_spec["report"]["title"]
     parts = [f"<h1>{html.escape(title)}</h1>", _summary(ds, fits)]
     parts.append("<h2>Coverage of the grid</h2>")
-    parts.append(figs.img("coverage", figures.coverage(ds), "coverage map"))
+    parts.append(figs.img("coverage", "coverage map", figures.coverage, ds))
     parts.append("<h2>Fits</h2>")
     parts.extend(_fit_sections(ds, fits, figs))
     parts.append("<h2>Measured vs theory</h2>")
-    parts.append(figs.img("weight_var", figures.weight_var_against_ratio(ds), "weight variance against lr/batch_size"))
-    parts.append(figs.img("spectra", figures.spectra(ds), "covariance spectra"))
-    parts.append(figs.img("fdr_fourier", figures.fdr_fourier(ds), "Fourier profiles of the FDR"))
+    parts.append(figs.img("weight_var", "weight variance against lr/batch_size", figures.weight_var_against_ratio, ds))
+    parts.append(figs.img("spectra", "covariance spectra", figures.spectra, ds))
+    parts.append(figs.img("fdr_fourier", "Fourier profiles of the FDR", figures.fdr_fourier, ds))
     swept = json.loads(ds.attrs.get("swept_axes", "[]"))
     for axis in swept:
-        parts.append(figs.img(f"against_{axis}", figures.against_axis(ds, axis), f"observables against {axis}"))
+        parts.append(figs.img(f"against_{axis}", f"observables against {axis}", figures.against_axis, ds, axis))
         if axis not in ("lr", "batch_size"):
             for name in ("weight_cov_eigenvalues", "q_eigenvalues"):
-                parts.append(figs.img(f"{name}_against_{axis}", figures.spectrum_against_axis(ds, axis, name),
-                                      f"{name} against {axis}"))
+                parts.append(figs.img(f"{name}_against_{axis}", f"{name} against {axis}",
+                                      figures.spectrum_against_axis, ds, axis, name))
     parts.append("<h2>Points</h2>")
     parts.append(_points_table(ds))
     shown = {"weight_var", "weight_var_se", "weight_var_theory", "loss", "loss_theory", "diverged", "burn_in",
@@ -272,8 +367,7 @@ def build_report(ds: xr.Dataset, fits: dict[str, Any], report_spec: dict[str, An
         parts.append("<h2>Other observables</h2><p>Per point, as stored in <code>ensemble.zarr</code> "
                      "(units in each variable's attributes).</p>")
         header = ["point"] + [f"{v} [{ds[v].attrs.get('units', '')}]" for v in others]
-        parts.append(_table(header, [[ds["point"].values[i]] + [_scalar(ds[v].values[i]) for v in others]
-                                     for i in range(ds.sizes["point"])], "points"))
+        parts.append(_table(header, _rows(ds, ["point", *others]), "points"))
     theory_rows = [[v, ds[v].attrs.get("formula", ""), ds[v].attrs.get("missing_because", "")]
                    for v in ds.data_vars if "_theory" in v]
     if theory_rows:
@@ -284,7 +378,7 @@ def build_report(ds: xr.Dataset, fits: dict[str, Any], report_spec: dict[str, An
     parts.append(_table(["shard", "points", "simulation time [s]"],
                         [[s, int((ds["shard"].values == s).sum()), float(v)]
                          for s, v in zip(per_shard["shard"].values, per_shard.values)]))
-    parts.append(figs.img("shard_times", figures.shard_times(ds), "run time per shard"))
+    parts.append(figs.img("shard_times", "run time per shard", figures.shard_times, ds))
     prov = {k: ds.attrs.get(k) for k in ("sweep_hash", "code_version", "host", "created_utc", "python")}
     prov["config_hash"] = report_spec["config_hash"]
     prov.update({f"fit {k}": v for k, v in fits.get("settings", {}).items()})
@@ -296,4 +390,4 @@ def build_report(ds: xr.Dataset, fits: dict[str, Any], report_spec: dict[str, An
                  + html.escape(json.dumps(report_spec["config"], indent=2, sort_keys=True)) + "</pre></details>")
     return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
             f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>"
-            + "\n".join(p for p in parts if p) + "</body></html>\n")
+            + "\n".join(p for p in figs.fill(parts) if p) + "</body></html>\n")

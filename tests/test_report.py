@@ -87,3 +87,39 @@ def test_report_says_when_theory_is_outside(tmp_path):
     spread = fits["linear_scaling"][0]["params"]["spread2"]
     assert spread["theory"] > spread["interval"][1]
     assert json.dumps(fits)  # JSON-ready
+
+
+def _with_momentum(ds: xr.Dataset, values=(0.0, 0.2, 0.4, 0.6, 0.8, 0.9)) -> xr.Dataset:
+    """``ds`` repeated once per momentum value: fits grouped by momentum get one group per value."""
+    parts = [ds.assign_coords(point=[f"{p}-m{j}" for p in ds["point"].values],
+                              momentum=("point", np.full(ds.sizes["point"], m)))
+             for j, m in enumerate(values)]
+    out = xr.concat(parts, dim="point")
+    out.attrs.update(ds.attrs, swept_axes='["lr", "batch_size", "momentum"]')
+    return out
+
+
+def test_many_groups_get_an_overview_and_a_few_figures(tmp_path):
+    """With more groups than MAX_GROUP_FIGURES, every group keeps its table, a few get their own
+    figure, one overview figure shows them all, and the report says so."""
+    from sgdsweep.report import MAX_GROUP_FIGURES
+
+    fits, page, parser = _report(_with_momentum(_ensemble(1.0)), tmp_path)
+    assert len(fits["power_law"]) == 6 > MAX_GROUP_FIGURES
+    files = {p.stem for p in (tmp_path / "figures").glob("*.png")}
+    assert sorted(i[len("fig-"):] for i in parser.figure_ids) == sorted(files)
+    for kind in ("power_law", "linear_scaling"):
+        assert f"{kind}_overview" in files and f"{kind}_0" in files
+        assert len([f for f in files if f.startswith(f"{kind}_") and f[len(kind) + 1:].isdigit()]) == MAX_GROUP_FIGURES
+    assert page.count("<h3>Power law weight_var") == 6 + 1  # every group's section, and the overview
+    assert "6 groups: each has its table below" in page
+
+
+def test_figures_drawn_in_parallel_give_the_same_report(tmp_path):
+    ds = _ensemble(1.0)
+    fits = fit_ensemble(ds, {"confidence": 0.95, "bootstrap": 200})
+    serial = build_report(ds, fits, SPEC, figures_dir=tmp_path / "one")
+    parallel = build_report(ds, fits, SPEC, figures_dir=tmp_path / "two", jobs=2)
+    assert serial == parallel
+    for png in (tmp_path / "one").glob("*.png"):
+        assert png.read_bytes() == (tmp_path / "two" / png.name).read_bytes()
