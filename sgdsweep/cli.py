@@ -134,7 +134,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from .report import build_report
 
     text = build_report(load_ensemble(args.ensemble), _read_json(args.fits), _read_json(args.spec),
-                        figures_dir=args.figures)
+                        figures_dir=args.figures, jobs=args.jobs)
     atomic_write_text(args.out, text)
     log.info("report written to %s", args.out)
     return 0
@@ -258,6 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spec", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--figures", help="also write every figure as <name>.png into this directory")
+    p.add_argument("--jobs", type=_positive_int, default=1, help="processes drawing the figures (default 1)")
     p.add_argument("--log")
     p.set_defaults(func=cmd_report)
 

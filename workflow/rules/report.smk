@@ -16,8 +16,9 @@ rule report:
         ),
     log:
         str(PLAN.root / "logs" / "report.log"),
+    threads: 4  # processes drawing the figures (Snakemake lowers it to --cores)
     conda:
         "../../envs/sgdsweep.yaml"
     shell:
         "python -m sgdsweep report --ensemble {input.ensemble} --fits {input.fits}"
-        " --spec {input.spec} --out {output.report} --figures {output.figures} --log {log}"
+        " --spec {input.spec} --out {output.report} --figures {output.figures} --jobs {threads} --log {log}"
