@@ -594,8 +594,11 @@ def _feed_loss(lane, val, loss_count, sum_loss, loss_buf, loss_lag, loss_head): 
         loss_buf[lane, at] = val
         if n < k:
             loss_head[lane, n] = val
-        for lag in range(min(n + 1, k)):
-            loss_lag[lane, lag] += val * loss_buf[lane, (at - lag) % k]
+        m = min(n + 1, k)
+        for lag in range(min(m, at + 1)):  # lags whose sample sits at or before `at` (no modulo:
+            loss_lag[lane, lag] += val * loss_buf[lane, at - lag]  # an integer division per lag)
+        for lag in range(at + 1, m):
+            loss_lag[lane, lag] += val * loss_buf[lane, at - lag + k]
     sum_loss[lane] += val
 
 

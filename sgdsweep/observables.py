@@ -199,8 +199,11 @@ def _feed_autocorr(loss, mask, buf, head, lag, count):  # pragma: no cover - com
         buf[lane, pos] = v
         if n < k:
             head[lane, n] = v
-        for m in range(min(n + 1, k)):
-            lag[lane, m] += v * buf[lane, (pos - m) % k]
+        top = min(n + 1, k)
+        for m in range(min(top, pos + 1)):  # the ring buffer in two pieces: no modulo per lag
+            lag[lane, m] += v * buf[lane, pos - m]
+        for m in range(pos + 1, top):
+            lag[lane, m] += v * buf[lane, pos - m + k]
 
 
 def update_noise(acc: Accumulators, b: np.ndarray, delta_mat: np.ndarray, sel: np.ndarray | None,
