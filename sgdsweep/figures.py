@@ -19,7 +19,6 @@ from matplotlib import ticker  # noqa: E402
 from matplotlib.colors import ListedColormap  # noqa: E402
 
 from .fit.spectra import ALL_WEIGHTS, flatness_columns  # noqa: E402
-from .theory import rmt  # noqa: E402
 
 #: A log axis's mathtext tick label: optional minus, optional ``coefficient\times``, base, optional exponent.
 _LOG_LABEL = re.compile(r"\$\\mathdefault\{(-?)(?:([0-9.]+)\\times)?([0-9.]+)(?:\^\{(-?[0-9]+)\})?\}\$")
@@ -285,6 +284,8 @@ def spectra(ds: xr.Dataset, max_points: int = 4) -> plt.Figure | None:
 
 def wigner(ds: xr.Dataset, results: list[dict[str, Any]], max_points: int = 3) -> plt.Figure | None:
     """Per point: histogram of δx/σ against the pair density, and of s/⟨s⟩ against the Wigner surmise."""
+    from .theory import rmt  # with SciPy's statistics: loaded only for this figure
+
     good = [r for r in results if "params" in r][:max_points]
     if not good:
         return None

@@ -10,13 +10,13 @@ of the weighted least-squares fit is used and the summary says so (``interval_me
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from typing import Any
 
 import numpy as np
 import xarray as xr
-from scipy import stats
 
 
 def groups(ds: xr.Dataset, fitted_axes: tuple[str, ...]) -> list[tuple[dict[str, Any], np.ndarray]]:
@@ -77,9 +77,24 @@ def resampled_means(table: np.ndarray, n_boot: int, rng: np.random.Generator) ->
         return np.where(used, draws, 0.0).sum(axis=2) / counts[None, :]
 
 
+# scipy.stats is imported where it is used: importing sgdsweep.fit (the report does, for column
+# names) then costs no second of loading it.
+
+
+@functools.lru_cache(maxsize=64)
 def z_quantile(confidence: float) -> float:
     """Two-sided normal quantile of a confidence level (1.96 for 0.95)."""
+    from scipy import stats
+
     return float(stats.norm.ppf(0.5 + confidence / 2))
+
+
+@functools.lru_cache(maxsize=256)
+def t_quantile(probability: float, dof: int) -> float:
+    """Student's t quantile (cached: a sweep's many per-point fits ask for the same few)."""
+    from scipy import stats
+
+    return float(stats.t.ppf(probability, dof))
 
 
 def parameter(estimate: float, stderr: float, confidence: float, method: str, *,

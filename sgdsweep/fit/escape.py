@@ -18,9 +18,8 @@ import math
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
-from .common import boot_sd, parameter, resample_indices, wls, wls_many
+from .common import boot_sd, parameter, resample_indices, t_quantile, wls, wls_many
 
 
 def resampled_escape_times(times: np.ndarray, escaped: np.ndarray, n_boot: int,
@@ -73,7 +72,7 @@ def fit_escape(lr: np.ndarray, tau: np.ndarray, tau_se: np.ndarray, *, theory_ar
     chi2_red = chi2 / dof if dof > 0 else math.nan
     if dof > 0 and chi2_red > 1:
         cov *= chi2_red
-    tq = float(stats.t.ppf(0.5 + confidence / 2, dof)) if dof > 0 else math.inf
+    tq = t_quantile(0.5 + confidence / 2, dof) if dof > 0 else math.inf
 
     def theory_fit(th: np.ndarray | None) -> np.ndarray | None:
         if th is None:

@@ -23,12 +23,18 @@ import math
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
-from .common import boot_sd, parameter, resampled_means, wls, wls_many
+from .common import boot_sd, parameter, resampled_means, t_quantile, wls, wls_many
 
 #: Leading-order exponents of weight_var ∝ lr^a · batch_size^b (physics.md §2).
 LEADING_ORDER = {"a": 1.0, "b": -1.0}
+
+
+def _chi2_pvalue(chi2: float, dof: int) -> float | None:
+    """P(χ²_dof ≥ chi2): the goodness of fit (None without degrees of freedom)."""
+    from scipy import stats
+
+    return float(stats.chi2.sf(chi2, dof)) if dof > 0 else None
 
 
 def fit_power_law(lr: np.ndarray, batch_size: np.ndarray, value: np.ndarray, se: np.ndarray,
@@ -90,7 +96,7 @@ def fit_power_law(lr: np.ndarray, batch_size: np.ndarray, value: np.ndarray, se:
     cov = np.linalg.inv(design.T @ (design * weights[:, None]))
     if dof > 0 and chi2_red > 1:
         cov *= chi2_red
-    tq = float(stats.t.ppf(0.5 + confidence / 2, dof)) if dof > 0 else math.inf
+    tq = t_quantile(0.5 + confidence / 2, dof) if dof > 0 else math.inf
     theory_coef = wls(design, np.log(theory[ok]), weights)[0] if theory is not None else None
     boot = None
     if replicas is not None and bootstrap > 0:
@@ -112,6 +118,6 @@ def fit_power_law(lr: np.ndarray, batch_size: np.ndarray, value: np.ndarray, se:
         else:
             params[name] = analytic
     result.update({"chi2_reduced": float(chi2_red),
-                   "chi2_pvalue": float(stats.chi2.sf(chi2, dof)) if dof > 0 else None,
+                   "chi2_pvalue": _chi2_pvalue(chi2, dof),
                    "bootstrap": int(bootstrap) if boot is not None else 0, "params": params})
     return result

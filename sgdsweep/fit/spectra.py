@@ -18,17 +18,14 @@ theory eigenvalues, when the ensemble has them.
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 from typing import Any
 
 import numpy as np
 import xarray as xr
-from scipy import stats
 
-from ..theory import rmt
-from .common import boot_sd, groups, parameter, resample_indices
+from .common import boot_sd, groups, parameter, resample_indices, t_quantile
 from .power_law import fit_power_law
 
 
@@ -68,6 +65,7 @@ def _pair_boot(x: np.ndarray, n_boot: int, rng: np.random.Generator) -> dict[str
 def fit_wigner(ds: xr.Dataset, cfg: dict[str, Any], diverged: np.ndarray, confidence: float, n_boot: int,
                rng: np.random.Generator) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | str:
     """Per-point pair statistics and the per-group power law of σ²; a string says why it was skipped."""
+    from ..theory import rmt  # with SciPy's statistics: loaded only when this fit runs
     layer = _layer(ds, "singular_values_", cfg.get("layer"))
     if layer is None:
         return (f"no singular values of layer {cfg.get('layer')!r} in the ensemble" if cfg.get("layer")
@@ -159,12 +157,6 @@ def _line(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
     return float(slope), float(stderr), r
 
 
-@functools.lru_cache(maxsize=64)
-def _t_quantile(probability: float, dof: int) -> float:
-    """Student's t quantile (cached: every point of a sweep asks for the same few)."""
-    return float(stats.t.ppf(probability, dof))
-
-
 def flatness_exponent(variance: np.ndarray, curvature: np.ndarray, confidence: float = 0.95,
                       theory_variance: np.ndarray | None = None, leading_order: float | None = None,
                       theory_curvature: np.ndarray | None = None) -> dict[str, Any]:
@@ -194,7 +186,7 @@ def flatness_exponent(variance: np.ndarray, curvature: np.ndarray, confidence: f
             tok = ok if np.all(tok[ok]) else np.zeros_like(ok)
         if tok.sum() >= 3 and np.ptp(np.log(tc[tok])) > 0:
             th = 2 * _line(np.log(tc[tok]), np.log(tv[tok]))[0]
-    tq = _t_quantile(0.5 + confidence / 2, dof) if dof > 0 else math.inf
+    tq = t_quantile(0.5 + confidence / 2, dof) if dof > 0 else math.inf
     res["params"] = {"psi": parameter(2 * slope, 2 * stderr, confidence, "analytic",
                                       theory=th, leading_order=leading_order, quantile=tq)}
     res["r_squared"] = float(r**2)
