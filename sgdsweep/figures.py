@@ -164,7 +164,8 @@ def collapse(ds: xr.Dataset, fit: dict[str, Any]) -> plt.Figure | None:
     colour_by = mu if momentum else ds["batch_size"].values
     label = "μ" if momentum else "S"
     keys = np.array([float(f"{v:.9g}") for v in x])
-    class_mean = np.array([np.exp(np.nanmean(np.log(y[ok & (keys == k)]))) for k in keys])
+    classes, member = np.unique(keys, return_inverse=True)
+    class_mean = np.array([np.exp(np.nanmean(np.log(y[ok & (keys == k)]))) for k in classes])[member]
     fig, (ax, axr) = _two_panels()
     values = np.unique(colour_by[ok])
     for v, c in zip(values, plt.cm.plasma(np.linspace(0, 0.85, len(values)))):
@@ -191,17 +192,23 @@ def _group_label(group: dict[str, Any]) -> str:
     return ", ".join(f"{v:g}" if isinstance(v, (int, float)) else str(v) for v in group.values()) or "all"
 
 
+#: Above this many groups the overview names none of them (rows in table order) and stops growing.
+MAX_LABELLED_GROUPS = 40
+
+
 def fit_overview(results: list[dict[str, Any]], names: tuple[str, ...], title: str) -> plt.Figure | None:
     """Every group's fit at a glance: one panel per parameter in ``names``, one row per group
-    (labelled by its values of the group axes), the estimate with its interval (bar), the theory
-    value (black +) and the leading order (grey dashed). None when no group has an estimate."""
+    (labelled by its values of the group axes, up to :data:`MAX_LABELLED_GROUPS` groups), the
+    estimate with its interval (bar), the theory value (black +) and the leading order (grey
+    dashed). None when no group has an estimate."""
     rows = [r for r in results if any(((r.get("params") or {}).get(n) or {}).get("estimate") is not None
                                       for n in names)]
     if not rows:
         return None
     y = np.arange(len(rows))
-    fig, axes = plt.subplots(1, len(names), figsize=(3.6 * len(names) + 1.6, 1.2 + 0.22 * len(rows)),
-                             sharey=True, squeeze=False)
+    labelled = len(rows) <= MAX_LABELLED_GROUPS
+    height = 1.2 + 0.22 * min(len(rows), MAX_LABELLED_GROUPS)
+    fig, axes = plt.subplots(1, len(names), figsize=(3.6 * len(names) + 1.6, height), sharey=True, squeeze=False)
     for ax, name in zip(axes[0], names):
         qs = [((r.get("params") or {}).get(name) or {}) for r in rows]
         est = np.array([np.nan if q.get("estimate") is None else q["estimate"] for q in qs], float)
@@ -217,8 +224,11 @@ def fit_overview(results: list[dict[str, Any]], names: tuple[str, ...], title: s
             ax.axvline(leading.pop(), color="0.5", ls="--", lw=0.8, label="leading order")
         ax.set_xlabel(name)
         ax.legend(fontsize=7)
-    axes[0][0].set_yticks(y, [_group_label(r["group"]) for r in rows], fontsize=7)
-    axes[0][0].set_ylabel(", ".join(rows[0]["group"]) or "group")
+    if labelled:
+        axes[0][0].set_yticks(y, [_group_label(r["group"]) for r in rows], fontsize=7)
+        axes[0][0].set_ylabel(", ".join(rows[0]["group"]) or "group")
+    else:  # too many to name: their order is the tables' order
+        axes[0][0].set_ylabel("group (in the order of the tables)")
     axes[0][0].invert_yaxis()  # first group on top, as in the tables
     fig.suptitle(title, fontsize=10)
     return fig
