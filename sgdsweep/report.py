@@ -5,6 +5,11 @@ coverage map of the grid, one section per fit (table of estimate ± interval, th
 order, inside or not; figure with a residual panel), measured vs theory and spectra, the table
 of points, theory formulas, run time per shard, provenance. With ``figures_dir`` every figure
 is also written there as ``<name>.png`` (the workflow marks them for ``snakemake --report``).
+
+A fit with more groups than :data:`MAX_GROUP_FIGURES` keeps every group's table, but only that
+many groups get a figure of their own; one overview figure shows every group's estimates, and the
+report says which groups are drawn. Figures are drawn after the page is assembled, in ``jobs``
+processes when asked (the page is the same for any number).
 """
 
 from __future__ import annotations
