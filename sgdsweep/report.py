@@ -73,13 +73,17 @@ def _render(todo: list[tuple[Callable[..., Any], tuple[Any, ...]]], jobs: int) -
     """:func:`_png` of every (make, args), in order; with ``jobs`` > 1 in that many processes.
 
     Drawing is the report's cost (matplotlib spends ~0.5 s of CPU per figure) and figures are
-    independent. Workers are forked (they inherit the imported modules; the arguments travel
-    pickled); where the platform cannot fork they are drawn one after the other.
+    independent. Workers come from a fork server (a fresh single-threaded process that imports
+    the figure code once, then forks each worker: never a fork of this process, whose Zarr
+    thread could hold a lock the child would wait on forever); the arguments travel pickled.
+    Where the platform has no fork server they are drawn one after the other.
     """
     workers = min(jobs, len(todo))
-    if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+    if workers <= 1 or "forkserver" not in multiprocessing.get_all_start_methods():
         return [_png(make, args) for make, args in todo]
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__])
+    with ProcessPoolExecutor(workers, mp_context=context) as pool:
         return list(pool.map(_png, *zip(*todo)))
 
 
