@@ -74,24 +74,51 @@ def write_point(path: str | Path, arrays: Mapping[str, tuple[tuple[str, ...], np
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+#: Array signature (name, dims, dtype, shape, attributes) → (its ``zarr.json`` bytes, chunk key),
+#: learnt from what Zarr wrote for the first array of that signature in this process.
+_TEMPLATES: dict[tuple, tuple[bytes, str]] = {}
+
+
+def _signature(name: str, dims: tuple[str, ...], data: np.ndarray, attributes: Mapping[str, Any] | None) -> tuple:
+    return (name, tuple(dims), data.dtype.str, data.shape, json.dumps(attributes, sort_keys=True, default=str))
+
+
 async def _encode(arrays: Mapping[str, tuple], group_attrs: dict[str, Any]) -> dict[str, bytes]:
     """The files (Zarr key → bytes) of a point store, built by Zarr in memory.
 
-    Zarr 3 spends milliseconds of Python per array and per synchronous call; building the whole
-    group in a :class:`zarr.storage.MemoryStore` in one event loop and writing its keys as files
-    (what :class:`zarr.storage.LocalStore` would do key by key) makes a point store about twice
-    as fast to write (``benchmarks/pipeline.py``).
+    Zarr 3 spends milliseconds of Python per array and per synchronous call, and a sweep writes
+    thousands of stores whose arrays repeat a few metadata documents. So the group is built by
+    Zarr in a :class:`zarr.storage.MemoryStore` in one event loop, and an array whose signature
+    (name, dimensions, dtype, shape, attributes) Zarr has already written in this process reuses
+    that array's ``zarr.json`` with its one uncompressed chunk, ``data.tobytes()`` — a template
+    is only kept after checking that Zarr's chunk for it was exactly those bytes. The keys are
+    then written as files (what :class:`zarr.storage.LocalStore` does key by key).
     """
     contents: dict = {}
     group = await zarr.api.asynchronous.open_group(store=MemoryStore(contents), mode="w", zarr_format=3)
+    files: dict[str, bytes] = {}
+    built: list[tuple[str, tuple, np.ndarray]] = []
     for name, (dims, data, *extra) in arrays.items():
-        data = np.asarray(data)
+        data = np.asarray(data)  # tobytes() is C order whatever the layout
+        attributes = dict(extra[0]) if extra else None
+        key = _signature(name, dims, data, attributes)
+        if key in _TEMPLATES and data.dtype.byteorder in "=<|":
+            meta, chunk = _TEMPLATES[key]
+            files[f"{name}/zarr.json"] = meta
+            files[f"{name}/{chunk}"] = data.tobytes()
+            continue
         arr = await group.create_array(name, shape=data.shape, dtype=data.dtype, chunks=data.shape or "auto",
-                                       dimension_names=list(dims), compressors=None,
-                                       attributes=dict(extra[0]) if extra else None)
+                                       dimension_names=list(dims), compressors=None, attributes=attributes)
         await arr.setitem(Ellipsis, data)
+        built.append((name, key, data))
     await group.update_attributes(group_attrs)
-    return {key: buf.to_bytes() for key, buf in contents.items()}
+    files.update({k: buf.to_bytes() for k, buf in contents.items()})
+    for name, key, data in built:  # learn templates from what Zarr wrote
+        own = [k for k in contents if k.startswith(name + "/")]
+        chunks = [k for k in own if k != f"{name}/zarr.json"]
+        if len(own) == 2 and len(chunks) == 1 and files[chunks[0]] == data.tobytes():
+            _TEMPLATES[key] = (files[f"{name}/zarr.json"], chunks[0][len(name) + 1:])
+    return files
 
 
 def read_attrs(path: str | Path) -> dict[str, Any]:

@@ -79,3 +79,32 @@ def test_simulate_aggregate_round_trip(tmp_path):
     write_ensemble(ds.isel(point=[0]), files.ensemble)
     assert xr.open_zarr(files.ensemble).sizes["point"] == 1
     assert not [p for p in os.listdir(files.root) if p.startswith(".ensemble")]
+
+
+def test_repeated_signatures_write_the_same_stores_as_zarr(tmp_path):
+    """Arrays whose signature was seen before reuse Zarr's metadata with their own bytes; Zarr
+    (and xarray) read them back exactly, including 0-d, integer, big-endian and empty arrays."""
+    import zarr
+
+    def arrays(seed):
+        rng = np.random.default_rng(seed)
+        return {"v": (("replica",), rng.random(5), {"units": "1"}),
+                "m": (("i", "j"), rng.random((3, 4)).T),  # not C-contiguous
+                "s": ((), np.array(rng.random())),
+                "k": (("replica",), rng.integers(-5, 5, 5)),
+                "b": (("replica",), rng.random(5).astype(">f8")),
+                "e": (("mode",), np.zeros(0)),
+                "z": (("replica",), np.zeros(5))}  # all fill value: Zarr writes no chunk
+    for seed in range(3):
+        path = tmp_path / f"p{seed}.zarr"
+        assert store.write_point(path, arrays(seed), {"seed": seed, "x": [1.5, None]})
+        group = zarr.open_group(str(path), mode="r")
+        for name, (dims, data, *_) in arrays(seed).items():
+            np.testing.assert_array_equal(group[name][...], data)
+            assert list(group[name].metadata.dimension_names or ()) == list(dims)
+        assert group["v"].attrs["units"] == "1"
+        assert store.read_attrs(path)["seed"] == seed
+        ds = xr.open_zarr(path, consolidated=False)
+        np.testing.assert_array_equal(ds["m"].values, arrays(seed)["m"][1])
+    learnt = {key[0] for key in store._TEMPLATES}
+    assert {"v", "m", "s", "k"} <= learnt and not {"b", "e"} & learnt  # the fast path ran, and only there
