@@ -172,7 +172,8 @@ def serve(state_path: Path, workers: int, run_id: str, host: str = "127.0.0.1") 
     signal.signal(signal.SIGINT, _stop)
     watch = _local_run_pid(run_id)
     cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host=host,
-                           scheduler_port=0, dashboard_address=f"{host}:0", silence_logs=logging.WARNING)
+                           scheduler_port=0, dashboard_address=f"{host}:0", silence_logs=logging.WARNING,
+                           preload=["sgdsweep.warmup"])
     try:
         atomic_write_text(state_path, json.dumps({
             "address": cluster.scheduler_address, "dashboard": cluster.dashboard_link,
@@ -256,7 +257,7 @@ def dask_client(execution: Mapping[str, Any], cluster_dir: Path) -> Iterator[Any
         return
     workers = worker_count(execution)
     with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host=host,
-                      scheduler_port=0, dashboard_address=f"{host}:0",
-                      silence_logs=logging.WARNING) as cluster, Client(cluster) as client:
+                      scheduler_port=0, dashboard_address=f"{host}:0", silence_logs=logging.WARNING,
+                      preload=["sgdsweep.warmup"]) as cluster, Client(cluster) as client:
         log.info("Dask dashboard: %s (private cluster, %d workers)", cluster.dashboard_link, workers)
         yield client

@@ -21,15 +21,22 @@ from typing import Any, Mapping, Sequence
 from .cluster import dask_client
 from .errors import SgdsweepError
 from .paths import atomic_write_text
-from .plan import failed_marker
-from .simulate import simulate_points
-from .store import complete_points
+from .store import complete_points, failed_marker
 
 log = logging.getLogger("sgdsweep.execute")
 
 
 #: Parameters that may differ between the points of one engine call (one lane each).
 BATCH_VARYING = ("lr", "momentum")
+
+
+def simulate_task(points: Sequence[Mapping[str, Any]], points_dir: str) -> dict[str, Any]:
+    """The Dask task: :func:`sgdsweep.simulate.simulate_points`, imported on the worker (the
+    shard job that submits it then needs neither the models nor the theory: it starts in a
+    fraction of the time)."""
+    from .simulate import simulate_points
+
+    return simulate_points(points, points_dir)
 
 
 def make_batches(points: Sequence[Mapping[str, Any]], points_per_task: int) -> list[list[Mapping[str, Any]]]:
@@ -80,7 +87,7 @@ def run_shard(spec_path: Path, receipt_path: Path, execution: Mapping[str, Any],
         with dask_client(execution, cluster_dir) as client:
             futures = {}
             for i, batch in enumerate(batches):
-                fut = client.submit(simulate_points, batch, points_dir, retries=2, pure=False,
+                fut = client.submit(simulate_task, batch, points_dir, retries=2, pure=False,
                                     key=f"simulate-{shard}-{i}-{uuid.uuid4().hex[:8]}")
                 futures[fut] = batch
             t_sim = time.perf_counter()

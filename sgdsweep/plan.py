@@ -21,7 +21,7 @@ from typing import Any
 from .config import Point, Sweep
 from .grid import AXES
 from .paths import write_if_changed
-from .store import complete_points, point_path, read_attrs
+from .store import complete_points, failed_marker, point_path, read_attrs
 from .errors import StoreError
 
 
@@ -87,11 +87,6 @@ class PlanFiles:
 def axis_key(point: Point) -> list[Any]:
     """The point's values of the six named axes: what "the same point" means across edits."""
     return [point.params.get(a) for a in AXES]
-
-
-def failed_marker(points_dir: str | Path, point_hash: str) -> Path:
-    """File recording that simulating a point failed (removed when it succeeds)."""
-    return Path(points_dir) / f"{point_hash}.failed.json"
 
 
 def _previous_repair(spec: Path) -> int:

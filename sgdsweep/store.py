@@ -35,6 +35,11 @@ def point_path(points_dir: str | Path, point_hash: str) -> Path:
     return Path(points_dir) / f"{point_hash}.zarr"
 
 
+def failed_marker(points_dir: str | Path, point_hash: str) -> Path:
+    """File recording that simulating a point failed (removed when it succeeds)."""
+    return Path(points_dir) / f"{point_hash}.failed.json"
+
+
 def write_point(path: str | Path, arrays: Mapping[str, tuple[tuple[str, ...], np.ndarray]],
                 attrs: Mapping[str, Any]) -> bool:
     """Write a point store atomically.
