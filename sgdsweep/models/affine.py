@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numba
 import numpy as np
 
 from .base import ADDED_NOISE, Layer, Problem
@@ -86,8 +85,10 @@ class AffineProblem(Problem):
                 g = np.einsum("ok,lkj->loj", self.metric, g)
             return (g - self.a_mean).reshape(w.shape[0], -1)
         if self.metric is None:
+            from ._compiled import batch_grad  # numba: imported when simulating, not when planning
+
             eps = np.zeros((0, 0, 0)) if label_eps is None else np.ascontiguousarray(label_eps)
-            g = _batch_grad(self.x, self.y, np.ascontiguousarray(wm), idx, eps)
+            g = batch_grad(self.x, self.y, np.ascontiguousarray(wm), idx, eps)
         else:
             xb = self.x[idx]  # (L, S, n_in)
             yb = self.y[idx]  # (L, S, n_out)
@@ -133,28 +134,6 @@ class AffineProblem(Problem):
     def describe(self) -> dict[str, Any]:
         return {"loss_min": self.loss_min, "n_samples": self.n_samples,
                 "curvature_min": float(self._curv[0]), "curvature_max": float(self._curv[-1])}
-
-
-@numba.njit(cache=True, nogil=True)
-def _batch_grad(x, y, w, idx, eps):  # pragma: no cover - compiled
-    """Mean over the batch ``idx`` (L, S) of (W x − y − ε) xᵀ, without gathering the batch."""
-    n_lanes, s = idx.shape
-    n_out, n_in = w.shape[1], w.shape[2]
-    g = np.zeros((n_lanes, n_out, n_in))
-    with_eps = eps.shape[0] > 0
-    for lane in range(n_lanes):
-        for k in range(s):
-            row = idx[lane, k]
-            for o in range(n_out):
-                r = -y[row, o]
-                if with_eps:
-                    r -= eps[lane, k, o]
-                for i in range(n_in):
-                    r += w[lane, o, i] * x[row, i]
-                r /= s
-                for i in range(n_in):
-                    g[lane, o, i] += r * x[row, i]
-    return g
 
 
 #: every noise type an affine problem with a teacher supports
