@@ -155,16 +155,23 @@ def main() -> None:
     print(f"{'R':>5} {'numpy':>9} {'numba':>9} | {'bare 1t':>9} {'bare 2t':>9} {'+obs 1t':>9} {'+obs 2t':>9} | "
           f"{'2t/numpy':>8} {'2t/numba':>8} {'2t/roof':>7}")
     for r in args.replicas:
-        def steps(rate: float) -> int:
-            return max(10, int(rate * args.seconds / r))
-
-        base = best(lambda: numpy_baseline(data, r, steps(3e5 if r > 1 else 3e4)), args.repeat)
-        nb = best(lambda: numba_baseline(data, r, steps(3e6)), args.repeat)
-        bare = [best(lambda: sgdsweep_kernel(data, r, steps(1.5e6 * t), False, t), args.repeat) for t in (1, 2)]
-        obs = [best(lambda: sgdsweep_kernel(data, r, steps(3e5 * t), True, t), args.repeat) for t in (1, 2)]
+        row = measure_row(data, r, args.seconds, args.repeat)
+        base, nb, bare, obs = row["numpy"], row["numba"], row["bare"], row["observed"]
         print(f"{r:>5} {base:>9.3g} {nb:>9.3g} | {bare[0]:>9.3g} {bare[1]:>9.3g} {obs[0]:>9.3g} {obs[1]:>9.3g} | "
               f"{bare[1] / base:>8.1f} {bare[1] / nb:>8.2f} {bare[1] / roof:>7.0%}", flush=True)
 
+
+def measure_row(data, replicas: int, seconds: float, repeat: int) -> dict:
+    """Every implementation at ``replicas`` replicas (best of ``repeat``); sgdsweep on 1 and 2 threads."""
+    def steps(rate: float) -> int:
+        return max(10, int(rate * seconds / replicas))
+
+    return {"numpy": best(lambda: numpy_baseline(data, replicas, steps(3e5 if replicas > 1 else 3e4)), repeat),
+            "numba": best(lambda: numba_baseline(data, replicas, steps(3e6)), repeat),
+            "bare": [best(lambda t=t: sgdsweep_kernel(data, replicas, steps(1.5e6 * t), False, t), repeat)
+                     for t in (1, 2)],
+            "observed": [best(lambda t=t: sgdsweep_kernel(data, replicas, steps(3e5 * t), True, t), repeat)
+                         for t in (1, 2)]}
 
 if __name__ == "__main__":
     main()

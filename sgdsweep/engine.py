@@ -13,6 +13,13 @@ one vectorised update of every working lane:
 A lane that diverges (|w − w*|² beyond its bound, or not finite) or escapes (``observe.escape``)
 is flagged with the step and compacted out of the working set: it stops costing compute.
 Randomness: :func:`sgdsweep.noise.lane_streams`; results do not depend on the other lanes.
+
+Where :mod:`sgdsweep.fused` has a compiled kernel for the model, noise type and dynamics (single
+layers, two layers, quadratic, double well and thesis landscapes with their common noise types),
+each block of steps runs there instead of the per-step numpy loop below, on the same random
+numbers: the numpy loop is the reference implementation and covers everything else
+(``gaussian_matched`` and the added noises of data models, the gradient-noise lags of Han's
+relation).
 """
 
 from __future__ import annotations
