@@ -142,6 +142,13 @@ def run_lanes(problem: Problem, *, noise: str, batch_size: int, steps: int, lr: 
                                             observe.test_loss, observe.escape)
         n_threads = fused.threads()
     t0 = 0
+    while use_fused and t0 < steps and ids.size:  # compiled blocks; random numbers drawn per lane chunk
+        nb = int(min(steps - t0, BLOCK_STEPS))
+        stopping = fused.advance(kernel, shared, t0, nb, gu, gz, n_u, n_z, w, mom, step_v, mu_v, burn_v, bound_v,
+                                 stride_v, perm_view, pos_view, acc.arrays, n_threads)
+        if stopping.any():
+            stop(stopping)
+        t0 += nb
     while t0 < steps and ids.size:
         n_work = ids.size
         nb = int(max(1, min(steps - t0, BLOCK_STEPS, BLOCK_RANDOM_NUMBERS // (n_work * per_step))))
@@ -150,20 +157,11 @@ def run_lanes(problem: Problem, *, noise: str, batch_size: int, steps: int, lr: 
             u = np.empty((n_work, nb, n_u))
             for i, g in enumerate(gu):
                 g.random(out=u[i])
-            if not use_fused:
-                idx_block = sample_indices(u, perm_view, pos_view, MODE[noise], n_batches)
+            idx_block = sample_indices(u, perm_view, pos_view, MODE[noise], n_batches)
         if n_z:
             z_block = np.empty((n_work, nb, n_z))
             for i, g in enumerate(gz):
                 g.standard_normal(out=z_block[i])
-        if use_fused:
-            stopping = fused.advance(kernel, shared, t0, u if n_u else np.zeros((n_work, nb, 0)),
-                                     z_block if n_z else np.zeros((n_work, nb, 0)), w, mom, step_v, mu_v,
-                                     burn_v, bound_v, stride_v, perm_view, pos_view, acc.arrays, n_threads)
-            if stopping.any():
-                stop(stopping)
-            t0 += nb
-            continue
         for s in range(nb):
             t = t0 + s
             idx = idx_block[:, s] if idx_block is not None else None

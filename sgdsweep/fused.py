@@ -39,6 +39,8 @@ from .noise import MODE, STUDENT_NU
 THREADS_ENV = "SGDSWEEP_THREADS"
 #: Added-noise types of the additive kernel.
 ADDITIVE = ("gaussian", "student_t")
+#: Lanes whose random numbers are drawn and used together (a chunk's block stays in cache).
+CHUNK_LANES = 32
 #: Accumulate-and-flush buffer of δ per lane (steps): the N×N second moment is updated from
 #: this many steps at once (a blocked rank-k update) instead of once per step.
 DELTA_BUFFER = 16
@@ -100,28 +102,28 @@ def model_arrays(problem, noise: str, batch_size: int, noise_scale: float, mode:
                                noise == "student_t", noise_scale, threshold, problem.w_min, omega, want_loss)
 
 
-def advance(kernel, shared: tuple, t0: int, u: np.ndarray, z: np.ndarray, w: np.ndarray,
-            mom: np.ndarray | None, step: np.ndarray, mu: np.ndarray, burn: np.ndarray, bound: np.ndarray,
-            stride: np.ndarray, perm: np.ndarray | None, pos: np.ndarray | None, acc: dict[str, np.ndarray],
-            n_threads: int) -> np.ndarray:
-    """Advance the working lanes by ``u.shape[1]`` steps starting at step ``t0``, in place.
+def advance(kernel, shared: tuple, t0: int, n_steps: int, uniforms: list, normals: list, n_u: int, n_z: int,
+            w: np.ndarray, mom: np.ndarray | None, step: np.ndarray, mu: np.ndarray, burn: np.ndarray,
+            bound: np.ndarray, stride: np.ndarray, perm: np.ndarray | None, pos: np.ndarray | None,
+            acc: dict[str, np.ndarray], n_threads: int) -> np.ndarray:
+    """Advance the working lanes by ``n_steps`` steps starting at step ``t0``, in place.
 
-    ``kernel, shared`` come from :func:`model_arrays`. ``u`` (L, steps, S) are the lanes'
-    uniforms (sampled noise) and ``z`` (L, steps, k) their normals (label or added noise);
-    ``step`` the per-lane step size (λ, or dt for the SDE); ``acc`` the working accumulators of
+    ``kernel, shared`` come from :func:`model_arrays`. Per lane, ``uniforms[i]`` and
+    ``normals[i]`` are its generators: each step takes ``n_u`` uniforms (sample selection) and
+    ``n_z`` normals (label or added noise), drawn here for :data:`CHUNK_LANES` lanes at a time —
+    in the same order as the numpy engine draws them, so both see the same numbers — and used
+    while they are still in cache; with ``n_threads`` > 1 chunks are drawn and advanced in
+    parallel (NumPy's generators and the kernels release the GIL). ``step`` is the per-lane step
+    size (λ, or dt for the SDE); ``acc`` the working accumulators of
     :class:`sgdsweep.observables.Accumulators`. A lane that diverges gets ``diverged_step``, one
     that escapes ``escape_step``; both stop advancing. Returns the mask of lanes that stopped.
     """
-    n_lanes, n_steps = w.shape[0], max(u.shape[1], z.shape[1])
+    n_lanes = w.shape[0]
     stopped = np.zeros(n_lanes, dtype=np.bool_)
     e1, e2, e3 = np.zeros(0), np.zeros((0, 0)), np.zeros((0, 0, 0))
     k_lags = acc["loss_buf"].shape[1] if "loss_buf" in acc else 0
-    if u.shape[1] != n_steps:
-        u = np.zeros((n_lanes, n_steps, 0))
-    if z.shape[1] != n_steps:
-        z = np.zeros((n_lanes, n_steps, 0))
-    # per-lane arrays (sliced per thread); empty ones stay as they are
-    lanes = [u, z, w, mom if mom is not None else e2, step, mu, burn, bound, stride,
+    # per-lane arrays (sliced per chunk); empty ones stay as they are
+    lanes = [w, mom if mom is not None else e2, step, mu, burn, bound, stride,
              perm if perm is not None else np.zeros((0, 0), np.int64),
              pos if pos is not None else np.zeros(0, np.int64),
              acc["n"], acc["sum_d"], acc.get("sum_dd", e3), acc.get("sum_d2", e2), acc.get("sketch", e3),
@@ -130,16 +132,24 @@ def advance(kernel, shared: tuple, t0: int, u: np.ndarray, z: np.ndarray, w: np.
              acc["loss_head"] if k_lags else e2, acc["diverged_step"], acc["escape_step"],
              acc.get("reference", e2), stopped]
 
-    def run(lo: int, hi: int) -> None:
-        kernel(t0, *[a[lo:hi] if a.shape[0] else a for a in lanes], *shared)
+    def run(lo: int) -> None:
+        hi = min(lo + CHUNK_LANES, n_lanes)
+        u = np.empty((hi - lo, n_steps, n_u))
+        z = np.empty((hi - lo, n_steps, n_z))
+        for i in range(lo, hi):
+            if n_u:
+                uniforms[i].random(out=u[i - lo])
+            if n_z:
+                normals[i].standard_normal(out=z[i - lo])
+        kernel(t0, u, z, *[a[lo:hi] if a.shape[0] else a for a in lanes], *shared)
 
-    n_threads = max(1, min(n_threads, n_lanes))
-    if n_threads == 1:
-        run(0, n_lanes)
-    else:  # the kernels release the GIL: threads over contiguous lane ranges
-        cuts = np.linspace(0, n_lanes, n_threads + 1).astype(int)
-        with ThreadPoolExecutor(n_threads) as pool:
-            list(pool.map(run, cuts[:-1], cuts[1:]))
+    starts = range(0, n_lanes, CHUNK_LANES)
+    if n_threads <= 1 or len(starts) == 1:
+        for lo in starts:
+            run(lo)
+    else:
+        with ThreadPoolExecutor(min(n_threads, len(starts))) as pool:
+            list(pool.map(run, starts))
     return stopped
 
 
