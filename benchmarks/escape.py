@@ -28,7 +28,8 @@ CONFIG = Path(__file__).resolve().parents[1] / "config" / "sweeps" / "vescovi_es
 
 
 def run(problem, params, steps: int, escape: bool) -> tuple[float, np.ndarray]:
-    """(seconds, escape steps) of the point's lanes run for ``steps`` steps."""
+    """(seconds, escape steps) of the point's lanes run for ``steps`` steps (the loss sampled
+    every ``params["steps"] // 300`` steps in both runs: the same work per step)."""
     r = int(params["replicas"])
     gens = replica_streams(int(params["seed"]), "0123456789abcdef", r)
     observe = dataclasses.replace(observe_spec(params), escape=escape)
@@ -38,7 +39,7 @@ def run(problem, params, steps: int, escape: bool) -> tuple[float, np.ndarray]:
                     lr=np.full(r, params["lr"]), momentum=np.zeros(r), burn_in=np.zeros(r, np.int64),
                         bound=np.full(r, 1e12), w0=np.array([problem.initial(params["init"], g[2]) for g in gens]),
                         streams=[g[:2] for g in gens], observe=observe,
-                        loss_stride=np.full(r, max(1, steps // 300)))
+                        loss_stride=np.full(r, max(1, int(params["steps"]) // 300)))
     return time.perf_counter() - t0, out["escape_step"]
 
 
