@@ -6,8 +6,8 @@ N×N second moment is accumulated) and points per batch (16 replicas each, lr va
 Each row is compared with the first of its series: the ideal time ratio is the ratio of
 replica-steps (of flops per step, for N).
 
-Workers series: ``sgdsweep run`` of a 100-point sweep (linear N = 20, 4,000 steps, 32 replicas)
-with ``execution.workers`` 1 and 2, end to end.
+Workers series: ``sgdsweep run`` of a 40-point sweep (linear N = 20, 20,000 steps, 64 replicas:
+simulation-bound) with ``execution.workers`` 1 and 2, end to end.
 
     python benchmarks/scaling.py [--skip-workers]
 """
@@ -61,17 +61,17 @@ def series(name: str, rows: list[tuple[str, dict, float]]) -> None:
 
 
 def workers_series() -> None:
-    print("\nworkers: sgdsweep run, 100 points (linear N = 20, 4,000 steps, 32 replicas), end to end")
+    print("\nworkers: sgdsweep run, 40 points (linear N = 20, 20,000 steps, 64 replicas), end to end")
     for workers in (1, 2):
         work = Path(tempfile.mkdtemp(prefix="sgdsweep-scaling-"))
         cfg = {"sweep": "scaling", "seed": 0, "results_dir": str(work / "results"),
                "model": {"kind": "linear", "n_inputs": 20},
-               "dynamics": {"steps": 4000, "replicas": 32, "burn_in": 500},
-               "grid": {"lr": [round(float(v), 4) for v in np.linspace(0.02, 0.2, 25)], "batch_size": [2, 4, 8, 16],
+               "dynamics": {"steps": 20_000, "replicas": 64, "burn_in": 2000},
+               "grid": {"lr": [round(float(v), 4) for v in np.linspace(0.05, 0.2, 10)], "batch_size": [2, 4, 8, 16],
                         "samples_per_param": 8},
                "execution": {"workers": workers}}
         (work / "c.yaml").write_text(yaml.safe_dump(cfg))
-        t0 = time.perf_counter()
+        t0 = time.perf_counter()  # --cores 2 either way: the shard job and Dask's workers share them
         subprocess.run([sys.executable, "-m", "sgdsweep", "run", "c.yaml", "--cores", "2"], cwd=work, check=True,
                        capture_output=True)
         print(f"  workers = {workers}: {time.perf_counter() - t0:6.1f} s", flush=True)
