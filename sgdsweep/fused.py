@@ -167,7 +167,6 @@ def _advance_affine(t0, u, z, w, mom, lr, mu, burn, bound, stride, perm, pos,
     has_metric = metric.shape[0] > 0
     has_offsets = offsets.shape[0] > 0
     has_label = z.shape[2] > 0
-    has_mom = mom.shape[0] > 0
     full = sum_dd.shape[0] > 0
     sample_losses = loss_count.shape[0] > 0
     nb = DELTA_BUFFER
@@ -237,20 +236,8 @@ def _advance_affine(t0, u, z, w, mom, lr, mu, burn, bound, stride, perm, pos,
                     for i in range(d):
                         g[i] -= offsets[row, i] * inv_s
             # -- heavy-ball update --
-            lam = lr[lane]
-            if has_mom:
-                m = mom[lane]
-                mul = mu[lane]
-                for i in range(d):
-                    m[i] = mul * m[i] + g[i]
-                    wl[i] -= lam * m[i]
-            else:
-                for i in range(d):
-                    wl[i] -= lam * g[i]
-            d2 = 0.0
-            for i in range(d):
-                delta[i] = wl[i] - ref[i]
-                d2 += delta[i] * delta[i]
+            _heavy_ball(wl, g, mom, lane, mu[lane], lr[lane])
+            d2 = _deviation(wl, ref, delta)
             if not d2 <= bound[lane]:
                 diverged_step[lane] = t
                 stopped[lane] = True
@@ -288,7 +275,6 @@ def _advance_additive(t0, u, z, w, mom, step, mu, burn, bound, stride, perm, pos
     ``student`` (the last STUDENT_NU normals make the χ²); escape when ``w_0 ≥ threshold``."""
     n_lanes, n_steps = z.shape[0], z.shape[1]
     d = a1.shape[0]
-    has_mom = mom.shape[0] > 0
     sample_losses = loss_count.shape[0] > 0
     for lane in range(n_lanes):
         g = np.empty(d)
@@ -311,20 +297,8 @@ def _advance_additive(t0, u, z, w, mom, step, mu, burn, bound, stride, perm, pos
                     xi += chol[i, j] * zl[j]
                 wi = wl[i]
                 g[i] = wi * (a1[i] + wi * (a2[i] + wi * a3[i])) + scale * xi
-            lam = step[lane]
-            if has_mom:
-                m = mom[lane]
-                mul = mu[lane]
-                for i in range(d):
-                    m[i] = mul * m[i] + g[i]
-                    wl[i] -= lam * m[i]
-            else:
-                for i in range(d):
-                    wl[i] -= lam * g[i]
-            d2 = 0.0
-            for i in range(d):
-                delta[i] = wl[i] - ref[i]
-                d2 += delta[i] * delta[i]
+            _heavy_ball(wl, g, mom, lane, mu[lane], step[lane])
+            d2 = _deviation(wl, ref, delta)
             if not d2 <= bound[lane]:
                 diverged_step[lane] = t
                 stopped[lane] = True
@@ -359,10 +333,10 @@ def _advance_thesis(t0, u, z, w, mom, step, mu, burn, bound, stride, perm, pos,
     (w − saddle)·normal > 0."""
     n_lanes, n_steps, s = u.shape
     p = x.shape[0]
-    has_mom = mom.shape[0] > 0
     sample_losses = loss_count.shape[0] > 0
     inv_s = 1.0 / s
     for lane in range(n_lanes):
+        g = np.empty(2)
         delta = np.empty(2)
         dbuf = np.empty((2, DELTA_BUFFER))
         nbuf = 0
@@ -381,21 +355,10 @@ def _advance_thesis(t0, u, z, w, mom, step, mu, burn, bound, stride, perm, pos,
                 r = 2.0 * (a * a + xk * (1.0 + b * sig) - y[idx[k]])
                 ga += r * (2.0 * a + b * xk * xk * sig * (1.0 - sig))
                 gb += r * xk * sig
-            ga *= inv_s
-            gb *= inv_s
-            lam = step[lane]
-            if has_mom:
-                m = mom[lane]
-                m[0] = mu[lane] * m[0] + ga
-                m[1] = mu[lane] * m[1] + gb
-                wl[0] -= lam * m[0]
-                wl[1] -= lam * m[1]
-            else:
-                wl[0] -= lam * ga
-                wl[1] -= lam * gb
-            delta[0] = wl[0] - ref[0]
-            delta[1] = wl[1] - ref[1]
-            d2 = delta[0] * delta[0] + delta[1] * delta[1]
+            g[0] = ga * inv_s
+            g[1] = gb * inv_s
+            _heavy_ball(wl, g, mom, lane, mu[lane], step[lane])
+            d2 = _deviation(wl, ref, delta)
             if not d2 <= bound[lane]:
                 diverged_step[lane] = t
                 stopped[lane] = True
@@ -434,7 +397,6 @@ def _advance_two_layer(t0, u, z, w, mom, step, mu, burn, bound, stride, perm, po
     n_out = y.shape[1]
     n1 = hidden * n_in
     d = n1 + n_out * hidden
-    has_mom = mom.shape[0] > 0
     has_label = z.shape[2] > 0
     sample_losses = loss_count.shape[0] > 0
     inv_s = 1.0 / s
@@ -480,16 +442,7 @@ def _advance_two_layer(t0, u, z, w, mom, step, mu, burn, bound, stride, perm, po
                     for i in range(n_in):
                         acc += gp[o, i] * wl[hh * n_in + i]
                     g[n1 + o * hidden + hh] = acc
-            lam = step[lane]
-            if has_mom:
-                m = mom[lane]
-                mul = mu[lane]
-                for i in range(d):
-                    m[i] = mul * m[i] + g[i]
-                    wl[i] -= lam * m[i]
-            else:
-                for i in range(d):
-                    wl[i] -= lam * g[i]
+            _heavy_ball(wl, g, mom, lane, mu[lane], step[lane])
             d2 = 0.0
             for i in range(d):
                 d2 += wl[i] * wl[i]
@@ -538,6 +491,30 @@ def _end_to_end(wl, hidden, n_in, n_out, prod):  # pragma: no cover - compiled
             c = wl[n1 + o * hidden + hh]
             for i in range(n_in):
                 prod[o, i] += c * wl[hh * n_in + i]
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _heavy_ball(wl, g, mom, lane, mu, lam):  # pragma: no cover - compiled
+    """One update of the lane's weights ``wl`` by the gradient ``g``: m ← μ m + g, w ← w − λ m
+    (plain SGD when ``mom`` is empty)."""
+    if mom.shape[0] > 0:
+        m = mom[lane]
+        for i in range(wl.shape[0]):
+            m[i] = mu * m[i] + g[i]
+            wl[i] -= lam * m[i]
+    else:
+        for i in range(wl.shape[0]):
+            wl[i] -= lam * g[i]
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _deviation(wl, ref, delta):  # pragma: no cover - compiled
+    """δ = w − ref into ``delta``; returns |δ|² (not finite when w is not)."""
+    d2 = 0.0
+    for i in range(wl.shape[0]):
+        delta[i] = wl[i] - ref[i]
+        d2 += delta[i] * delta[i]
+    return d2
 
 
 @numba.njit(cache=True, nogil=True)
