@@ -2,11 +2,11 @@
 
 Each case is one :func:`sgdsweep.engine.run_lanes` call of 256 lanes (one thread, bare steps:
 burn-in = all steps, escape off so that every lane runs every step), built from a config as a
-sweep builds it. Its flops per replica-step are
-those of the gradient and update (``FLOPS`` below; observables excluded); the ratio is
+sweep builds it. Its flops per replica-step are those of the gradient and update by the
+cheapest algorithm (``CASES`` below; observables excluded): for noise matched to the per-sample
+gradients, two passes over all P samples (4·P·d); the ratio is
 (throughput × flops) against the same product of the reference, linear regression N = 100,
-S = 10, minibatch (linreg-ref). Cases with a fused kernel (:mod:`sgdsweep.fused`) run it; the
-others (added noise on data models) run the numpy engine, one vectorised step at a time.
+S = 10, minibatch (linreg-ref). Every case runs a fused kernel (:mod:`sgdsweep.fused`).
 
     python benchmarks/kernel_models.py [--seconds 1]
 """
@@ -41,10 +41,14 @@ CASES: dict[str, tuple[dict[str, Any], Callable[[Any, int], float]]] = {
         {"model": {"kind": "linear", "n_inputs": 100},
          "grid": {"lr": 0.1, "batch_size": 10, "samples_per_param": 10, "noise": "gaussian"}},
         lambda p, s: 2 * p.n_inputs * p.dim + 3 * p.dim),
+    "linear gaussian_matched": (
+        {"model": {"kind": "linear", "n_inputs": 20},
+         "grid": {"lr": 0.1, "batch_size": 10, "samples_per_param": 10, "noise": "gaussian_matched"}},
+        lambda p, s: 4 * p.n_samples * p.dim + 4 * p.n_samples + 2 * p.dim),
     "linear student_t": (
         {"model": {"kind": "linear", "n_inputs": 20},
          "grid": {"lr": 0.1, "batch_size": 10, "samples_per_param": 10, "noise": "student_t"}},
-        lambda p, s: 2 * p.n_inputs * p.dim + 6 * p.n_samples * p.dim),
+        lambda p, s: 4 * p.n_samples * p.dim + 4 * p.n_samples + 2 * p.dim),
     "matrix minibatch": (
         {"model": {"kind": "matrix", "targets": [1.0, 0.8, 0.6, 0.4, 0.3, 0.2, 0.1, 0.05]},
          "grid": {"lr": 0.05, "batch_size": 10, "samples_per_param": 10, "noise": "minibatch"}},
@@ -66,6 +70,10 @@ CASES: dict[str, tuple[dict[str, Any], Callable[[Any, int], float]]] = {
         {"model": {"kind": "landscape", "landscape": "thesis", "start": "spurious"},
          "grid": {"lr": 3e-3, "batch_size": 1, "noise": "minibatch"}},
         lambda p, s: 30.0 * s),
+    "thesis landscape, gaussian_matched": (
+        {"model": {"kind": "landscape", "landscape": "thesis", "start": "real"},
+         "grid": {"lr": 1e-3, "batch_size": 10, "noise": "gaussian_matched"}},
+        lambda p, s: 34.0 * p.n_samples),
 }
 
 

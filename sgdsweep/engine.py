@@ -15,11 +15,10 @@ is flagged with the step and compacted out of the working set: it stops costing 
 Randomness: :func:`sgdsweep.noise.lane_streams`; results do not depend on the other lanes.
 
 Where :mod:`sgdsweep.fused` has a compiled kernel for the model, noise type and dynamics (single
-layers, two layers, quadratic, double well and thesis landscapes with their common noise types),
-each block of steps runs there instead of the per-step numpy loop below, on the same random
-numbers: the numpy loop is the reference implementation and covers everything else
-(``gaussian_matched`` and the added noises of data models, the gradient-noise lags of Han's
-relation).
+layers with sampled or added noise, two layers with sampled noise, the quadratic, double-well
+and thesis landscapes), each block of steps runs there instead of the per-step numpy loop below,
+on the same random numbers: the numpy loop is the reference implementation and covers
+everything else (added noise on two layers, the gradient-noise lags of Han's relation).
 """
 
 from __future__ import annotations
@@ -33,7 +32,8 @@ from . import observables as obs
 from .models.base import ADDED_NOISE, Problem
 from .noise import MODE, added_noise, normals_per_step, sample_indices, uniforms_per_step
 
-#: Upper bound on the random numbers held per block (memory ≈ 8 bytes each).
+#: Upper bound on the random numbers held per block of the numpy loop, and per lane chunk of a
+#: fused block (memory ≈ 8 bytes each).
 BLOCK_RANDOM_NUMBERS = 1_000_000
 #: Longest block of steps.
 BLOCK_STEPS = 512
@@ -143,7 +143,7 @@ def run_lanes(problem: Problem, *, noise: str, batch_size: int, steps: int, lr: 
         n_threads = fused.threads()
     t0 = 0
     while use_fused and t0 < steps and ids.size:  # compiled blocks; random numbers drawn per lane chunk
-        nb = int(min(steps - t0, BLOCK_STEPS))
+        nb = int(max(1, min(steps - t0, BLOCK_STEPS, BLOCK_RANDOM_NUMBERS // (fused.CHUNK_LANES * per_step))))
         stopping = fused.advance(kernel, shared, t0, nb, gu, gz, n_u, n_z, w, mom, step_v, mu_v, burn_v, bound_v,
                                  stride_v, perm_view, pos_view, acc.arrays, n_threads)
         if stopping.any():

@@ -9,13 +9,20 @@ optionally in threads over lanes (the compiled loops release the GIL):
 
 - ``_advance_affine``: single linear layers (:class:`sgdsweep.models.affine.AffineProblem`:
   ``linear``, ``digits``, ``matrix``) with sampled noise (``minibatch``, ``minibatch_replace``,
-  ``epoch``, ``label``), SGD;
+  ``epoch``, ``label``; SGD) or added noise (``gaussian``, ``gaussian_matched``, ``student_t``;
+  SGD or the SDE);
 - ``_advance_additive``: additive-noise problems whose gradient is a per-coordinate polynomial
   (``quadratic``, the ``double_well`` landscape) with ``gaussian`` or ``student_t`` noise, SGD or
   the SDE, with escape;
 - ``_advance_two_layer``: the two-layer linear network (``two_layer``) with sampled noise, SGD;
 - ``_advance_thesis``: the thesis landscape (``landscape: thesis``, Vescovi's escape problem)
-  with sampled noise, SGD, with escape.
+  with sampled noise (SGD) or added noise (SGD or the SDE), with escape.
+
+Added noise on a data set is a weighted sum over all P samples: the full gradient plus
+``gaussian_matched`` noise is Σ_μ c_μ g_μ with c_μ = 1/P + a (z_μ − z̄), a = √(f/P) (times the
+Student-t factor and the SDE's noise scale), because √(f/P) Σ_μ z_μ (g_μ − ḡ) = √(f/P) Σ_μ
+(z_μ − z̄) g_μ. The kernels therefore run the minibatch loop over every sample with weights
+c_μ (:func:`_matched_weights`) instead of S drawn samples with weight 1/S.
 
 Both consume exactly the random numbers the numpy path consumes (the same per-lane uniform and
 normal blocks, the same partial Fisher–Yates shuffle), so both paths give the same trajectories
@@ -41,6 +48,8 @@ THREADS_ENV = "SGDSWEEP_THREADS"
 ADDITIVE = ("gaussian", "student_t")
 #: Lanes whose random numbers are drawn and used together (a chunk's block stays in cache).
 CHUNK_LANES = 32
+#: ``added`` code of the data-set kernels: 0 sampled noise, then each added-noise type.
+ADDED_CODE = {"gaussian": 1, "gaussian_matched": 2, "student_t": 3}
 #: Accumulate-and-flush buffer of δ per lane (steps): the N×N second moment is updated from
 #: this many steps at once (a blocked rank-k update) instead of once per step.
 DELTA_BUFFER = 16
@@ -54,10 +63,11 @@ def supports(problem, noise: str, dynamics_kind: str, noise_lags: list[int], esc
         return noise in MODE and dynamics_kind == "sgd" and not escape
     if problem.w_min is None:
         return False
+    sampled_sgd = noise in MODE and dynamics_kind == "sgd"
     if isinstance(problem, AffineProblem):
-        return noise in MODE and dynamics_kind == "sgd" and not escape
+        return (sampled_sgd or noise in ADDED_CODE) and not escape
     if isinstance(problem, Thesis):
-        return noise in MODE and noise != "label" and dynamics_kind == "sgd"
+        return (sampled_sgd and noise != "label") or noise in ADDED_CODE
     return getattr(problem, "polynomial", None) is not None and noise in ADDITIVE
 
 
@@ -77,6 +87,8 @@ def model_arrays(problem, noise: str, batch_size: int, noise_scale: float, mode:
                  omega: np.ndarray, want_loss: bool, want_test: bool, escape: bool) -> tuple:
     """The kernel and its shared (not per-lane) arguments for ``problem``."""
     empty2 = np.zeros((0, 0))
+    if isinstance(problem, (AffineProblem, Thesis)):
+        added, noise_amp = added_noise_weights(problem, noise, batch_size, noise_scale)
     if isinstance(problem, AffineProblem):
         metric = problem.metric if problem.metric is not None else empty2
         offsets = problem.offsets.reshape(problem.n_samples, -1) if problem.offsets is not None else empty2
@@ -84,22 +96,37 @@ def model_arrays(problem, noise: str, batch_size: int, noise_scale: float, mode:
             test_a, test_b, test_c = problem.test_quadratic
         else:
             test_a, test_b, test_c = empty2, np.zeros((0, 0)), 0.0
-        return _advance_affine, (problem.x, problem.y, metric, offsets, float(problem.label_noise), mode, n_batches,
-                                 problem.w_min, omega, want_loss, want_test and test_a.size > 0,
-                                 np.ascontiguousarray(problem.sxx), float(problem.loss_min), test_a,
-                                 test_b.ravel(), float(test_c))
+        return _advance_affine, (problem.x, problem.y, metric, offsets, float(problem.label_noise), mode, n_batches, added, noise_amp, np.ascontiguousarray(problem.syx),
+                                 np.ascontiguousarray(problem.a_mean), problem.w_min, omega, want_loss,
+                                 want_test and test_a.size > 0, np.ascontiguousarray(problem.sxx),
+                                 float(problem.loss_min), test_a, test_b.ravel(), float(test_c))
     if isinstance(problem, TwoLayerProblem):
         return _advance_two_layer, (problem.x, problem.y, problem.hidden, float(problem.label_noise), mode, n_batches,
                                     np.ascontiguousarray(problem.map_min), np.ascontiguousarray(problem.sxx),
                                     float(problem.loss_min), np.ascontiguousarray(problem.teacher),
                                     problem.n_outputs * problem.label_noise**2 / 2, omega, want_loss, want_test)
     if isinstance(problem, Thesis):
-        return _advance_thesis, (problem.x, problem.y, mode, n_batches, problem.w_min, problem.saddle_point,
-                                 problem.normal, escape, omega, want_loss)
+        return _advance_thesis, (problem.x, problem.y, mode, n_batches, added, noise_amp, problem.w_min,
+                                 problem.saddle_point, problem.normal, escape, omega, want_loss)
     a1, a2, a3 = (np.asarray(c, dtype=np.float64) for c in problem.polynomial)
     threshold = float(getattr(problem, "escape_threshold", np.inf))
     return _advance_additive, (a1, a2, a3, np.ascontiguousarray(problem.noise_chol) / np.sqrt(batch_size),
                                noise == "student_t", noise_scale, threshold, problem.w_min, omega, want_loss)
+
+
+def added_noise_weights(problem, noise: str, batch_size: int, noise_scale: float) -> tuple[int, float]:
+    """``(added, a)`` for a data-set problem: the :data:`ADDED_CODE` of ``noise`` (0 for sampled
+    noise) and the noise amplitude — √(f/P) with f = (P−S)/(S(P−1)) for ``gaussian_matched``
+    and ``student_t`` (see the module docstring), the standard deviation √(gaussian_noise_var)
+    per coordinate for ``gaussian`` — times the SDE's ``noise_scale``."""
+    added = ADDED_CODE.get(noise, 0)
+    if added == 1:
+        return added, noise_scale * float(np.sqrt(problem.gaussian_noise_var(batch_size)))
+    if added:
+        p = problem.n_samples
+        f = (p - batch_size) / (batch_size * (p - 1))
+        return added, noise_scale * float(np.sqrt(f / p))
+    return 0, 0.0
 
 
 def advance(kernel, shared: tuple, t0: int, n_steps: int, uniforms: list, normals: list, n_u: int, n_z: int,
@@ -157,84 +184,44 @@ def advance(kernel, shared: tuple, t0: int, n_steps: int, uniforms: list, normal
 def _advance_affine(t0, u, z, w, mom, lr, mu, burn, bound, stride, perm, pos,
                     count, sum_d, sum_dd, sum_d2, sketch, loss_count, sum_loss, sum_test_loss,
                     loss_buf, loss_lag, loss_head, diverged_step, escape_step, reference, stopped,
-                    x, y, metric, offsets, label_noise, mode, n_batches, ref,
+                    x, y, metric, offsets, label_noise, mode, n_batches, added, noise_amp, syx, a_mean, ref,
                     omega, want_loss, want_test, sxx, loss_min, test_a, test_b, test_c):  # pragma: no cover
-    """The block loop of :func:`advance` for affine problems with sampled noise."""
-    n_lanes, n_steps, s = u.shape
+    """The block loop of :func:`advance` for affine problems: sampled noise (``added`` = 0: S
+    drawn samples, weight 1/S each), isotropic ``gaussian`` (``added`` = 1: the full gradient
+    M (W Σxx − Σyx) − ā plus ``noise_amp``·z) or ``gaussian_matched``/``student_t`` (2, 3: every
+    sample, weighted by :func:`_matched_weights`)."""
+    n_lanes, n_steps = u.shape[0], u.shape[1]
     p, n_in = x.shape
     n_out = y.shape[1]
     d = n_in * n_out
-    has_metric = metric.shape[0] > 0
-    has_offsets = offsets.shape[0] > 0
-    has_label = z.shape[2] > 0
+    s = u.shape[2] if added == 0 else p  # rows of the gradient sum
+    has_label = added == 0 and z.shape[2] > 0
     full = sum_dd.shape[0] > 0
     sample_losses = loss_count.shape[0] > 0
     nb = DELTA_BUFFER
     for lane in range(n_lanes):
         g = np.empty(d)
         r = np.empty(n_out)
-        res = np.empty((s, n_out))  # per batch row: residual, then its metric-weighted share
+        res = np.empty((s, n_out))  # per row: residual, then its weighted metric share
         delta = np.empty(d)
         dbuf = np.empty((d, nb))  # δ of the last buffered measured steps, column per step
         nbuf = 0
-        idx = np.empty(s, np.int64)
-        inv_s = 1.0 / s
+        idx = np.arange(s)
+        weight = np.full(s, 1.0 / s)
         wl = w[lane]
-        pl = perm[lane] if mode != 1 else perm[0]
+        pl = idx if added else (perm[lane] if mode != 1 else perm[0])
         for step in range(n_steps):
             t = t0 + step
-            _draw(u[lane, step], pl, pos, lane, mode, n_batches, p, idx)
-            # -- minibatch gradient: mean over the batch of M (W x − y − ε) xᵀ − a, four rows at a
-            # time (each weight and gradient element loaded once per four rows) --
-            for k0 in range(0, s, 4):
-                i0, i1, i2, i3 = idx[k0], idx[min(k0 + 1, s - 1)], idx[min(k0 + 2, s - 1)], idx[min(k0 + 3, s - 1)]
-                for o in range(n_out):
-                    off = o * n_in
-                    a0 = a1 = a2 = a3 = 0.0
-                    for i in range(n_in):
-                        wi = wl[off + i]
-                        a0 += wi * x[i0, i]
-                        a1 += wi * x[i1, i]
-                        a2 += wi * x[i2, i]
-                        a3 += wi * x[i3, i]
-                    res[k0, o] = a0
-                    if k0 + 1 < s:
-                        res[k0 + 1, o] = a1
-                    if k0 + 2 < s:
-                        res[k0 + 2, o] = a2
-                    if k0 + 3 < s:
-                        res[k0 + 3, o] = a3
-            for k in range(s):
-                row = idx[k]
-                for o in range(n_out):
-                    r[o] = res[k, o] - y[row, o]
-                    if has_label:
-                        r[o] -= label_noise * z[lane, step, k * n_out + o]
-                for o in range(n_out):
-                    if has_metric:
-                        acc = 0.0
-                        for q in range(n_out):
-                            acc += metric[o, q] * r[q]
-                        res[k, o] = acc * inv_s
-                    else:
-                        res[k, o] = r[o] * inv_s
-            for i in range(d):
-                g[i] = 0.0
-            for k0 in range(0, s, 4):
-                i0, i1, i2, i3 = idx[k0], idx[min(k0 + 1, s - 1)], idx[min(k0 + 2, s - 1)], idx[min(k0 + 3, s - 1)]
-                for o in range(n_out):
-                    off = o * n_in
-                    e0 = res[k0, o]
-                    e1 = res[k0 + 1, o] if k0 + 1 < s else 0.0
-                    e2 = res[k0 + 2, o] if k0 + 2 < s else 0.0
-                    e3 = res[k0 + 3, o] if k0 + 3 < s else 0.0
-                    for i in range(n_in):
-                        g[off + i] += e0 * x[i0, i] + e1 * x[i1, i] + e2 * x[i2, i] + e3 * x[i3, i]
-            if has_offsets:
-                for k in range(s):
-                    row = idx[k]
-                    for i in range(d):
-                        g[i] -= offsets[row, i] * inv_s
+            if added == 0:
+                _draw(u[lane, step], pl, pos, lane, mode, n_batches, p, idx)
+            elif added >= 2:
+                _matched_weights(z[lane, step], p, noise_amp, added == 3, weight)
+            if added == 1:
+                _affine_full_grad(wl, sxx, syx, metric, a_mean, n_out, n_in, r, g)
+                for i in range(d):
+                    g[i] += noise_amp * z[lane, step, i]
+            else:
+                _rows_grad(wl, x, y, idx, weight, metric, offsets, label_noise, z[lane, step], has_label, res, r, g)
             # -- heavy-ball update --
             _heavy_ball(wl, g, mom, lane, mu[lane], lr[lane])
             d2 = _deviation(wl, ref, delta)
@@ -261,6 +248,106 @@ def _advance_affine(t0, u, z, w, mom, lr, mu, burn, bound, stride, perm, pos,
                 loss_count[lane] += 1
         if full and nbuf > 0:
             _flush(dbuf, nbuf, sum_dd[lane])
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _rows_grad(wl, x, y, idx, weight, metric, offsets, label_noise, zl, has_label, res, r, g):  # pragma: no cover
+    """g = Σ_k weight_k g_{idx_k}(W) of the affine per-sample gradients g_μ = M (W x_μ − y_μ − ε_μ) x_μᵀ
+    − a_μ (ε: label noise from ``zl`` when ``has_label``), four rows at a time (each weight and
+    gradient element loaded once per four rows)."""
+    s = idx.shape[0]
+    n_in = x.shape[1]
+    n_out = y.shape[1]
+    has_metric = metric.shape[0] > 0
+    for k0 in range(0, s, 4):
+        i0, i1, i2, i3 = idx[k0], idx[min(k0 + 1, s - 1)], idx[min(k0 + 2, s - 1)], idx[min(k0 + 3, s - 1)]
+        for o in range(n_out):
+            off = o * n_in
+            a0 = a1 = a2 = a3 = 0.0
+            for i in range(n_in):
+                wi = wl[off + i]
+                a0 += wi * x[i0, i]
+                a1 += wi * x[i1, i]
+                a2 += wi * x[i2, i]
+                a3 += wi * x[i3, i]
+            res[k0, o] = a0
+            if k0 + 1 < s:
+                res[k0 + 1, o] = a1
+            if k0 + 2 < s:
+                res[k0 + 2, o] = a2
+            if k0 + 3 < s:
+                res[k0 + 3, o] = a3
+    for k in range(s):
+        row = idx[k]
+        for o in range(n_out):
+            r[o] = res[k, o] - y[row, o]
+            if has_label:
+                r[o] -= label_noise * zl[k * n_out + o]
+        for o in range(n_out):
+            if has_metric:
+                acc = 0.0
+                for q in range(n_out):
+                    acc += metric[o, q] * r[q]
+                res[k, o] = acc * weight[k]
+            else:
+                res[k, o] = r[o] * weight[k]
+    for i in range(g.shape[0]):
+        g[i] = 0.0
+    for k0 in range(0, s, 4):
+        i0, i1, i2, i3 = idx[k0], idx[min(k0 + 1, s - 1)], idx[min(k0 + 2, s - 1)], idx[min(k0 + 3, s - 1)]
+        for o in range(n_out):
+            off = o * n_in
+            e0 = res[k0, o]
+            e1 = res[k0 + 1, o] if k0 + 1 < s else 0.0
+            e2 = res[k0 + 2, o] if k0 + 2 < s else 0.0
+            e3 = res[k0 + 3, o] if k0 + 3 < s else 0.0
+            for i in range(n_in):
+                g[off + i] += e0 * x[i0, i] + e1 * x[i1, i] + e2 * x[i2, i] + e3 * x[i3, i]
+    if offsets.shape[0] > 0:
+        for k in range(s):
+            row = idx[k]
+            for i in range(g.shape[0]):
+                g[i] -= offsets[row, i] * weight[k]
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _affine_full_grad(wl, sxx, syx, metric, a_mean, n_out, n_in, r, g):  # pragma: no cover - compiled
+    """The full gradient M (W Σxx − Σyx) − ā of an affine problem into ``g`` (``r``: scratch of
+    n_out; Σxx is symmetric, so its rows are read)."""
+    for i in range(n_in):
+        for o in range(n_out):
+            acc = -syx[o, i]
+            for j in range(n_in):
+                acc += wl[o * n_in + j] * sxx[i, j]
+            r[o] = acc
+        for o in range(n_out):
+            if metric.shape[0] > 0:
+                acc = 0.0
+                for q in range(n_out):
+                    acc += metric[o, q] * r[q]
+            else:
+                acc = r[o]
+            g[o * n_in + i] = acc - a_mean[o, i]
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _matched_weights(zl, p, noise_amp, student, weight):  # pragma: no cover - compiled
+    """Per-sample weights c_μ = 1/P + a (z_μ − z̄) of the full gradient plus ``gaussian_matched``
+    noise (module docstring) from the step's normals ``zl``: z_μ = zl[:P]; with ``student`` the
+    amplitude a = ``noise_amp`` is scaled by √((ν−2)/V), V = the sum of squares of the last ν."""
+    zbar = 0.0
+    for q in range(p):
+        zbar += zl[q]
+    zbar /= p
+    amp = noise_amp
+    if student:
+        v = 0.0
+        for j in range(p, p + STUDENT_NU):
+            v += zl[j] * zl[j]
+        amp *= np.sqrt((STUDENT_NU - 2) / v)
+    inv_p = 1.0 / p
+    for q in range(p):
+        weight[q] = inv_p + amp * (zl[q] - zbar)
 
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
@@ -326,37 +413,45 @@ def _advance_additive(t0, u, z, w, mom, step, mu, burn, bound, stride, perm, pos
 def _advance_thesis(t0, u, z, w, mom, step, mu, burn, bound, stride, perm, pos,
                     count, sum_d, sum_dd, sum_d2, sketch, loss_count, sum_loss, sum_test_loss,
                     loss_buf, loss_lag, loss_head, diverged_step, escape_step, reference, stopped,
-                    x, y, mode, n_batches, ref, saddle, normal, check_escape,
+                    x, y, mode, n_batches, added, noise_amp, ref, saddle, normal, check_escape,
                     omega, want_loss):  # pragma: no cover - compiled
     """The block loop of :func:`advance` for the thesis landscape (``landscape: thesis``:
-    f(a, b; x) = a² + x(1 + b σ(a x)), loss = mean (f − y)²) with sampled noise; escape when
-    (w − saddle)·normal > 0."""
-    n_lanes, n_steps, s = u.shape
+    f(a, b; x) = a² + x(1 + b σ(a x)), loss = mean (f − y)²) with sampled noise (``added`` = 0)
+    or added noise (``added`` as in :func:`_advance_affine`); escape when (w − saddle)·normal > 0."""
+    n_lanes, n_steps = u.shape[0], u.shape[1]
     p = x.shape[0]
+    s = u.shape[2] if added == 0 else p
     sample_losses = loss_count.shape[0] > 0
-    inv_s = 1.0 / s
     for lane in range(n_lanes):
         g = np.empty(2)
         delta = np.empty(2)
         dbuf = np.empty((2, DELTA_BUFFER))
         nbuf = 0
-        idx = np.empty(s, np.int64)
+        idx = np.arange(s)
+        weight = np.full(s, 1.0 / s)
         wl = w[lane]
-        pl = perm[lane] if mode != 1 else perm[0]
+        pl = idx if added else (perm[lane] if mode != 1 else perm[0])
         for step_i in range(n_steps):
             t = t0 + step_i
-            _draw(u[lane, step_i], pl, pos, lane, mode, n_batches, p, idx)
+            zl = z[lane, step_i]
+            if added == 0:
+                _draw(u[lane, step_i], pl, pos, lane, mode, n_batches, p, idx)
+            elif added >= 2:
+                _matched_weights(zl, p, noise_amp, added == 3, weight)
             a, b = wl[0], wl[1]
             ga = 0.0
             gb = 0.0
             for k in range(s):
                 xk = x[idx[k]]
                 sig = 1.0 / (1.0 + np.exp(-a * xk))
-                r = 2.0 * (a * a + xk * (1.0 + b * sig) - y[idx[k]])
+                r = 2.0 * weight[k] * (a * a + xk * (1.0 + b * sig) - y[idx[k]])
                 ga += r * (2.0 * a + b * xk * xk * sig * (1.0 - sig))
                 gb += r * xk * sig
-            g[0] = ga * inv_s
-            g[1] = gb * inv_s
+            g[0] = ga
+            g[1] = gb
+            if added == 1:
+                g[0] += noise_amp * zl[0]
+                g[1] += noise_amp * zl[1]
             _heavy_ball(wl, g, mom, lane, mu[lane], step[lane])
             d2 = _deviation(wl, ref, delta)
             if not d2 <= bound[lane]:

@@ -82,6 +82,40 @@ def test_fused_equals_numpy_engine(name, monkeypatch):
         np.testing.assert_allclose(a[k], b[k], rtol=1e-9, atol=1e-12 * np.nanmax(np.abs(b[k]), initial=1.0), err_msg=k)
 
 
+DATA_ADDED = {
+    # model, noise, lr (the last lane diverges), dynamics
+    "linear gaussian": ({"kind": "linear", "n_inputs": 12, "samples_per_param": 5}, "gaussian",
+                        [0.1, 0.5, 1.0, 20.0], engine.Dynamics()),
+    "linear gaussian_matched": ({"kind": "linear", "n_inputs": 12, "samples_per_param": 5}, "gaussian_matched",
+                                [0.1, 0.5, 1.0, 20.0], engine.Dynamics()),
+    "linear student_t, two outputs": ({"kind": "linear", "n_inputs": 6, "n_outputs": 2, "samples_per_param": 5},
+                                      "student_t", [0.1, 0.5, 1.0, 20.0], engine.Dynamics()),
+    "matrix gaussian (metric, offsets)": ({"kind": "matrix", "targets": [1.0, 0.5, 0.25], "injected_noise": 0.3},
+                                          "gaussian", [0.05, 0.1, 0.2, 40.0], engine.Dynamics()),
+    "matrix student_t (metric, offsets)": ({"kind": "matrix", "targets": [1.0, 0.5, 0.25], "injected_noise": 0.3},
+                                           "student_t", [0.05, 0.1, 0.2, 40.0], engine.Dynamics()),
+    "linear gaussian_matched sde, dt = lr/4": ({"kind": "linear", "n_inputs": 12, "samples_per_param": 5},
+                                               "gaussian_matched", [0.1, 0.5, 1.0, 80.0], engine.Dynamics("sde", 0.25)),
+}
+
+
+@pytest.mark.parametrize("name", list(DATA_ADDED))
+def test_added_noise_on_data_equals_numpy_engine(name, monkeypatch):
+    """Added noise on a data set: the full gradient plus isotropic, matched-covariance or Student-t
+    noise (the kernel's weighted sum over every sample), under SGD and the SDE."""
+    model, noise, lr, dyn = DATA_ADDED[name]
+    problem = _problem(model)
+    observe = ObserveSpec(cov_max_dim=64, autocorr_lags=8)
+    kw = dict(lr=lr, momentum=[0.0, 0.5, 0.0, 0.0], observe=observe, dynamics=dyn, monkeypatch=monkeypatch)
+    a = _run(problem, noise, use_fused=True, **kw)
+    b = _run(problem, noise, use_fused=False, **kw)
+    assert fused.supports(problem, noise, dyn.kind, [], False)
+    assert (a["diverged_step"][-1] > 0) and (a["diverged_step"][:-1] == -1).all()
+    assert a["n"][:-1].min() > 100 and a["loss_count"][:-1].min() > 30
+    for k in a:
+        np.testing.assert_allclose(a[k], b[k], rtol=1e-9, atol=1e-12 * np.nanmax(np.abs(b[k]), initial=1.0), err_msg=k)
+
+
 def test_fused_sketch_beyond_cov_max_dim_and_threads(monkeypatch):
     """digits (d = 610 > cov_max_dim): diagonal + sketch + held-out test loss, two threads."""
     problem = _problem({"kind": "digits"})
@@ -159,6 +193,29 @@ def test_thesis_kernel_equals_numpy_engine(noise, monkeypatch):
     b = _run(problem, noise, use_fused=False, **kw)
     assert fused.supports(problem, noise, "sgd", [], True)
     assert (a["escape_step"] >= 0).any() and (a["escape_step"] < 0).any() and a["diverged_step"][-1] >= 0
+    for k in a:
+        np.testing.assert_allclose(a[k], b[k], rtol=1e-9, atol=1e-12 * np.nanmax(np.abs(b[k]), initial=1.0), err_msg=k)
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in exp")  # the diverging lane, numpy path
+@pytest.mark.parametrize("noise, dyn", [("gaussian", engine.Dynamics()), ("gaussian_matched", engine.Dynamics()),
+                                        ("student_t", engine.Dynamics()),
+                                        ("gaussian_matched", engine.Dynamics("sde", 0.5))])
+def test_thesis_added_noise_equals_numpy_engine(noise, dyn, monkeypatch):
+    """The thesis landscape at its real minimum with added noise (vescovi_sde_vs_sgd's SDE is
+    gaussian_matched): the full gradient over all 600 samples plus the noise, a diverging lane."""
+    point = build_sweep({"sweep": "t", "model": {"kind": "landscape", "landscape": "thesis", "start": "real"},
+                         "grid": {"lr": 1e-3, "batch_size": 10, "noise": noise}, "dynamics": {"burn_in": 0}}).points[0]
+    m = get_model("landscape")
+    problem = m.make_problem(m.data_params(point.params))
+    observe = ObserveSpec(cov_max_dim=64, autocorr_lags=8)
+    kw = dict(lr=[1e-3, 4e-3, 1e-2, 4e-3, 0.5], momentum=[0.0, 0.0, 0.0, 0.5, 0.0], observe=observe,
+              batch_size=10, steps=400, w0=problem.w_min, dynamics=dyn, monkeypatch=monkeypatch)
+    a = _run(problem, noise, use_fused=True, **kw)
+    b = _run(problem, noise, use_fused=False, **kw)
+    assert fused.supports(problem, noise, dyn.kind, [], False)
+    assert (a["diverged_step"][-1] >= 0) and (a["diverged_step"][:-1] == -1).all()
+    assert a["n"][:-1].min() > 100
     for k in a:
         np.testing.assert_allclose(a[k], b[k], rtol=1e-9, atol=1e-12 * np.nanmax(np.abs(b[k]), initial=1.0), err_msg=k)
 
