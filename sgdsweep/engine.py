@@ -18,7 +18,7 @@ Where :mod:`sgdsweep.fused` has a compiled kernel for the model, noise type and 
 layers with sampled or added noise, two layers with sampled noise, the quadratic, double-well
 and thesis landscapes), each block of steps runs there instead of the per-step numpy loop below,
 on the same random numbers: the numpy loop is the reference implementation and covers
-everything else (added noise on two layers, the gradient-noise lags of Han's relation).
+everything else (added noise on two layers).
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ def run_lanes(problem: Problem, *, noise: str, batch_size: int, steps: int, lr: 
                  else np.zeros((0, 0)))
         kernel, shared = fused.model_arrays(problem, noise, batch_size, noise_scale, MODE.get(noise, 0),
                                             n_batches if noise in MODE else 1, omega, observe.loss,
-                                            observe.test_loss, observe.escape)
+                                            observe.test_loss, observe.escape, noise_lags)
         n_threads = fused.threads()
     t0 = 0
     while use_fused and t0 < steps and ids.size:  # compiled blocks; random numbers drawn per lane chunk

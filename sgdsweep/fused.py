@@ -40,6 +40,7 @@ from .models.affine import AffineProblem
 from .models.landscape import Thesis
 from .models.two_layer import TwoLayerProblem
 from .noise import MODE, STUDENT_NU
+from .observables import feed_noise_lane
 
 #: Environment variable: threads the fused kernel may use in one process (default 1: a
 #: sweep's parallelism is its Dask workers, one per core; set it for in-process runs).
@@ -57,7 +58,7 @@ DELTA_BUFFER = 16
 
 def supports(problem, noise: str, dynamics_kind: str, noise_lags: list[int], escape: bool) -> bool:
     """Whether a fused kernel can run this call (otherwise the numpy engine does)."""
-    if noise_lags:
+    if noise_lags and not isinstance(problem, AffineProblem):  # D(m) of single layers only
         return False
     if isinstance(problem, TwoLayerProblem):
         return noise in MODE and dynamics_kind == "sgd" and not escape
@@ -84,8 +85,10 @@ def threads() -> int:
 
 
 def model_arrays(problem, noise: str, batch_size: int, noise_scale: float, mode: int, n_batches: int,
-                 omega: np.ndarray, want_loss: bool, want_test: bool, escape: bool) -> tuple:
-    """The kernel and its shared (not per-lane) arguments for ``problem``."""
+                 omega: np.ndarray, want_loss: bool, want_test: bool, escape: bool,
+                 noise_lags: list[int] = ()) -> tuple:
+    """The kernel and its shared (not per-lane) arguments for ``problem`` (``noise_lags``: the
+    lags m of D(m), 0 first, when the gradient noise is observed — affine problems only)."""
     empty2 = np.zeros((0, 0))
     if isinstance(problem, (AffineProblem, Thesis)):
         added, noise_amp = added_noise_weights(problem, noise, batch_size, noise_scale)
@@ -99,7 +102,8 @@ def model_arrays(problem, noise: str, batch_size: int, noise_scale: float, mode:
         return _advance_affine, (problem.x, problem.y, metric, offsets, float(problem.label_noise), mode, n_batches, added, noise_amp, np.ascontiguousarray(problem.syx),
                                  np.ascontiguousarray(problem.a_mean), problem.w_min, omega, want_loss,
                                  want_test and test_a.size > 0, np.ascontiguousarray(problem.sxx),
-                                 float(problem.loss_min), test_a, test_b.ravel(), float(test_c))
+                                 float(problem.loss_min), test_a, test_b.ravel(), float(test_c),
+                                 np.asarray(noise_lags, dtype=np.int64))
     if isinstance(problem, TwoLayerProblem):
         return _advance_two_layer, (problem.x, problem.y, problem.hidden, float(problem.label_noise), mode, n_batches,
                                     np.ascontiguousarray(problem.map_min), np.ascontiguousarray(problem.sxx),
@@ -157,7 +161,8 @@ def advance(kernel, shared: tuple, t0: int, n_steps: int, uniforms: list, normal
              acc.get("loss_count", np.zeros(0, np.int64)), acc.get("sum_loss", e1), acc.get("sum_test_loss", e1),
              acc["loss_buf"] if k_lags else e2, acc["loss_lag"] if k_lags else e2,
              acc["loss_head"] if k_lags else e2, acc["diverged_step"], acc["escape_step"],
-             acc.get("reference", e2), stopped]
+             acc.get("reference", e2), acc.get("noise_buf", np.zeros((0, 0, 0, 0))),
+             acc.get("noise_lag", np.zeros((0, 0, 0, 0))), acc.get("sum_gram", e3), stopped]
 
     def run(lo: int) -> None:
         hi = min(lo + CHUNK_LANES, n_lanes)
@@ -183,19 +188,22 @@ def advance(kernel, shared: tuple, t0: int, n_steps: int, uniforms: list, normal
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
 def _advance_affine(t0, u, z, w, mom, lr, mu, burn, bound, stride, perm, pos,
                     count, sum_d, sum_dd, sum_d2, sketch, loss_count, sum_loss, sum_test_loss,
-                    loss_buf, loss_lag, loss_head, diverged_step, escape_step, reference, stopped,
+                    loss_buf, loss_lag, loss_head, diverged_step, escape_step, reference, noise_buf, noise_lag,
+                    sum_gram, stopped,
                     x, y, metric, offsets, label_noise, mode, n_batches, added, noise_amp, syx, a_mean, ref,
-                    omega, want_loss, want_test, sxx, loss_min, test_a, test_b, test_c):  # pragma: no cover
+                    omega, want_loss, want_test, sxx, loss_min, test_a, test_b, test_c, lags):  # pragma: no cover
     """The block loop of :func:`advance` for affine problems: sampled noise (``added`` = 0: S
     drawn samples, weight 1/S each), isotropic ``gaussian`` (``added`` = 1: the full gradient
     M (W Σxx − Σyx) − ā plus ``noise_amp``·z) or ``gaussian_matched``/``student_t`` (2, 3: every
-    sample, weighted by :func:`_matched_weights`)."""
+    sample, weighted by :func:`_matched_weights`). With sampled noise and ``lags``, the gradient
+    noise at the minimum b = −g_B(W*) of the step's batch feeds D(m) (Han et al.)."""
     n_lanes, n_steps = u.shape[0], u.shape[1]
     p, n_in = x.shape
     n_out = y.shape[1]
     d = n_in * n_out
     s = u.shape[2] if added == 0 else p  # rows of the gradient sum
     has_label = added == 0 and z.shape[2] > 0
+    observe_noise = added == 0 and noise_buf.shape[0] > 0
     full = sum_dd.shape[0] > 0
     sample_losses = loss_count.shape[0] > 0
     nb = DELTA_BUFFER
@@ -204,6 +212,7 @@ def _advance_affine(t0, u, z, w, mom, lr, mu, burn, bound, stride, perm, pos,
         r = np.empty(n_out)
         res = np.empty((s, n_out))  # per row: residual, then its weighted metric share
         delta = np.empty(d)
+        noise_b = np.empty(d)
         dbuf = np.empty((d, nb))  # δ of the last buffered measured steps, column per step
         nbuf = 0
         idx = np.arange(s)
@@ -232,6 +241,13 @@ def _advance_affine(t0, u, z, w, mom, lr, mu, burn, bound, stride, perm, pos,
             if t < burn[lane]:
                 continue
             nbuf = _moments(lane, delta, count, sum_d, sum_dd, dbuf, nbuf, sum_d2, sketch, omega)
+            if observe_noise:
+                _rows_grad(ref, x, y, idx, weight, metric, offsets, label_noise, z[lane, step], has_label, res, r,
+                           noise_b)
+                for i in range(d):
+                    noise_b[i] = -noise_b[i]
+                feed_noise_lane(lane, noise_b.reshape((n_out, n_in)), delta.reshape((n_out, n_in)), lags, count,
+                                noise_buf, noise_lag, sum_gram)
             if sample_losses and t % stride[lane] == 0:
                 if want_loss:
                     _feed_loss(lane, loss_min + 0.5 * _metric_form(delta, sxx, metric, n_out, n_in),
@@ -353,7 +369,8 @@ def _matched_weights(zl, p, noise_amp, student, weight):  # pragma: no cover - c
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
 def _advance_additive(t0, u, z, w, mom, step, mu, burn, bound, stride, perm, pos,
                       count, sum_d, sum_dd, sum_d2, sketch, loss_count, sum_loss, sum_test_loss,
-                      loss_buf, loss_lag, loss_head, diverged_step, escape_step, reference, stopped,
+                      loss_buf, loss_lag, loss_head, diverged_step, escape_step, reference, noise_buf, noise_lag,
+                      sum_gram, stopped,
                       a1, a2, a3, chol, student, noise_scale, threshold, ref,
                       omega, want_loss):  # pragma: no cover - compiled
     """The block loop of :func:`advance` for additive-noise problems with a per-coordinate
@@ -412,7 +429,8 @@ def _advance_additive(t0, u, z, w, mom, step, mu, burn, bound, stride, perm, pos
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
 def _advance_thesis(t0, u, z, w, mom, step, mu, burn, bound, stride, perm, pos,
                     count, sum_d, sum_dd, sum_d2, sketch, loss_count, sum_loss, sum_test_loss,
-                    loss_buf, loss_lag, loss_head, diverged_step, escape_step, reference, stopped,
+                    loss_buf, loss_lag, loss_head, diverged_step, escape_step, reference, noise_buf, noise_lag,
+                    sum_gram, stopped,
                     x, y, mode, n_batches, added, noise_amp, ref, saddle, normal, check_escape,
                     omega, want_loss):  # pragma: no cover - compiled
     """The block loop of :func:`advance` for the thesis landscape (``landscape: thesis``:
@@ -481,7 +499,8 @@ def _advance_thesis(t0, u, z, w, mom, step, mu, burn, bound, stride, perm, pos,
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
 def _advance_two_layer(t0, u, z, w, mom, step, mu, burn, bound, stride, perm, pos,
                        count, sum_d, sum_dd, sum_d2, sketch, loss_count, sum_loss, sum_test_loss,
-                       loss_buf, loss_lag, loss_head, diverged_step, escape_step, reference, stopped,
+                       loss_buf, loss_lag, loss_head, diverged_step, escape_step, reference, noise_buf, noise_lag,
+                       sum_gram, stopped,
                        x, y, hidden, label_noise, mode, n_batches, map_min, sxx, loss_min, teacher, test_c,
                        omega, want_loss, want_test):  # pragma: no cover - compiled
     """The block loop of :func:`advance` for ``two_layer`` (y = W2 W1 x, w = (vec W1, vec W2))

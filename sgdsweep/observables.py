@@ -218,31 +218,40 @@ def update_noise(acc: Accumulators, b: np.ndarray, delta_mat: np.ndarray, sel: n
 
 @numba.njit(cache=True, nogil=True)
 def _feed_noise(b, delta, mask, lags, count, buf, lag_sums, gram):  # pragma: no cover - compiled
-    n_lanes, n_out, n_in = b.shape
+    for lane in range(b.shape[0]):
+        if mask[lane]:
+            feed_noise_lane(lane, b[lane], delta[lane], lags, count, buf, lag_sums, gram)
+
+
+@numba.njit(cache=True, nogil=True)
+def feed_noise_lane(lane, b, delta, lags, count, buf, lag_sums, gram):  # pragma: no cover - compiled
+    """One measured step of one lane (after its count was incremented): the gradient noise at
+    the minimum b (n_out × n_in) into the ring buffer and the lagged sums Σ b_tᵀ b_{t−m}, and
+    δᵀδ (δ: n_out × n_in) into the Gram sum."""
+    n_out, n_in = b.shape
     kmax = buf.shape[1]
-    for lane in range(n_lanes):
-        if not mask[lane]:
+    n = count[lane] - 1
+    pos = n % kmax
+    buf[lane, pos] = b
+    for j in range(lags.size):
+        m = lags[j]
+        if n < m:
             continue
-        n = count[lane] - 1  # update_moments ran first this step
-        pos = n % kmax
-        buf[lane, pos] = b[lane]
-        for j in range(lags.size):
-            m = lags[j]
-            if n < m:
-                continue
-            prev = buf[lane, (pos - m) % kmax]
-            for o in range(n_out):
-                for i in range(n_in):
-                    bi = b[lane, o, i]
-                    if bi == 0.0:
-                        continue
-                    for k in range(n_in):
-                        lag_sums[lane, j, i, k] += bi * prev[o, k]
+        prev = buf[lane, (pos - m) % kmax]
+        out = lag_sums[lane, j]
         for o in range(n_out):
             for i in range(n_in):
-                di = delta[lane, o, i]
+                bi = b[o, i]
+                if bi == 0.0:
+                    continue
                 for k in range(n_in):
-                    gram[lane, i, k] += di * delta[lane, o, k]
+                    out[i, k] += bi * prev[o, k]
+    g = gram[lane]
+    for o in range(n_out):
+        for i in range(n_in):
+            di = delta[o, i]
+            for k in range(n_in):
+                g[i, k] += di * delta[o, k]
 
 
 def loss_series_ends(acc_arrays, lane: int) -> tuple[np.ndarray, np.ndarray, int]:

@@ -116,6 +116,22 @@ def test_added_noise_on_data_equals_numpy_engine(name, monkeypatch):
         np.testing.assert_allclose(a[k], b[k], rtol=1e-9, atol=1e-12 * np.nanmax(np.abs(b[k]), initial=1.0), err_msg=k)
 
 
+@pytest.mark.parametrize("name", ["linear minibatch", "linear epoch", "linear label, two outputs",
+                                  "matrix (metric, offsets)"])
+def test_gradient_noise_lags_equal_numpy_engine(name, monkeypatch):
+    """Han's D(m): the gradient noise at the minimum of each step's batch, its lagged sums and
+    the Gram sum of δ, fed from the kernel as from the numpy engine."""
+    model, noise, lr, mom = CASES[name]
+    problem = _problem(model)
+    observe = ObserveSpec(cov_max_dim=64, autocorr_lags=8, noise_lags=(1, 2, 5))
+    a = _run(problem, noise, lr=lr, momentum=mom, observe=observe, use_fused=True, monkeypatch=monkeypatch)
+    b = _run(problem, noise, lr=lr, momentum=mom, observe=observe, use_fused=False, monkeypatch=monkeypatch)
+    assert fused.supports(problem, noise, "sgd", [0, 1, 2, 5], False)
+    assert (np.abs(a["noise_lag"][:-1]).max(axis=(2, 3)) > 0).all() and (a["sum_gram"][:-1] != 0).any()
+    for k in a:
+        np.testing.assert_allclose(a[k], b[k], rtol=1e-9, atol=1e-12 * np.nanmax(np.abs(b[k]), initial=1.0), err_msg=k)
+
+
 def test_fused_sketch_beyond_cov_max_dim_and_threads(monkeypatch):
     """digits (d = 610 > cov_max_dim): diagonal + sketch + held-out test loss, two threads."""
     problem = _problem({"kind": "digits"})
