@@ -87,7 +87,35 @@ def cmd_run(args: argparse.Namespace) -> int:
         cmd.append("--dry-run")
     cmd += args.snakemake_args
     log.info("sweep '%s': %d points; running %s", sweep.name, len(sweep.points), " ".join(cmd))
-    return subprocess.call(cmd)
+    with subprocess.Popen(cmd) as proc:
+        if not args.dry_run:
+            try:
+                _start_cluster_early(sweep, proc.pid)
+            except (OSError, SgdsweepError) as exc:  # the first shard job starts it instead
+                log.warning("could not start the local Dask cluster early (%s); the shard jobs will", exc)
+        return proc.wait()
+
+
+def _start_cluster_early(sweep, snakemake_pid: int) -> None:
+    """Start the run's shared local Dask cluster now, while Snakemake starts, when the sweep has
+    points to simulate and would run them on it (see :mod:`sgdsweep.cluster`); its first shard
+    job then finds the workers booted. Any other case is left to the shard jobs."""
+    from .cluster import run_id, scheduler_address, start_shared_cluster, worker_count
+    from .plan import PlanFiles
+    from .store import complete_points
+
+    execution = sweep.config["execution"]
+    if scheduler_address(execution) is not None or execution.get("cluster", "local") != "local":
+        return
+    plan = PlanFiles(sweep.directory)
+    hashes = [p.hash for p in sweep.points]
+    todo = len(hashes) - len(complete_points(plan.points_dir, hashes))
+    if todo == 0:
+        return
+    workers = worker_count(execution)
+    log.info("%d of %d points to simulate: starting the local Dask cluster (%d workers) while Snakemake starts",
+             todo, len(hashes), workers)
+    start_shared_cluster(plan.cluster_dir, run_id(snakemake_pid), workers, execution.get("host", "127.0.0.1"))
 
 
 def cmd_simulate_shard(args: argparse.Namespace) -> int:

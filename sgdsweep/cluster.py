@@ -5,9 +5,10 @@ Three cases, in order of precedence:
 1. ``SGDSWEEP_SCHEDULER`` (environment) or ``execution.scheduler`` (config) names an existing
    scheduler: connect to it; nothing is started or stopped.
 2. Inside a workflow run (``SGDSWEEP_RUN_ID`` set by the Snakefile to the Snakemake process id):
-   the first shard job that needs workers starts one *shared* local cluster in a small daemon
-   process (``python -m sgdsweep cluster-daemon``); later shard jobs of the same run connect to
-   it. The Snakefile's ``onsuccess``/``onerror`` handlers stop it; the daemon also exits by
+   one *shared* local cluster runs in a small daemon process (``python -m sgdsweep
+   cluster-daemon``), started by ``sgdsweep run`` as Snakemake starts when points need
+   simulating (its workers boot while Snakemake builds the DAG), or else by the first shard job
+   that needs workers; the shard jobs of the run connect to it. The Snakefile's ``onsuccess``/``onerror`` handlers stop it; the daemon also exits by
    itself when the Snakemake process is gone (e.g. after ``kill -9``). So a run starts at most
    one cluster, and none at all when nothing needs simulating.
 3. Otherwise (a shard job run by hand): a private ``LocalCluster`` for the duration of the job.
@@ -43,9 +44,14 @@ START_TIMEOUT_S = 120.0
 log = logging.getLogger("sgdsweep.cluster")
 
 
-def current_run_id() -> str:
+def run_id(snakemake_pid: int) -> str:
     """Identity of a workflow run: ``<pid>@<host>`` of the Snakemake process."""
-    return f"{os.getpid()}@{platform.node()}"
+    return f"{snakemake_pid}@{platform.node()}"
+
+
+def current_run_id() -> str:
+    """The run id of the workflow whose Snakemake process this is."""
+    return run_id(os.getpid())
 
 
 def _local_run_pid(run: str) -> int | None:
@@ -82,13 +88,18 @@ def worker_count(execution: Mapping[str, Any]) -> int:
 
 
 def _pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie — exited, not yet reaped by its parent — does not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # pragma: no cover
         return True
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # no procfs (macOS): kill(0) is all there is
+        return True
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
 def _read_state(cluster_dir: Path) -> dict[str, Any] | None:
@@ -109,33 +120,61 @@ def _locked(cluster_dir: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+def start_shared_cluster(cluster_dir: Path, run_id: str, workers: int, host: str = "127.0.0.1") -> None:
+    """Start the run's shared local cluster without waiting for it (``sgdsweep run`` calls this
+    as Snakemake starts, so the workers boot while Snakemake builds its DAG); nothing happens if
+    the run already has one, starting or started. The first shard job's
+    :func:`ensure_shared_cluster` then waits for it instead of starting another."""
+    with _locked(Path(cluster_dir)):
+        if _run_cluster(Path(cluster_dir), run_id) is None:
+            _spawn_daemon(Path(cluster_dir), run_id, workers, host)
+
+
 def ensure_shared_cluster(cluster_dir: Path, run_id: str, workers: int, host: str = "127.0.0.1") -> str:
-    """Address of the run's shared local cluster, starting it if this run has none yet."""
+    """Address of the run's shared local cluster, starting it if this run has none yet (or waiting
+    for the one :func:`start_shared_cluster` started)."""
     cluster_dir = Path(cluster_dir)
     with _locked(cluster_dir):
-        state = _read_state(cluster_dir)
-        if state and state.get("run_id") == run_id and _pid_alive(int(state["pid"])):
+        state = _run_cluster(cluster_dir, run_id)
+        if state is not None and "address" in state:
             return state["address"]
-        log_path = cluster_dir / "daemon.log"
-        with open(log_path, "ab") as log_fh:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "sgdsweep", "cluster-daemon", "--state", str(cluster_dir / STATE_FILE),
-                 "--workers", str(workers), "--run-id", run_id, "--host", host],
-                stdin=subprocess.DEVNULL, stdout=log_fh, stderr=log_fh, start_new_session=True)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            state = _read_state(cluster_dir)
-            if state and state.get("run_id") == run_id and state.get("pid") == proc.pid:
-                log.info("Dask dashboard: %s (scheduler %s, %d workers)", state["dashboard"],
-                         state["address"], workers)
-                return state["address"]
-            if proc.poll() is not None:
-                raise SgdsweepError(f"the local Dask cluster failed to start (exit {proc.returncode}); "
-                                    f"see {log_path}")
-            time.sleep(0.1)
-        proc.kill()
-        raise SgdsweepError(f"the local Dask cluster did not start within {START_TIMEOUT_S:.0f} s; "
-                            f"see {log_path}")
+        pid = int(state["pid"]) if state is not None else _spawn_daemon(cluster_dir, run_id, workers, host)
+    log_path = cluster_dir / "daemon.log"
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        state = _read_state(cluster_dir)
+        if state and state.get("run_id") == run_id and state.get("pid") == pid and "address" in state:
+            log.info("Dask dashboard: %s (scheduler %s, %d workers)", state["dashboard"],
+                     state["address"], workers)
+            return state["address"]
+        if not _pid_alive(pid):
+            raise SgdsweepError(f"the local Dask cluster failed to start; see {log_path}")
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    raise SgdsweepError(f"the local Dask cluster did not start within {START_TIMEOUT_S:.0f} s; "
+                        f"see {log_path}")
+
+
+def _run_cluster(cluster_dir: Path, run_id: str) -> dict[str, Any] | None:
+    """The state of ``run_id``'s cluster if its daemon is alive (with ``address`` once it is
+    ready), else None. Call under :func:`_locked`."""
+    state = _read_state(cluster_dir)
+    if state and state.get("run_id") == run_id and _pid_alive(int(state["pid"])):
+        return state
+    return None
+
+
+def _spawn_daemon(cluster_dir: Path, run_id: str, workers: int, host: str) -> int:
+    """Start ``sgdsweep cluster-daemon`` and record it as starting (its pid, no address yet; the
+    daemon writes the address when its workers are up). Call under :func:`_locked`."""
+    with open(cluster_dir / "daemon.log", "ab") as log_fh:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sgdsweep", "cluster-daemon", "--state", str(cluster_dir / STATE_FILE),
+             "--workers", str(workers), "--run-id", run_id, "--host", host],
+            stdin=subprocess.DEVNULL, stdout=log_fh, stderr=log_fh, start_new_session=True)
+    atomic_write_text(cluster_dir / STATE_FILE, json.dumps({"pid": proc.pid, "run_id": run_id, "workers": workers}))
+    return proc.pid
 
 
 def stop_shared_cluster(cluster_dir: Path, run_id: str) -> bool:

@@ -96,7 +96,7 @@ def test_lost_dask_worker_mid_task(tmp_path, reference):
     sweep = tmp_path / "results" / "slow"
     proc = _start(tmp_path, cfg)
     state = sweep / ".cluster" / "cluster.json"
-    _wait_for(state.exists, what="the local cluster")
+    _wait_for(lambda: state.exists() and "address" in json.loads(state.read_text()), what="the local cluster")
     address = json.loads(state.read_text())["address"]
     assert address.startswith("tcp://127.0.0.1:")  # the local cluster binds to localhost only
     with Client(address, timeout="30s") as client:

@@ -225,6 +225,25 @@ def test_existing_scheduler_from_environment(tmp_path, dask_cluster):
     assert "simulate" in prefixes  # the tasks ran on the existing cluster
 
 
+def test_cli_run_starts_the_cluster_while_snakemake_starts(tmp_path):
+    """`sgdsweep run` boots the run's shared cluster as Snakemake starts; the shard job connects
+    to that one (one dashboard, one daemon), the run stops it, and a no-op rerun starts none."""
+    path = write_yaml(tmp_path / "early.yaml", tiny_config(sweep="early", grid={"lr": [0.3], "batch_size": [2, 3]}))
+    proc = run_cli("run", str(path), "--cores", "2", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = proc.stdout + proc.stderr
+    assert re.search(r"2 of 2 points to simulate: starting the local Dask cluster \(\d+ workers\)", text), text[-3000:]
+    assert text.count("Dask dashboard: http://127.0.0.1:") == 1
+    sweep = tmp_path / "results" / "early"
+    assert (sweep / ".cluster" / "daemon.log").read_bytes().count(b"Traceback") == 0
+    assert xr.open_zarr(sweep / "ensemble.zarr").sizes["point"] == 2
+    assert not (sweep / ".cluster" / "cluster.json").exists()
+    assert subprocess.run(["pgrep", "-f", f"cluster-daemon --state {sweep}"], capture_output=True).returncode == 1
+    again = run_cli("run", str(path), "--cores", "2", cwd=tmp_path)
+    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
+    assert "starting the local Dask cluster" not in again.stdout + again.stderr
+
+
 def test_bad_scheduler_environment_variable(tmp_path):
     path = write_yaml(tmp_path / "c.yaml", tiny_config(sweep="envbad"))
     proc = run_snakemake(tmp_path, path, env={"SGDSWEEP_SCHEDULER": "not-an-address"})
