@@ -54,6 +54,8 @@ ADDED_CODE = {"gaussian": 1, "gaussian_matched": 2, "student_t": 3}
 #: Accumulate-and-flush buffer of δ per lane (steps): the N×N second moment is updated from
 #: this many steps at once (a blocked rank-k update) instead of once per step.
 DELTA_BUFFER = 16
+#: Parameters from which a full δ buffer is flushed by a BLAS product (below, by loops).
+BLAS_MIN_DIM = 32
 
 
 def supports(problem, noise: str, dynamics_kind: str, noise_lags: list[int], escape: bool) -> bool:
@@ -275,6 +277,9 @@ def _rows_grad(wl, x, y, idx, weight, metric, offsets, label_noise, zl, has_labe
     n_in = x.shape[1]
     n_out = y.shape[1]
     has_metric = metric.shape[0] > 0
+    if n_out == 1 and not has_metric and offsets.shape[0] == 0:
+        _rows_grad_single(wl, x, y, idx, weight, label_noise, zl, has_label, res, g)
+        return
     for k0 in range(0, s, 4):
         i0, i1, i2, i3 = idx[k0], idx[min(k0 + 1, s - 1)], idx[min(k0 + 2, s - 1)], idx[min(k0 + 3, s - 1)]
         for o in range(n_out):
@@ -324,6 +329,48 @@ def _rows_grad(wl, x, y, idx, weight, metric, offsets, label_noise, zl, has_labe
             row = idx[k]
             for i in range(g.shape[0]):
                 g[i] -= offsets[row, i] * weight[k]
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _rows_grad_single(wl, x, y, idx, weight, label_noise, zl, has_label, res, g):  # pragma: no cover
+    """:func:`_rows_grad` for one output, no metric and no offsets (linear regression): the
+    residuals as a flat vector, four rows at a time in both passes."""
+    s = idx.shape[0]
+    n_in = x.shape[1]
+    e = res[:, 0]
+    for k0 in range(0, s - 3, 4):
+        i0, i1, i2, i3 = idx[k0], idx[k0 + 1], idx[k0 + 2], idx[k0 + 3]
+        a0 = a1 = a2 = a3 = 0.0
+        for i in range(n_in):
+            wi = wl[i]
+            a0 += wi * x[i0, i]
+            a1 += wi * x[i1, i]
+            a2 += wi * x[i2, i]
+            a3 += wi * x[i3, i]
+        e[k0], e[k0 + 1], e[k0 + 2], e[k0 + 3] = a0, a1, a2, a3
+    for k in range(s - s % 4, s):
+        row = idx[k]
+        a0 = 0.0
+        for i in range(n_in):
+            a0 += wl[i] * x[row, i]
+        e[k] = a0
+    for k in range(s):
+        r = e[k] - y[idx[k], 0]
+        if has_label:
+            r -= label_noise * zl[k]
+        e[k] = r * weight[k]
+    for i in range(n_in):
+        g[i] = 0.0
+    for k0 in range(0, s - 3, 4):
+        i0, i1, i2, i3 = idx[k0], idx[k0 + 1], idx[k0 + 2], idx[k0 + 3]
+        e0, e1, e2, e3 = e[k0], e[k0 + 1], e[k0 + 2], e[k0 + 3]
+        for i in range(n_in):
+            g[i] += e0 * x[i0, i] + e1 * x[i1, i] + e2 * x[i2, i] + e3 * x[i3, i]
+    for k in range(s - s % 4, s):
+        row = idx[k]
+        ek = e[k]
+        for i in range(n_in):
+            g[i] += ek * x[row, i]
 
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
@@ -705,8 +752,13 @@ def _feed_loss(lane, val, loss_count, sum_loss, loss_buf, loss_lag, loss_head): 
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
 def _flush(dbuf, nbuf, out):  # pragma: no cover - compiled
-    """Lower triangle of out += Σ_b δ_b δ_bᵀ over the nbuf buffered columns of dbuf (d × nb)."""
+    """Lower triangle of out += Σ_b δ_b δ_bᵀ over the nbuf buffered columns of dbuf (d × nb)
+    (a full buffer of 32 or more parameters by one BLAS product, which also adds to the upper
+    triangle: :func:`sgdsweep.observables.symmetrize` overwrites it from the lower one)."""
     d = dbuf.shape[0]
+    if d >= BLAS_MIN_DIM and nbuf == dbuf.shape[1]:
+        out += np.dot(dbuf, dbuf.T)
+        return
     for i in range(d):
         for j in range(i + 1):
             acc = 0.0

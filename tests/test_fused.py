@@ -54,6 +54,9 @@ CASES = {
     # model, noise, lr (the last lanes diverge), momentum
     "linear minibatch": ({"kind": "linear", "n_inputs": 12, "samples_per_param": 5}, "minibatch",
                          [0.1, 0.5, 1.0, 9.0], [0.0, 0.0, 0.0, 0.0]),
+    "linear N = 40 (BLAS flush of the second moment)": (
+        {"kind": "linear", "n_inputs": 40, "samples_per_param": 5}, "minibatch", [0.1, 0.5, 1.0, 40.0],
+        [0.0, 0.5, 0.0, 0.0]),
     "linear momentum": ({"kind": "linear", "n_inputs": 12, "samples_per_param": 5}, "minibatch",
                         [0.1, 0.3, 0.2, 9.0], [0.0, 0.5, 0.9, 0.5]),
     "linear epoch": ({"kind": "linear", "n_inputs": 12, "samples_per_param": 5.25}, "epoch",
