@@ -8,7 +8,7 @@ gradients, two passes over all P samples (4·P·d); the ratio is
 (throughput × flops) against the same product of the reference, linear regression N = 100,
 S = 10, minibatch (linreg-ref). Every case runs a fused kernel (:mod:`sgdsweep.fused`).
 
-    python benchmarks/kernel_models.py [--seconds 1]
+    python benchmarks/kernel_models.py [--seconds 1] [--numpy]
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from sgdsweep import fused
 from sgdsweep.config import build_sweep
 from sgdsweep.engine import run_lanes
 from sgdsweep.models import get_model
@@ -77,27 +78,35 @@ CASES: dict[str, tuple[dict[str, Any], Callable[[Any, int], float]]] = {
 }
 
 
-def rate(cfg: dict[str, Any], steps: int) -> tuple[float, Any, int]:
-    """(replica-steps/s, problem, S) of one bare run_lanes call of LANES lanes."""
+def rate(cfg: dict[str, Any], steps: int, use_fused: bool = True) -> tuple[float, Any, int]:
+    """(replica-steps/s, problem, S) of one bare run_lanes call of LANES lanes (``use_fused``
+    False: the numpy engine)."""
     point = build_sweep({"sweep": "bench", "dynamics": {"burn_in": 0, "steps": 10_000}, **cfg}).points[0]
     p = point.params
     model = get_model(p["model"])
     problem = model.make_problem(model.data_params(p))
     gens = replica_streams(0, point.hash, LANES)
+    supports = fused.supports
+    if not use_fused:
+        fused.supports = lambda *a: False
     t0 = time.perf_counter()
     run_lanes(problem, noise=p["noise"], batch_size=int(p["batch_size"]), steps=steps,
               lr=np.full(LANES, p["lr"]), momentum=np.zeros(LANES), burn_in=np.full(LANES, steps),
               bound=np.full(LANES, 1e30), w0=np.array([problem.initial(p["init"], g[2]) for g in gens]),
               streams=[g[:2] for g in gens], observe=dataclasses.replace(observe_spec(p), escape=False))
-    return LANES * steps / (time.perf_counter() - t0), problem, int(p["batch_size"])
+    seconds = time.perf_counter() - t0
+    fused.supports = supports
+    return LANES * steps / seconds, problem, int(p["batch_size"])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=1.0)
+    ap.add_argument("--numpy", action="store_true", help="also run each case on the numpy engine")
     args = ap.parse_args()
     print(f"{LANES} lanes, one thread, float64, bare steps; replica-steps/s and per-flop ratio to linreg-ref")
-    print(f"{'case':>36} {'replica-steps/s':>16} {'flops/step':>11} {'GFLOP/s':>8} {'per flop / ref':>15}")
+    print(f"{'case':>36} {'replica-steps/s':>16} {'flops/step':>11} {'GFLOP/s':>8} {'per flop / ref':>15}"
+          + (f" {'numpy engine':>13} {'fused/numpy':>12}" if args.numpy else ""))
     ref = None
     for name, (cfg, flops) in CASES.items():
         rate(cfg, 20)  # compile and build the problem
@@ -105,7 +114,11 @@ def main() -> None:
         r, problem, s = rate(cfg, max(500, int(guess * args.seconds / LANES)))
         gflops = r * flops(problem, s) / 1e9
         ref = ref or gflops
-        print(f"{name:>36} {r:>16.3g} {flops(problem, s):>11.3g} {gflops:>8.2f} {gflops / ref:>15.3f}", flush=True)
+        line = f"{name:>36} {r:>16.3g} {flops(problem, s):>11.3g} {gflops:>8.2f} {gflops / ref:>15.3f}"
+        if args.numpy:
+            base = rate(cfg, max(20, int(r * args.seconds / LANES / 10)), use_fused=False)[0]
+            line += f" {base:>13.3g} {r / base:>12.1f}"
+        print(line, flush=True)
 
 
 if __name__ == "__main__":
