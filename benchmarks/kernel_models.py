@@ -59,6 +59,12 @@ CASES: dict[str, tuple[dict[str, Any], Callable[[Any, int], float]]] = {
          "grid": {"lr": 0.02, "batch_size": 10, "samples_per_param": 10, "hidden_width": 20,
                   "noise": "minibatch"}},
         lambda p, s: 6 * p.n_outputs * p.hidden * p.n_inputs + 4 * s * p.n_inputs * p.n_outputs + 2 * p.dim),
+    "two_layer gaussian_matched": (
+        {"model": {"kind": "two_layer", "n_inputs": 20, "labels": "teacher"},
+         "grid": {"lr": 0.02, "batch_size": 10, "samples_per_param": 10, "hidden_width": 20,
+                  "noise": "gaussian_matched"}},
+        lambda p, s: 6 * p.n_outputs * p.hidden * p.n_inputs + 4 * p.n_samples * p.n_inputs * p.n_outputs
+        + 4 * p.n_samples + 2 * p.dim),
     "quadratic gaussian (d = 2)": (
         {"model": {"kind": "quadratic", "curvatures": [1.0, 0.3], "noise_cov": [[1.0, 0.6], [0.6, 2.0]]},
          "grid": {"lr": 0.2, "batch_size": 1, "noise": "gaussian"}},

@@ -14,11 +14,11 @@ A lane that diverges (|w − w*|² beyond its bound, or not finite) or escapes (
 is flagged with the step and compacted out of the working set: it stops costing compute.
 Randomness: :func:`sgdsweep.noise.lane_streams`; results do not depend on the other lanes.
 
-Where :mod:`sgdsweep.fused` has a compiled kernel for the model, noise type and dynamics (single
-layers with sampled or added noise, two layers with sampled noise, the quadratic, double-well
-and thesis landscapes), each block of steps runs there instead of the per-step numpy loop below,
-on the same random numbers: the numpy loop is the reference implementation and covers
-everything else (added noise on two layers).
+Where :mod:`sgdsweep.fused` has a compiled kernel for the model, noise type and dynamics — every
+model and noise type a config can name: single and two layers with sampled or added noise, the
+quadratic, double-well and thesis landscapes — each block of steps runs there instead of the
+per-step numpy loop below, on the same random numbers. The numpy loop is the reference
+implementation the kernels are tested against, and runs any combination without a kernel.
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ optionally in threads over lanes (the compiled loops release the GIL):
 - ``_advance_additive``: additive-noise problems whose gradient is a per-coordinate polynomial
   (``quadratic``, the ``double_well`` landscape) with ``gaussian`` or ``student_t`` noise, SGD or
   the SDE, with escape;
-- ``_advance_two_layer``: the two-layer linear network (``two_layer``) with sampled noise, SGD;
+- ``_advance_two_layer``: the two-layer linear network (``two_layer``) with sampled noise (SGD)
+  or added noise (SGD or the SDE);
 - ``_advance_thesis``: the thesis landscape (``landscape: thesis``, Vescovi's escape problem)
   with sampled noise (SGD) or added noise (SGD or the SDE), with escape.
 
@@ -62,11 +63,11 @@ def supports(problem, noise: str, dynamics_kind: str, noise_lags: list[int], esc
     """Whether a fused kernel can run this call (otherwise the numpy engine does)."""
     if noise_lags and not isinstance(problem, AffineProblem):  # D(m) of single layers only
         return False
+    sampled_sgd = noise in MODE and dynamics_kind == "sgd"
     if isinstance(problem, TwoLayerProblem):
-        return noise in MODE and dynamics_kind == "sgd" and not escape
+        return (sampled_sgd or noise in ADDED_CODE) and not escape
     if problem.w_min is None:
         return False
-    sampled_sgd = noise in MODE and dynamics_kind == "sgd"
     if isinstance(problem, AffineProblem):
         return (sampled_sgd or noise in ADDED_CODE) and not escape
     if isinstance(problem, Thesis):
@@ -92,7 +93,7 @@ def model_arrays(problem, noise: str, batch_size: int, noise_scale: float, mode:
     """The kernel and its shared (not per-lane) arguments for ``problem`` (``noise_lags``: the
     lags m of D(m), 0 first, when the gradient noise is observed — affine problems only)."""
     empty2 = np.zeros((0, 0))
-    if isinstance(problem, (AffineProblem, Thesis)):
+    if isinstance(problem, (AffineProblem, Thesis, TwoLayerProblem)):
         added, noise_amp = added_noise_weights(problem, noise, batch_size, noise_scale)
     if isinstance(problem, AffineProblem):
         metric = problem.metric if problem.metric is not None else empty2
@@ -108,7 +109,7 @@ def model_arrays(problem, noise: str, batch_size: int, noise_scale: float, mode:
                                  np.asarray(noise_lags, dtype=np.int64))
     if isinstance(problem, TwoLayerProblem):
         return _advance_two_layer, (problem.x, problem.y, problem.hidden, float(problem.label_noise), mode, n_batches,
-                                    np.ascontiguousarray(problem.map_min), np.ascontiguousarray(problem.sxx),
+                                    added, noise_amp, np.ascontiguousarray(problem.map_min), np.ascontiguousarray(problem.sxx),
                                     float(problem.loss_min), np.ascontiguousarray(problem.teacher),
                                     problem.n_outputs * problem.label_noise**2 / 2, omega, want_loss, want_test)
     if isinstance(problem, Thesis):
@@ -548,19 +549,21 @@ def _advance_two_layer(t0, u, z, w, mom, step, mu, burn, bound, stride, perm, po
                        count, sum_d, sum_dd, sum_d2, sketch, loss_count, sum_loss, sum_test_loss,
                        loss_buf, loss_lag, loss_head, diverged_step, escape_step, reference, noise_buf, noise_lag,
                        sum_gram, stopped,
-                       x, y, hidden, label_noise, mode, n_batches, map_min, sxx, loss_min, teacher, test_c,
-                       omega, want_loss, want_test):  # pragma: no cover - compiled
+                       x, y, hidden, label_noise, mode, n_batches, added, noise_amp, map_min, sxx, loss_min,
+                       teacher, test_c, omega, want_loss, want_test):  # pragma: no cover - compiled
     """The block loop of :func:`advance` for ``two_layer`` (y = W2 W1 x, w = (vec W1, vec W2))
-    with sampled noise. Minima form a manifold: |w|² is bounded, and each lane is measured
-    around its weights at its first measured step (``reference``)."""
-    n_lanes, n_steps, s = u.shape
+    with sampled noise (``added`` = 0) or added noise (as in :func:`_advance_affine`: the
+    per-sample gradients are linear in G = Σ_μ c_μ e_μ x_μᵀ, g = (W2ᵀ G, G W1ᵀ)). Minima form a
+    manifold: |w|² is bounded, and each lane is measured around its weights at its first
+    measured step (``reference``)."""
+    n_lanes, n_steps = u.shape[0], u.shape[1]
     p, n_in = x.shape
     n_out = y.shape[1]
     n1 = hidden * n_in
     d = n1 + n_out * hidden
-    has_label = z.shape[2] > 0
+    s = u.shape[2] if added == 0 else p
+    has_label = added == 0 and z.shape[2] > 0
     sample_losses = loss_count.shape[0] > 0
-    inv_s = 1.0 / s
     for lane in range(n_lanes):
         g = np.empty(d)
         prod = np.empty((n_out, n_in))
@@ -569,13 +572,17 @@ def _advance_two_layer(t0, u, z, w, mom, step, mu, burn, bound, stride, perm, po
         delta = np.empty(d)
         dbuf = np.empty((d, DELTA_BUFFER))
         nbuf = 0
-        idx = np.empty(s, np.int64)
+        idx = np.arange(s)
+        weight = np.full(s, 1.0 / s)
         wl = w[lane]
         ref = reference[lane]
-        pl = perm[lane] if mode != 1 else perm[0]
+        pl = idx if added else (perm[lane] if mode != 1 else perm[0])
         for step_i in range(n_steps):
             t = t0 + step_i
-            _draw(u[lane, step_i], pl, pos, lane, mode, n_batches, p, idx)
+            if added == 0:
+                _draw(u[lane, step_i], pl, pos, lane, mode, n_batches, p, idx)
+            elif added >= 2:
+                _matched_weights(z[lane, step_i], p, noise_amp, added == 3, weight)
             _end_to_end(wl, hidden, n_in, n_out, prod)
             gp[:, :] = 0.0
             for k in range(s):
@@ -586,7 +593,7 @@ def _advance_two_layer(t0, u, z, w, mom, step, mu, burn, bound, stride, perm, po
                         acc -= label_noise * z[lane, step_i, k * n_out + o]
                     for i in range(n_in):
                         acc += prod[o, i] * x[row, i]
-                    e[o] = acc * inv_s
+                    e[o] = acc * weight[k]
                 for o in range(n_out):
                     eo = e[o]
                     for i in range(n_in):
@@ -603,6 +610,9 @@ def _advance_two_layer(t0, u, z, w, mom, step, mu, burn, bound, stride, perm, po
                     for i in range(n_in):
                         acc += gp[o, i] * wl[hh * n_in + i]
                     g[n1 + o * hidden + hh] = acc
+            if added == 1:
+                for i in range(d):
+                    g[i] += noise_amp * z[lane, step_i, i]
             _heavy_ball(wl, g, mom, lane, mu[lane], step[lane])
             d2 = 0.0
             for i in range(d):

@@ -239,9 +239,13 @@ def test_thesis_added_noise_equals_numpy_engine(noise, dyn, monkeypatch):
         np.testing.assert_allclose(a[k], b[k], rtol=1e-9, atol=1e-12 * np.nanmax(np.abs(b[k]), initial=1.0), err_msg=k)
 
 
-@pytest.mark.parametrize("noise", ["minibatch", "label", "epoch"])
-def test_two_layer_kernel_equals_numpy_engine(noise, monkeypatch):
-    """two_layer (per-lane reference, |w|² bound, test loss against the teacher), two outputs."""
+@pytest.mark.parametrize("noise, dyn", [("minibatch", engine.Dynamics()), ("label", engine.Dynamics()),
+                                        ("epoch", engine.Dynamics()), ("gaussian_matched", engine.Dynamics()),
+                                        ("student_t", engine.Dynamics()),
+                                        ("gaussian_matched", engine.Dynamics("sde", 0.5))])
+def test_two_layer_kernel_equals_numpy_engine(noise, dyn, monkeypatch):
+    """two_layer (per-lane reference, |w|² bound, test loss against the teacher), two outputs;
+    sampled noise, and added noise under SGD and the SDE."""
     point = build_sweep({"sweep": "t", "model": {"kind": "two_layer", "n_inputs": 6, "n_outputs": 2,
                                                  "labels": "teacher", "label_noise": 0.5},
                          "grid": {"lr": 0.05, "batch_size": 4, "samples_per_param": 10, "hidden_width": 3,
@@ -251,10 +255,10 @@ def test_two_layer_kernel_equals_numpy_engine(noise, monkeypatch):
     w0 = np.random.default_rng(5).standard_normal(problem.dim) * 0.3
     observe = ObserveSpec(cov_max_dim=64, autocorr_lags=8)
     kw = dict(lr=[0.05, 0.1, 0.05, 30.0], momentum=[0.0, 0.0, 0.5, 0.0], observe=observe, batch_size=4,
-              w0=w0, monkeypatch=monkeypatch)
+              w0=w0, dynamics=dyn, monkeypatch=monkeypatch)
     a = _run(problem, noise, use_fused=True, **kw)
     b = _run(problem, noise, use_fused=False, **kw)
-    assert fused.supports(problem, noise, "sgd", [], False)
+    assert fused.supports(problem, noise, dyn.kind, [], False)
     assert (a["diverged_step"][-1] > 0) and (a["diverged_step"][:-1] == -1).all()
     assert a["n"][:-1].min() > 100 and np.isfinite(a["reference"][:-1]).all()
     for k in a:
