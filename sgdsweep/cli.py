@@ -88,7 +88,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     cmd += args.snakemake_args
     log.info("sweep '%s': %d points; running %s", sweep.name, len(sweep.points), " ".join(cmd))
     with subprocess.Popen(cmd) as proc:
-        if not args.dry_run:
+        # only for a plain local run: extra Snakemake arguments (a profile, an executor, a dry
+        # run, a target) may mean jobs elsewhere or none; then the first shard job starts it
+        if not args.dry_run and not args.snakemake_args and not os.environ.get("SNAKEMAKE_PROFILE"):
             try:
                 _start_cluster_early(sweep, proc.pid)
             except (OSError, SgdsweepError) as exc:  # the first shard job starts it instead
