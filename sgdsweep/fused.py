@@ -55,8 +55,6 @@ ADDED_CODE = {"gaussian": 1, "gaussian_matched": 2, "student_t": 3}
 #: Accumulate-and-flush buffer of δ per lane (steps): the N×N second moment is updated from
 #: this many steps at once (a blocked rank-k update) instead of once per step.
 DELTA_BUFFER = 16
-#: Parameters from which a full δ buffer is flushed by a BLAS product (below, by loops).
-BLAS_MIN_DIM = 32
 
 
 def supports(problem, noise: str, dynamics_kind: str, noise_lags: list[int], escape: bool) -> bool:
@@ -103,7 +101,7 @@ def model_arrays(problem, noise: str, batch_size: int, noise_scale: float, mode:
         else:
             test_a, test_b, test_c = empty2, np.zeros((0, 0)), 0.0
         return _advance_affine, (problem.x, problem.y, metric, offsets, float(problem.label_noise), mode, n_batches, added, noise_amp, np.ascontiguousarray(problem.syx),
-                                 np.ascontiguousarray(problem.a_mean), problem.w_min, omega, want_loss,
+                                 np.ascontiguousarray(problem.a_mean), np.array(problem.w_min), omega, want_loss,
                                  want_test and test_a.size > 0, np.ascontiguousarray(problem.sxx),
                                  float(problem.loss_min), test_a, test_b.ravel(), float(test_c),
                                  np.asarray(noise_lags, dtype=np.int64))
@@ -245,12 +243,8 @@ def _advance_affine(t0, u, z, w, mom, lr, mu, burn, bound, stride, perm, pos,
                 continue
             nbuf = _moments(lane, delta, count, sum_d, sum_dd, dbuf, nbuf, sum_d2, sketch, omega)
             if observe_noise:
-                _rows_grad(ref, x, y, idx, weight, metric, offsets, label_noise, z[lane, step], has_label, res, r,
-                           noise_b)
-                for i in range(d):
-                    noise_b[i] = -noise_b[i]
-                feed_noise_lane(lane, noise_b.reshape((n_out, n_in)), delta.reshape((n_out, n_in)), lags, count,
-                                noise_buf, noise_lag, sum_gram)
+                _observe_noise(lane, ref, x, y, idx, weight, metric, offsets, label_noise, z[lane, step], has_label,
+                               res, r, noise_b, delta, lags, count, noise_buf, noise_lag, sum_gram)
             if sample_losses and t % stride[lane] == 0:
                 if want_loss:
                     _feed_loss(lane, loss_min + 0.5 * _metric_form(delta, sxx, metric, n_out, n_in),
@@ -330,6 +324,17 @@ def _rows_grad(wl, x, y, idx, weight, metric, offsets, label_noise, zl, has_labe
             row = idx[k]
             for i in range(g.shape[0]):
                 g[i] -= offsets[row, i] * weight[k]
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _observe_noise(lane, ref, x, y, idx, weight, metric, offsets, label_noise, zl, has_label, res, r, noise_b, delta,
+                   lags, count, noise_buf, noise_lag, sum_gram):  # pragma: no cover - compiled
+    """Han's D(m) for one measured step of one lane: the gradient noise at the minimum of the
+    step's batch, b = −g_B(W*), and δ into :func:`sgdsweep.observables.feed_noise_lane`."""
+    _rows_grad(ref, x, y, idx, weight, metric, offsets, label_noise, zl, has_label, res, r, noise_b)
+    for i in range(noise_b.shape[0]):
+        noise_b[i] = -noise_b[i]
+    feed_noise_lane(lane, noise_b, delta, lags, count, noise_buf, noise_lag, sum_gram)
 
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
@@ -762,13 +767,8 @@ def _feed_loss(lane, val, loss_count, sum_loss, loss_buf, loss_lag, loss_head): 
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
 def _flush(dbuf, nbuf, out):  # pragma: no cover - compiled
-    """Lower triangle of out += Σ_b δ_b δ_bᵀ over the nbuf buffered columns of dbuf (d × nb)
-    (a full buffer of 32 or more parameters by one BLAS product, which also adds to the upper
-    triangle: :func:`sgdsweep.observables.symmetrize` overwrites it from the lower one)."""
+    """Lower triangle of out += Σ_b δ_b δ_bᵀ over the nbuf buffered columns of dbuf (d × nb)."""
     d = dbuf.shape[0]
-    if d >= BLAS_MIN_DIM and nbuf == dbuf.shape[1]:
-        out += np.dot(dbuf, dbuf.T)
-        return
     for i in range(d):
         for j in range(i + 1):
             acc = 0.0

@@ -220,19 +220,22 @@ def update_noise(acc: Accumulators, b: np.ndarray, delta_mat: np.ndarray, sel: n
 def _feed_noise(b, delta, mask, lags, count, buf, lag_sums, gram):  # pragma: no cover - compiled
     for lane in range(b.shape[0]):
         if mask[lane]:
-            feed_noise_lane(lane, b[lane], delta[lane], lags, count, buf, lag_sums, gram)
+            feed_noise_lane(lane, b[lane].ravel(), delta[lane].ravel(), lags, count, buf, lag_sums, gram)
 
 
 @numba.njit(cache=True, nogil=True)
 def feed_noise_lane(lane, b, delta, lags, count, buf, lag_sums, gram):  # pragma: no cover - compiled
     """One measured step of one lane (after its count was incremented): the gradient noise at
-    the minimum b (n_out × n_in) into the ring buffer and the lagged sums Σ b_tᵀ b_{t−m}, and
-    δᵀδ (δ: n_out × n_in) into the Gram sum."""
-    n_out, n_in = b.shape
+    the minimum b (n_out × n_in, flattened row-major) into the ring buffer and the lagged sums
+    Σ b_tᵀ b_{t−m}, and δᵀδ (δ: n_out × n_in, flattened) into the Gram sum."""
+    n_out, n_in = buf.shape[2], buf.shape[3]
     kmax = buf.shape[1]
     n = count[lane] - 1
     pos = n % kmax
-    buf[lane, pos] = b
+    cur = buf[lane, pos]
+    for o in range(n_out):
+        for i in range(n_in):
+            cur[o, i] = b[o * n_in + i]
     for j in range(lags.size):
         m = lags[j]
         if n < m:
@@ -241,7 +244,7 @@ def feed_noise_lane(lane, b, delta, lags, count, buf, lag_sums, gram):  # pragma
         out = lag_sums[lane, j]
         for o in range(n_out):
             for i in range(n_in):
-                bi = b[o, i]
+                bi = b[o * n_in + i]
                 if bi == 0.0:
                     continue
                 for k in range(n_in):
@@ -249,9 +252,9 @@ def feed_noise_lane(lane, b, delta, lags, count, buf, lag_sums, gram):  # pragma
     g = gram[lane]
     for o in range(n_out):
         for i in range(n_in):
-            di = delta[o, i]
+            di = delta[o * n_in + i]
             for k in range(n_in):
-                g[i, k] += di * delta[o, k]
+                g[i, k] += di * delta[o * n_in + k]
 
 
 def loss_series_ends(acc_arrays, lane: int) -> tuple[np.ndarray, np.ndarray, int]:

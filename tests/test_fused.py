@@ -54,7 +54,7 @@ CASES = {
     # model, noise, lr (the last lanes diverge), momentum
     "linear minibatch": ({"kind": "linear", "n_inputs": 12, "samples_per_param": 5}, "minibatch",
                          [0.1, 0.5, 1.0, 9.0], [0.0, 0.0, 0.0, 0.0]),
-    "linear N = 40 (BLAS flush of the second moment)": (
+    "linear N = 40": (
         {"kind": "linear", "n_inputs": 40, "samples_per_param": 5}, "minibatch", [0.1, 0.5, 1.0, 40.0],
         [0.0, 0.5, 0.0, 0.0]),
     "linear momentum": ({"kind": "linear", "n_inputs": 12, "samples_per_param": 5}, "minibatch",
