@@ -408,15 +408,20 @@ def _matched_weights(zl, p, noise_amp, student, weight):  # pragma: no cover - c
     for q in range(p):
         zbar += zl[q]
     zbar /= p
-    amp = noise_amp
-    if student:
-        v = 0.0
-        for j in range(p, p + STUDENT_NU):
-            v += zl[j] * zl[j]
-        amp *= np.sqrt((STUDENT_NU - 2) / v)
+    amp = noise_amp * _student_factor(zl, p) if student else noise_amp
     inv_p = 1.0 / p
     for q in range(p):
         weight[q] = inv_p + amp * (zl[q] - zbar)
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _student_factor(zl, first):  # pragma: no cover - compiled
+    """√((ν−2)/V), V = the sum of squares of the ν = STUDENT_NU normals zl[first:first + ν]: the
+    factor that makes Gaussian noise multivariate Student-t of the same covariance."""
+    v = 0.0
+    for j in range(first, first + STUDENT_NU):
+        v += zl[j] * zl[j]
+    return np.sqrt((STUDENT_NU - 2) / v)
 
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
@@ -442,12 +447,7 @@ def _advance_additive(t0, u, z, w, mom, step, mu, burn, bound, stride, perm, pos
         for s in range(n_steps):
             t = t0 + s
             zl = z[lane, s]
-            scale = noise_scale
-            if student:
-                v = 0.0
-                for j in range(d, d + STUDENT_NU):
-                    v += zl[j] * zl[j]
-                scale *= np.sqrt((STUDENT_NU - 2) / v)
+            scale = noise_scale * _student_factor(zl, d) if student else noise_scale
             for i in range(d):
                 xi = 0.0
                 for j in range(i + 1):  # chol is lower triangular
