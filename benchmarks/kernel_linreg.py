@@ -35,7 +35,7 @@ import numpy as np
 from sgdsweep.engine import run_lanes
 from sgdsweep.models import linear
 from sgdsweep.observables import ObserveSpec
-from sgdsweep.simulate import replica_streams
+from sgdsweep.noise import lane_streams
 
 N, P, S, LR = 100, 1000, 10, 0.1
 FLOPS = 4 * S * N
@@ -85,7 +85,7 @@ def numba_baseline(data, replicas: int, steps: int) -> float:
 def sgdsweep_kernel(data, replicas: int, steps: int, accumulate: bool, threads: int = 1) -> float:
     """The engine as a sweep runs it; ``accumulate`` = the default observables (N×N second
     moment, losses every eighth relaxation time), otherwise bare steps (burn-in = all steps)."""
-    streams = [g[:2] for g in replica_streams(0, "0123456789abcdef", replicas)]
+    streams = [lane_streams(q)[:2] for q in np.random.SeedSequence(0).spawn(replicas)]
     burn = np.zeros(replicas, np.int64) if accumulate else np.full(replicas, steps, np.int64)
     stride = max(1, int(data.relaxation_steps(LR, 0.0) / 8))
     os.environ["SGDSWEEP_THREADS"] = str(threads)

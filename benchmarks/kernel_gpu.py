@@ -1,0 +1,159 @@
+"""The GPU path (:mod:`sgdsweep.gpu`, a CuPy kernel) on linreg-ref against JAX on the same GPU
+and the CPU kernels of the same machine, all measured in one run. Needs CuPy and a CUDA device;
+JAX is optional.
+
+linreg-ref: linear regression, N = 100, P = 1000, S = 10, lr = 0.1, float64; one replica-step is
+4·S·N flops. The GPU path draws S indices with replacement (``minibatch_replace``); the CPU
+rows draw them as their own code does — the cost per step is the same.
+
+Measured here, in this process:
+
+- ``check``: the CuPy kernel against the numpy reference on a small case (same indices; the
+  largest relative difference is printed and must be below 1e-9, or the run stops);
+- ``cupy``: :func:`sgdsweep.gpu.run_cupy` at each R (one warp per replica, all steps of a
+  launch on the chip);
+- ``jax``: SGD vectorised over replicas in one jitted ``lax.scan`` (the issue's "JAX vmap +
+  lax.scan" row), on the same GPU, float64;
+- the CPU of the same machine, all its threads: the issue's plain numba kernel and the
+  sgdsweep fused kernel (bare steps), from ``kernel_linreg.py``;
+- the GPU's float64 GEMM TFLOP/s (CuPy matmul): the flop roofline, GEMM/(4·S·N).
+
+    python benchmarks/kernel_gpu.py [--replicas 1024 16384 131072] [--seconds 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numba
+import numpy as np
+
+import kernel_linreg as kl
+from sgdsweep import gpu
+
+LR, S = kl.LR, kl.S
+
+
+def check() -> float:
+    """Largest relative difference of the kernel against the reference (N = 100, 300 steps)."""
+    data = _linreg()
+    w0 = np.random.default_rng(0).standard_normal((67, data.n_inputs))
+    kw = dict(lr=LR, momentum=0.5, batch_size=S, steps=300, burn_in=100, w0=w0, seed=3)
+    ref, dev = gpu.run_reference(data, **kw), gpu.run_cupy(data, **kw)
+    return float(max(np.max(np.abs(dev.w_final - ref.w_final) / np.abs(ref.w_final).max()),
+                     np.max(np.abs(dev.sq_dev / ref.sq_dev - 1))))
+
+
+def _linreg():
+    from sgdsweep.models import linear
+    return linear.make_problem({"n_inputs": kl.N, "n_outputs": 1, "n_samples": kl.P, "label_noise": 0.5,
+                                "inputs": "isotropic", "wishart_ratio": None, "labels": "teacher",
+                                "noiseless": False, "seed": 0})
+
+
+def timed(fn, steps: int) -> float:
+    t0 = time.perf_counter()
+    fn(steps)
+    return time.perf_counter() - t0
+
+
+def rate(fn, replicas: int, seconds: float, probe: int = 20) -> float:
+    """Replica-steps/s of ``fn(steps)``: a probe run sizes a run of about ``seconds``; best of 2."""
+    fn(probe)
+    per_step = timed(fn, probe) / probe
+    steps = max(probe, int(seconds / per_step))
+    return replicas * steps / min(timed(fn, steps) for _ in range(2))
+
+
+def cupy_fn(data, replicas: int):
+    w0 = np.zeros((replicas, data.n_inputs))
+
+    def run(steps: int) -> None:
+        gpu.run_cupy(data, lr=LR, momentum=0.0, batch_size=S, steps=steps + 1, burn_in=0, w0=w0, seed=0)
+    return run
+
+
+def jax_fn(data, replicas: int, chunk: int = 100):
+    import jax
+    import jax.numpy as jnp
+    jax.config.update("jax_enable_x64", True)
+    x, y = jnp.asarray(data.x), jnp.asarray(data.y[:, 0])
+
+    def step(w, key):
+        idx = jax.random.randint(key, (replicas, S), 0, kl.P)
+        xb = x[idx]
+        e = jnp.einsum("rsn,rn->rs", xb, w) - y[idx]
+        return w - LR * jnp.einsum("rs,rsn->rn", e, xb) / S, None
+
+    @jax.jit
+    def block(w, key):
+        return jax.lax.scan(step, w, jax.random.split(key, chunk))[0]
+
+    state = {"w": jnp.zeros((replicas, kl.N)), "key": jax.random.PRNGKey(0)}
+
+    def run(steps: int) -> None:
+        w = state["w"]
+        for b in range(max(1, steps // chunk)):
+            w = block(w, jax.random.fold_in(state["key"], b))
+        w.block_until_ready()
+    return run, chunk
+
+
+def gemm_tflops(size: int = 8192) -> float:
+    import cupy as cp
+    a, b = cp.random.rand(size, size), cp.random.rand(size, size)
+    a @ b
+    cp.cuda.Stream.null.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(3):
+        a @ b
+    cp.cuda.Stream.null.synchronize()
+    return 3 * 2 * size**3 / (time.perf_counter() - t0) / 1e12
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--replicas", type=int, nargs="+", default=[1024, 16384, 131072])
+    ap.add_argument("--seconds", type=float, default=1.0)
+    ap.add_argument("--no-jax", action="store_true")
+    args = ap.parse_args()
+    if not gpu.cupy_available():
+        raise SystemExit("needs CuPy and a CUDA device")
+    import cupy as cp
+    data = _linreg()
+    diff = check()
+    print(f"check: CuPy kernel against the numpy reference, largest relative difference {diff:.2e}")
+    if not diff < 1e-9:
+        raise SystemExit("the kernel does not reproduce the reference")
+    name = cp.cuda.runtime.getDeviceProperties(0)["name"]
+    name = name.decode() if isinstance(name, bytes) else name
+    tflops = gemm_tflops()
+    roof = tflops * 1e12 / kl.FLOPS
+    threads = numba.config.NUMBA_NUM_THREADS
+    print(f"linreg-ref on {name}, float64; GPU GEMM {tflops:.1f} TFLOP/s → roofline {roof:.3g} replica-steps/s; "
+          f"CPU: {threads} threads")
+    cpu = {}
+    r_cpu = args.replicas[0]
+    kl.numba_baseline(data, 2, 10)
+    kl.sgdsweep_kernel(data, 2, 10, False, threads)
+    cpu["numba"] = max(kl.numba_baseline(data, r_cpu, max(10, int(4e6 * args.seconds / r_cpu))) for _ in range(2))
+    cpu["sgdsweep"] = max(kl.sgdsweep_kernel(data, r_cpu, max(10, int(4e6 * args.seconds / r_cpu)), False, threads)
+                          for _ in range(2))
+    print(f"CPU at R={r_cpu}: numba {cpu['numba']:.3g}, sgdsweep fused (bare) {cpu['sgdsweep']:.3g} replica-steps/s")
+    print(f"{'R':>7} {'cupy':>9} {'jax':>9} | {'cupy/jax':>8} {'cupy/numba':>10} {'cupy/sgdsweep':>13} {'cupy/roof':>9}")
+    for r in args.replicas:
+        g = rate(cupy_fn(data, r), r, args.seconds)
+        j = float("nan")
+        if not args.no_jax:
+            try:
+                fn, chunk = jax_fn(data, r)
+                j = rate(fn, r, args.seconds, probe=chunk)
+            except Exception as exc:  # JAX missing or without a GPU: the row keeps its CuPy number
+                print(f"jax at R={r}: {type(exc).__name__}: {exc}")
+        print(f"{r:>7} {g:>9.3g} {j:>9.3g} | {g / j:>8.1f} {g / cpu['numba']:>10.1f} {g / cpu['sgdsweep']:>13.1f} "
+              f"{g / roof:>9.1%}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,223 @@
+"""Replicas of minibatch SGD on one-output linear regression on a CUDA GPU (CuPy), and its
+numpy reference.
+
+The opt-in GPU path of issue 7: the CPU engine (:mod:`sgdsweep.engine`, :mod:`sgdsweep.fused`)
+stays the default and the one every sweep and CI run; this module runs the ensemble a GPU is
+good at — many replicas of one linear-regression problem — and is measured in
+``benchmarks/kernel_gpu.py``.
+
+Dynamics (physics.md §0, §2), per replica r, for steps t = 0 … steps − 1::
+
+    g = (1/S) Σ_k (w·x_{i_k} − y_{i_k}) x_{i_k}      (i_k: S indices drawn with replacement)
+    m ← μ m + g;   w ← w − λ m
+
+with the loss L(w) = (1/2P) Σ_μ (w·x_μ − y_μ)², i.e. ``minibatch_replace`` noise, float64.
+
+Randomness is counter-based, so that the GPU kernel and the numpy reference draw the same
+indices and a replica's trajectory does not depend on the other replicas or on how the steps
+are split into launches: i_k of replica r at step t is the high 32 bits of
+``splitmix64(key_r + t·S + k)`` mapped to [0, P) by a multiply-shift, with
+``key_r = splitmix64(seed ^ splitmix64(r))``. The streams differ from the CPU engine's
+(:func:`sgdsweep.noise.lane_streams`): the two paths agree in distribution, not bitwise.
+
+Measured per replica (after each update; a step t counts when t ≥ ``burn_in``):
+
+- ``sq_dev``: time mean of |w − ŵ|²/N — the weight variance Tr(M)/N of
+  :func:`sgdsweep.theory.linear.weight_var` (ŵ the least-squares minimiser);
+- ``w_final``, ``m_final``: weights and momentum buffer at the end, shape (R, N).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .models.affine import AffineProblem
+
+#: Steps per kernel launch (a launch of 10⁴ steps of 10⁵ replicas lasts well under a second).
+LAUNCH_STEPS = 10_000
+#: Replicas (one warp each) per thread block of the kernel.
+WARPS_PER_BLOCK = 4
+#: Shared memory a block may take without opting in (w, m and g of each warp: 3·N doubles).
+SHARED_BYTES = 48 * 1024
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+
+
+def splitmix64(z: np.ndarray) -> np.ndarray:
+    """The splitmix64 finaliser of ``z + golden`` on uint64 arrays (wrapping arithmetic)."""
+    z = np.asarray(z, dtype=np.uint64) + _GOLDEN
+    z = (z ^ (z >> np.uint64(30))) * _MIX1
+    z = (z ^ (z >> np.uint64(27))) * _MIX2
+    return z ^ (z >> np.uint64(31))
+
+
+def replica_keys(seed: int, replicas: int) -> np.ndarray:
+    """Per-replica stream keys, shape (R,) uint64."""
+    return splitmix64(np.uint64(seed) ^ splitmix64(np.arange(replicas, dtype=np.uint64)))
+
+
+def batch_indices(keys: np.ndarray, step: int, batch_size: int, n_samples: int) -> np.ndarray:
+    """The S sample indices of every replica at ``step``, shape (R, S) int64 in [0, P)."""
+    counter = np.uint64(step * batch_size) + np.arange(batch_size, dtype=np.uint64)
+    h = splitmix64(keys[:, None] + counter[None, :])
+    return ((h >> np.uint64(32)) * np.uint64(n_samples) >> np.uint64(32)).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class Run:
+    """What one call measures; see the module docstring. Arrays are numpy, on the host."""
+
+    sq_dev: np.ndarray
+    w_final: np.ndarray
+    m_final: np.ndarray
+
+
+def _check(data: AffineProblem, lr: float, momentum: float, batch_size: int, steps: int,
+           burn_in: int, w0: np.ndarray) -> None:
+    if data.n_outputs != 1 or data.metric is not None or data.offsets is not None:
+        raise ValueError(f"the GPU path runs one-output linear regression without metric or offsets; "
+                         f"got n_outputs={data.n_outputs}, metric={'set' if data.metric is not None else None}, "
+                         f"offsets={'set' if data.offsets is not None else None}. Run it on the CPU engine.")
+    if not lr > 0:
+        raise ValueError(f"lr={lr!r}: must be > 0")
+    if not 0 <= momentum < 1:
+        raise ValueError(f"momentum={momentum!r}: must be in [0, 1)")
+    if not 1 <= batch_size <= data.n_samples:
+        raise ValueError(f"batch_size={batch_size!r}: must be in [1, {data.n_samples}] (P)")
+    if not 0 <= burn_in < steps:
+        raise ValueError(f"burn_in={burn_in!r}: must be in [0, steps={steps})")
+    if w0.ndim != 2 or w0.shape[1] != data.n_inputs:
+        raise ValueError(f"w0 has shape {w0.shape}: must be (replicas, {data.n_inputs})")
+
+
+def run_reference(data: AffineProblem, *, lr: float, momentum: float, batch_size: int, steps: int,
+                  burn_in: int, w0: np.ndarray, seed: int) -> Run:
+    """The dynamics in numpy, vectorised over the replicas (rows of ``w0``, shape (R, N))."""
+    w0 = np.asarray(w0, dtype=np.float64)
+    _check(data, lr, momentum, batch_size, steps, burn_in, w0)
+    x, y, w_star = data.x, data.y[:, 0], data.w_min
+    w, m = w0.copy(), np.zeros_like(w0)
+    keys = replica_keys(seed, len(w))
+    acc = np.zeros(len(w))
+    for t in range(steps):
+        idx = batch_indices(keys, t, batch_size, data.n_samples)
+        xb = x[idx]  # (R, S, N)
+        e = np.einsum("rsn,rn->rs", xb, w) - y[idx]
+        m = momentum * m + np.einsum("rs,rsn->rn", e, xb) / batch_size
+        w = w - lr * m
+        if t >= burn_in:
+            acc += np.sum((w - w_star) ** 2, axis=1)
+    return Run(acc / ((steps - burn_in) * data.n_inputs), w, m)
+
+
+_KERNEL = r"""
+__device__ __forceinline__ unsigned long long splitmix64(unsigned long long z) {
+    z += 0x9E3779B97F4A7C15ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+__device__ __forceinline__ double warp_sum(double v) {
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+
+// One warp per replica; lane l owns the components i = l, l + 32, ... of w, m and g (in shared
+// memory, 3N doubles per warp). Every lane draws the same indices.
+extern "C" __global__ void linreg_sgd(
+        const double* __restrict__ x, const double* __restrict__ y,
+        const double* __restrict__ w_star, const unsigned long long* __restrict__ keys,
+        double* __restrict__ w, double* __restrict__ m, double* __restrict__ acc,
+        int replicas, int n, int p, int s, double lr, double mu,
+        long long t0, int n_steps, long long burn_in) {
+    extern __shared__ double smem[];
+    const int lane = threadIdx.x;
+    const int r = blockIdx.x * blockDim.y + threadIdx.y;
+    if (r >= replicas) return;
+    double* ws = smem + threadIdx.y * 3 * n;
+    double* ms = ws + n;
+    double* gs = ms + n;
+    for (int i = lane; i < n; i += 32) { ws[i] = w[(size_t)r * n + i]; ms[i] = m[(size_t)r * n + i]; }
+    const unsigned long long key = keys[r];
+    const double inv_s = 1.0 / s;
+    double total = 0.0;
+    for (int t = 0; t < n_steps; ++t) {
+        const long long step = t0 + t;
+        for (int i = lane; i < n; i += 32) gs[i] = 0.0;
+        for (int k = 0; k < s; ++k) {
+            const unsigned long long h = splitmix64(key + (unsigned long long)(step * s + k));
+            const int row = (int)(((h >> 32) * (unsigned long long)p) >> 32);
+            const double* xr = x + (size_t)row * n;
+            double e = 0.0;
+            for (int i = lane; i < n; i += 32) e += ws[i] * xr[i];
+            e = warp_sum(e) - y[row];
+            for (int i = lane; i < n; i += 32) gs[i] += e * xr[i];
+        }
+        double d2 = 0.0;
+        for (int i = lane; i < n; i += 32) {
+            const double mm = mu * ms[i] + gs[i] * inv_s;
+            ms[i] = mm;
+            const double wi = ws[i] - lr * mm;
+            ws[i] = wi;
+            const double dv = wi - w_star[i];
+            d2 += dv * dv;
+        }
+        if (step >= burn_in) total += warp_sum(d2);
+    }
+    for (int i = lane; i < n; i += 32) { w[(size_t)r * n + i] = ws[i]; m[(size_t)r * n + i] = ms[i]; }
+    if (lane == 0) acc[r] += total;
+}
+"""
+
+
+def cupy_available() -> bool:
+    """True when CuPy imports and sees at least one CUDA device."""
+    try:
+        import cupy
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # ImportError, or CUDA without a device or driver
+        return False
+
+
+def run_cupy(data: AffineProblem, *, lr: float, momentum: float, batch_size: int, steps: int,
+             burn_in: int, w0: np.ndarray, seed: int) -> Run:
+    """The dynamics of :func:`run_reference` on the GPU: one warp per replica, all steps of a
+    launch in registers and shared memory, the data (P × N) read through the L2 cache.
+
+    Raises:
+        RuntimeError: CuPy is not installed or sees no CUDA device.
+    """
+    if not cupy_available():
+        raise RuntimeError("the GPU path needs CuPy and a CUDA device (pip install cupy-cuda12x or "
+                           "cupy-cuda13x); without one, run the CPU engine")
+    import cupy as cp
+
+    w0 = np.asarray(w0, dtype=np.float64)
+    _check(data, lr, momentum, batch_size, steps, burn_in, w0)
+    replicas, n = w0.shape
+    shared = WARPS_PER_BLOCK * 3 * n * 8
+    if shared > SHARED_BYTES:
+        raise ValueError(f"n_inputs={n}: the GPU kernel holds 3·N doubles per replica in shared memory, "
+                         f"at most N = {SHARED_BYTES // (WARPS_PER_BLOCK * 24)}; run it on the CPU engine")
+    kernel = cp.RawKernel(_KERNEL, "linreg_sgd")
+    x = cp.asarray(data.x)
+    y = cp.asarray(np.ascontiguousarray(data.y[:, 0]))
+    w_star = cp.asarray(data.w_min)
+    keys = cp.asarray(replica_keys(seed, replicas))
+    w, m = cp.asarray(w0), cp.zeros_like(cp.asarray(w0))
+    acc = cp.zeros(replicas)
+    grid = ((replicas + WARPS_PER_BLOCK - 1) // WARPS_PER_BLOCK,)
+    block = (32, WARPS_PER_BLOCK)
+    for t0 in range(0, steps, LAUNCH_STEPS):
+        n_steps = min(LAUNCH_STEPS, steps - t0)
+        kernel(grid, block, (x, y, w_star, keys, w, m, acc, np.int32(replicas), np.int32(n),
+                             np.int32(data.n_samples), np.int32(batch_size), np.float64(lr),
+                             np.float64(momentum), np.int64(t0), np.int32(n_steps), np.int64(burn_in)),
+               shared_mem=shared)
+    cp.cuda.Stream.null.synchronize()
+    return Run(cp.asnumpy(acc) / ((steps - burn_in) * n), cp.asnumpy(w), cp.asnumpy(m))
