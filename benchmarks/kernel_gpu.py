@@ -10,8 +10,9 @@ Measured here, in this process:
 
 - ``check``: the CuPy kernel against the numpy reference on a small case (same indices; the
   largest relative difference is printed and must be below 1e-9, or the run stops);
-- ``cupy``: :func:`sgdsweep.gpu.run_cupy` at each R (one warp per replica, all steps of a
-  launch on the chip);
+- ``cupy``: :class:`sgdsweep.gpu.CupyEnsemble` at each R (one warp per replica, all steps of a
+  launch on the chip; the timing covers the launches, not the copies to and from the host), and
+  ``shared``, its first version (w, m and g in shared memory, one sample at a time);
 - ``jax``: SGD vectorised over replicas in one jitted ``lax.scan`` (the issue's "JAX vmap +
   lax.scan" row), on the same GPU, float64;
 - the CPU of the same machine, all its threads: the issue's plain numba kernel and the
@@ -36,13 +37,17 @@ LR, S = kl.LR, kl.S
 
 
 def check() -> float:
-    """Largest relative difference of the kernel against the reference (N = 100, 300 steps)."""
+    """Largest relative difference of either kernel against the reference (N = 100, 300 steps)."""
     data = _linreg()
     w0 = np.random.default_rng(0).standard_normal((67, data.n_inputs))
     kw = dict(lr=LR, momentum=0.5, batch_size=S, steps=300, burn_in=100, w0=w0, seed=3)
-    ref, dev = gpu.run_reference(data, **kw), gpu.run_cupy(data, **kw)
-    return float(max(np.max(np.abs(dev.w_final - ref.w_final) / np.abs(ref.w_final).max()),
-                     np.max(np.abs(dev.sq_dev / ref.sq_dev - 1))))
+    ref = gpu.run_reference(data, **kw)
+    diff = 0.0
+    for variant in gpu.VARIANTS:
+        dev = gpu.run_cupy(data, variant=variant, **kw)
+        diff = max(diff, np.max(np.abs(dev.w_final - ref.w_final) / np.abs(ref.w_final).max()),
+                   np.max(np.abs(dev.sq_dev / ref.sq_dev - 1)))
+    return float(diff)
 
 
 def _linreg():
@@ -59,18 +64,22 @@ def timed(fn, steps: int) -> float:
 
 
 def rate(fn, replicas: int, seconds: float, probe: int = 20) -> float:
-    """Replica-steps/s of ``fn(steps)``: a probe run sizes a run of about ``seconds``; best of 2."""
+    """Replica-steps/s of ``fn(steps)``: probes of doubling length (until one lasts 0.1 s) size a
+    run of about ``seconds``; best of 2."""
     fn(probe)
-    per_step = timed(fn, probe) / probe
-    steps = max(probe, int(seconds / per_step))
+    while (elapsed := timed(fn, probe)) < 0.1 and probe < 10**7:
+        probe *= 2
+    steps = max(probe, int(seconds * probe / elapsed))
     return replicas * steps / min(timed(fn, steps) for _ in range(2))
 
 
-def cupy_fn(data, replicas: int):
-    w0 = np.zeros((replicas, data.n_inputs))
+def cupy_fn(data, replicas: int, variant: str):
+    ens = gpu.CupyEnsemble(data, lr=LR, momentum=0.0, batch_size=S, burn_in=0,
+                           w0=np.zeros((replicas, data.n_inputs)), seed=0, variant=variant)
 
     def run(steps: int) -> None:
-        gpu.run_cupy(data, lr=LR, momentum=0.0, batch_size=S, steps=steps + 1, burn_in=0, w0=w0, seed=0)
+        ens.advance(steps)
+        ens.synchronize()
     return run
 
 
@@ -131,6 +140,8 @@ def main() -> None:
     tflops = gemm_tflops()
     roof = tflops * 1e12 / kl.FLOPS
     threads = numba.config.NUMBA_NUM_THREADS
+    kern = gpu._kernel("registers", *gpu._shape(kl.N, S))
+    print(f"register kernel: {kern.num_regs} registers per thread, {kern.local_size_bytes} bytes of local memory")
     print(f"linreg-ref on {name}, float64; GPU GEMM {tflops:.1f} TFLOP/s → roofline {roof:.3g} replica-steps/s; "
           f"CPU: {threads} threads")
     cpu = {}
@@ -141,9 +152,11 @@ def main() -> None:
     cpu["sgdsweep"] = max(kl.sgdsweep_kernel(data, r_cpu, max(10, int(4e6 * args.seconds / r_cpu)), False, threads)
                           for _ in range(2))
     print(f"CPU at R={r_cpu}: numba {cpu['numba']:.3g}, sgdsweep fused (bare) {cpu['sgdsweep']:.3g} replica-steps/s")
-    print(f"{'R':>7} {'cupy':>9} {'jax':>9} | {'cupy/jax':>8} {'cupy/numba':>10} {'cupy/sgdsweep':>13} {'cupy/roof':>9}")
+    print(f"{'R':>7} {'shared':>9} {'cupy':>9} {'jax':>9} | {'cupy/shared':>11} {'cupy/jax':>8} {'cupy/numba':>10} "
+          f"{'cupy/sgdsweep':>13} {'cupy/roof':>9}")
     for r in args.replicas:
-        g = rate(cupy_fn(data, r), r, args.seconds)
+        first = rate(cupy_fn(data, r, "shared"), r, args.seconds)
+        g = rate(cupy_fn(data, r, "registers"), r, args.seconds)
         j = float("nan")
         if not args.no_jax:
             try:
@@ -151,7 +164,7 @@ def main() -> None:
                 j = rate(fn, r, args.seconds, probe=chunk)
             except Exception as exc:  # JAX missing or without a GPU: the row keeps its CuPy number
                 print(f"jax at R={r}: {type(exc).__name__}: {exc}")
-        print(f"{r:>7} {g:>9.3g} {j:>9.3g} | {g / j:>8.1f} {g / cpu['numba']:>10.1f} {g / cpu['sgdsweep']:>13.1f} "
+        print(f"{r:>7} {first:>9.3g} {g:>9.3g} {j:>9.3g} | {g / first:>11.1f} {g / j:>8.1f} {g / cpu['numba']:>10.1f} {g / cpu['sgdsweep']:>13.1f} "
               f"{g / roof:>9.1%}", flush=True)
 
 

@@ -29,6 +29,7 @@ Measured per replica (after each update; a step t counts when t ≥ ``burn_in``)
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,8 +40,6 @@ from .models.affine import AffineProblem
 LAUNCH_STEPS = 10_000
 #: Replicas (one warp each) per thread block of the kernel.
 WARPS_PER_BLOCK = 4
-#: Shared memory a block may take without opting in (w, m and g of each warp: 3·N doubles).
-SHARED_BYTES = 48 * 1024
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -114,7 +113,7 @@ def run_reference(data: AffineProblem, *, lr: float, momentum: float, batch_size
     return Run(acc / ((steps - burn_in) * data.n_inputs), w, m)
 
 
-_KERNEL = r"""
+_COMMON = r"""
 __device__ __forceinline__ unsigned long long splitmix64(unsigned long long z) {
     z += 0x9E3779B97F4A7C15ULL;
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
@@ -127,8 +126,95 @@ __device__ __forceinline__ double warp_sum(double v) {
     return v;
 }
 
-// One warp per replica; lane l owns the components i = l, l + 32, ... of w, m and g (in shared
-// memory, 3N doubles per warp). Every lane draws the same indices.
+__device__ __forceinline__ int sample_row(unsigned long long key, long long counter, int p) {
+    const unsigned long long h = splitmix64(key + (unsigned long long)counter);
+    return (int)(((h >> 32) * (unsigned long long)p) >> 32);
+}
+"""
+
+# One warp per replica; lane l owns the components i = l + 32 j (j < NPL) of w, m and g, in
+# registers. The S samples of a step are taken SB at a time: their rows are loaded, their
+# residuals reduced across the warp (independent shuffles, interleaved) and only then added to
+# g — the rows' loads overlap instead of waiting for one another.
+_REGISTERS = _COMMON + r"""
+extern "C" __global__ void linreg_sgd(
+        const double* __restrict__ x, const double* __restrict__ y,
+        const double* __restrict__ w_star, const unsigned long long* __restrict__ keys,
+        double* __restrict__ w, double* __restrict__ m, double* __restrict__ acc,
+        int replicas, int n, int p, int s, double lr, double mu,
+        long long t0, int n_steps, long long burn_in) {
+    const int lane = threadIdx.x & 31;
+    const int r = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5);
+    if (r >= replicas) return;
+    double wr[NPL], mr[NPL], wsr[NPL];
+#pragma unroll
+    for (int j = 0; j < NPL; ++j) {
+        const int i = lane + 32 * j;
+        const bool in = i < n;
+        wr[j] = in ? w[(size_t)r * n + i] : 0.0;
+        mr[j] = in ? m[(size_t)r * n + i] : 0.0;
+        wsr[j] = in ? w_star[i] : 0.0;
+    }
+    const unsigned long long key = keys[r];
+    const double inv_s = 1.0 / s;
+    double total = 0.0;
+    for (int t = 0; t < n_steps; ++t) {
+        const long long step = t0 + t;
+        double g[NPL];
+#pragma unroll
+        for (int j = 0; j < NPL; ++j) g[j] = 0.0;
+        for (int k0 = 0; k0 < s; k0 += SB) {
+            const int cnt = min(SB, s - k0);
+            int rows[SB];
+            double xv[SB][NPL];
+            double e[SB];
+#pragma unroll
+            for (int k = 0; k < SB; ++k) rows[k] = k < cnt ? sample_row(key, step * s + k0 + k, p) : 0;
+#pragma unroll
+            for (int k = 0; k < SB; ++k) {
+                e[k] = 0.0;
+#pragma unroll
+                for (int j = 0; j < NPL; ++j) {
+                    const int i = lane + 32 * j;
+                    xv[k][j] = (k < cnt && i < n) ? __ldg(x + (size_t)rows[k] * n + i) : 0.0;
+                    e[k] += wr[j] * xv[k][j];
+                }
+            }
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1) {
+#pragma unroll
+                for (int k = 0; k < SB; ++k) e[k] += __shfl_xor_sync(0xffffffffu, e[k], off);
+            }
+#pragma unroll
+            for (int k = 0; k < SB; ++k) {
+                if (k < cnt) {
+                    const double ek = e[k] - __ldg(y + rows[k]);
+#pragma unroll
+                    for (int j = 0; j < NPL; ++j) g[j] += ek * xv[k][j];
+                }
+            }
+        }
+        double d2 = 0.0;
+#pragma unroll
+        for (int j = 0; j < NPL; ++j) {
+            mr[j] = mu * mr[j] + g[j] * inv_s;
+            wr[j] -= lr * mr[j];
+            const double dv = wr[j] - wsr[j];  // 0 on padding components
+            d2 += dv * dv;
+        }
+        if (step >= burn_in) total += warp_sum(d2);
+    }
+#pragma unroll
+    for (int j = 0; j < NPL; ++j) {
+        const int i = lane + 32 * j;
+        if (i < n) { w[(size_t)r * n + i] = wr[j]; m[(size_t)r * n + i] = mr[j]; }
+    }
+    if (lane == 0) acc[r] += total;
+}
+"""
+
+# The first version, kept to measure against: w, m and g in shared memory, one sample at a time.
+_SHARED = _COMMON + r"""
 extern "C" __global__ void linreg_sgd(
         const double* __restrict__ x, const double* __restrict__ y,
         const double* __restrict__ w_star, const unsigned long long* __restrict__ keys,
@@ -136,10 +222,10 @@ extern "C" __global__ void linreg_sgd(
         int replicas, int n, int p, int s, double lr, double mu,
         long long t0, int n_steps, long long burn_in) {
     extern __shared__ double smem[];
-    const int lane = threadIdx.x;
-    const int r = blockIdx.x * blockDim.y + threadIdx.y;
+    const int lane = threadIdx.x & 31;
+    const int r = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5);
     if (r >= replicas) return;
-    double* ws = smem + threadIdx.y * 3 * n;
+    double* ws = smem + (threadIdx.x >> 5) * 3 * n;
     double* ms = ws + n;
     double* gs = ms + n;
     for (int i = lane; i < n; i += 32) { ws[i] = w[(size_t)r * n + i]; ms[i] = m[(size_t)r * n + i]; }
@@ -150,8 +236,7 @@ extern "C" __global__ void linreg_sgd(
         const long long step = t0 + t;
         for (int i = lane; i < n; i += 32) gs[i] = 0.0;
         for (int k = 0; k < s; ++k) {
-            const unsigned long long h = splitmix64(key + (unsigned long long)(step * s + k));
-            const int row = (int)(((h >> 32) * (unsigned long long)p) >> 32);
+            const int row = sample_row(key, step * s + k, p);
             const double* xr = x + (size_t)row * n;
             double e = 0.0;
             for (int i = lane; i < n; i += 32) e += ws[i] * xr[i];
@@ -174,6 +259,11 @@ extern "C" __global__ void linreg_sgd(
 }
 """
 
+#: Largest N of the kernels (registers: 16 components per lane; shared: 3·N doubles per warp).
+MAX_INPUTS = 512
+#: Kernel variants: ``registers`` (the default) and ``shared`` (the first version).
+VARIANTS = ("registers", "shared")
+
 
 def cupy_available() -> bool:
     """True when CuPy imports and sees at least one CUDA device."""
@@ -184,40 +274,94 @@ def cupy_available() -> bool:
         return False
 
 
-def run_cupy(data: AffineProblem, *, lr: float, momentum: float, batch_size: int, steps: int,
-             burn_in: int, w0: np.ndarray, seed: int) -> Run:
-    """The dynamics of :func:`run_reference` on the GPU: one warp per replica, all steps of a
-    launch in registers and shared memory, the data (P × N) read through the L2 cache.
+def _shape(n_inputs: int, batch_size: int) -> tuple[int, int]:
+    """(components per lane, samples held at once) of the register kernel: ≤ 32 rows' values
+    per lane."""
+    npl = -(-n_inputs // 32)
+    return npl, max(1, min(batch_size, 32 // npl))
+
+
+@functools.lru_cache(maxsize=32)
+def _kernel(variant: str, npl: int, sb: int):
+    import cupy as cp
+
+    if variant == "shared":
+        return cp.RawKernel(_SHARED, "linreg_sgd")
+    return cp.RawKernel(f"#define NPL {npl}\n#define SB {sb}\n" + _REGISTERS, "linreg_sgd")
+
+
+class CupyEnsemble:
+    """R replicas resident on the GPU (the dynamics of :func:`run_reference`): ``advance`` runs
+    steps without copying anything back, ``result`` copies the measurement to the host.
 
     Raises:
         RuntimeError: CuPy is not installed or sees no CUDA device.
+        ValueError: a bad argument (named), or N beyond :data:`MAX_INPUTS`.
     """
-    if not cupy_available():
-        raise RuntimeError("the GPU path needs CuPy and a CUDA device (pip install cupy-cuda12x or "
-                           "cupy-cuda13x); without one, run the CPU engine")
-    import cupy as cp
 
+    def __init__(self, data: AffineProblem, *, lr: float, momentum: float, batch_size: int, burn_in: int,
+                 w0: np.ndarray, seed: int, variant: str = "registers") -> None:
+        if not cupy_available():
+            raise RuntimeError("the GPU path needs CuPy and a CUDA device (pip install cupy-cuda12x or "
+                               "cupy-cuda13x); without one, run the CPU engine")
+        import cupy as cp
+
+        w0 = np.asarray(w0, dtype=np.float64)
+        _check(data, lr, momentum, batch_size, burn_in + 1, burn_in, w0)
+        if variant not in VARIANTS:
+            raise ValueError(f"variant={variant!r}: must be one of {', '.join(VARIANTS)}")
+        if data.n_inputs > MAX_INPUTS:
+            raise ValueError(f"n_inputs={data.n_inputs}: the GPU kernel runs N <= {MAX_INPUTS}; "
+                             "run it on the CPU engine")
+        self.replicas, self.n = w0.shape
+        npl, sb = _shape(self.n, batch_size)
+        self._kernel = _kernel(variant, npl, sb)
+        self._shared = 3 * self.n * 8 * WARPS_PER_BLOCK if variant == "shared" else 0
+        self._scalars = (np.int32(self.replicas), np.int32(self.n), np.int32(data.n_samples),
+                         np.int32(batch_size), np.float64(lr), np.float64(momentum))
+        self.burn_in = burn_in
+        self.step = 0
+        self._x = cp.asarray(data.x)
+        self._y = cp.asarray(np.ascontiguousarray(data.y[:, 0]))
+        self._w_star = cp.asarray(data.w_min)
+        self._keys = cp.asarray(replica_keys(seed, self.replicas))
+        self._w = cp.asarray(w0)
+        self._m = cp.zeros_like(self._w)
+        self._acc = cp.zeros(self.replicas)
+
+    def advance(self, steps: int) -> None:
+        """Launch ``steps`` more steps (asynchronous: returns before the GPU is done)."""
+        grid = (-(-self.replicas // WARPS_PER_BLOCK),)
+        for t0 in range(self.step, self.step + steps, LAUNCH_STEPS):
+            n_steps = min(LAUNCH_STEPS, self.step + steps - t0)
+            self._kernel(grid, (32 * WARPS_PER_BLOCK,),
+                         (self._x, self._y, self._w_star, self._keys, self._w, self._m, self._acc,
+                          *self._scalars, np.int64(t0), np.int32(n_steps), np.int64(self.burn_in)),
+                         shared_mem=self._shared)
+        self.step += steps
+
+    def synchronize(self) -> None:
+        import cupy as cp
+
+        cp.cuda.Stream.null.synchronize()
+
+    def result(self) -> Run:
+        """The measurement so far (needs steps beyond the burn-in)."""
+        import cupy as cp
+
+        if self.step <= self.burn_in:
+            raise ValueError(f"{self.step} steps run: the measurement starts after burn_in={self.burn_in}")
+        counted = (self.step - self.burn_in) * self.n
+        return Run(cp.asnumpy(self._acc) / counted, cp.asnumpy(self._w), cp.asnumpy(self._m))
+
+
+def run_cupy(data: AffineProblem, *, lr: float, momentum: float, batch_size: int, steps: int,
+             burn_in: int, w0: np.ndarray, seed: int, variant: str = "registers") -> Run:
+    """The dynamics of :func:`run_reference` on the GPU (:class:`CupyEnsemble`), same arguments
+    and the same result to rounding."""
     w0 = np.asarray(w0, dtype=np.float64)
     _check(data, lr, momentum, batch_size, steps, burn_in, w0)
-    replicas, n = w0.shape
-    shared = WARPS_PER_BLOCK * 3 * n * 8
-    if shared > SHARED_BYTES:
-        raise ValueError(f"n_inputs={n}: the GPU kernel holds 3·N doubles per replica in shared memory, "
-                         f"at most N = {SHARED_BYTES // (WARPS_PER_BLOCK * 24)}; run it on the CPU engine")
-    kernel = cp.RawKernel(_KERNEL, "linreg_sgd")
-    x = cp.asarray(data.x)
-    y = cp.asarray(np.ascontiguousarray(data.y[:, 0]))
-    w_star = cp.asarray(data.w_min)
-    keys = cp.asarray(replica_keys(seed, replicas))
-    w, m = cp.asarray(w0), cp.zeros_like(cp.asarray(w0))
-    acc = cp.zeros(replicas)
-    grid = ((replicas + WARPS_PER_BLOCK - 1) // WARPS_PER_BLOCK,)
-    block = (32, WARPS_PER_BLOCK)
-    for t0 in range(0, steps, LAUNCH_STEPS):
-        n_steps = min(LAUNCH_STEPS, steps - t0)
-        kernel(grid, block, (x, y, w_star, keys, w, m, acc, np.int32(replicas), np.int32(n),
-                             np.int32(data.n_samples), np.int32(batch_size), np.float64(lr),
-                             np.float64(momentum), np.int64(t0), np.int32(n_steps), np.int64(burn_in)),
-               shared_mem=shared)
-    cp.cuda.Stream.null.synchronize()
-    return Run(cp.asnumpy(acc) / ((steps - burn_in) * n), cp.asnumpy(w), cp.asnumpy(m))
+    ens = CupyEnsemble(data, lr=lr, momentum=momentum, batch_size=batch_size, burn_in=burn_in, w0=w0,
+                       seed=seed, variant=variant)
+    ens.advance(steps)
+    return ens.result()

@@ -97,11 +97,26 @@ def test_run_cupy_without_a_device_says_so():
 
 
 @pytest.mark.skipif(not gpu.cupy_available(), reason="needs CuPy and a CUDA device")
-@pytest.mark.parametrize("momentum", [0.0, 0.6])
-def test_cupy_kernel_equals_reference(momentum):
-    data = make_data(n=40, p=200)
+@pytest.mark.parametrize("variant", gpu.VARIANTS)
+@pytest.mark.parametrize("n, s, momentum", [(40, 6, 0.0), (100, 10, 0.6), (33, 1, 0.3)])
+def test_cupy_kernel_equals_reference(variant, n, s, momentum):
+    """Same indices, same arithmetic up to rounding: S = 10 at N = 100 takes the register
+    kernel's samples in two groups (8 + 2), N = 33 leaves 31 padding components."""
+    data = make_data(n=n, p=300)
     w0 = np.random.default_rng(1).standard_normal((37, data.n_inputs))
-    kw = dict(lr=0.5, momentum=momentum, batch_size=6, steps=300, burn_in=100, w0=w0, seed=5)
-    ref, dev = gpu.run_reference(data, **kw), gpu.run_cupy(data, **kw)
+    kw = dict(lr=0.5, momentum=momentum, batch_size=s, steps=300, burn_in=100, w0=w0, seed=5)
+    ref, dev = gpu.run_reference(data, **kw), gpu.run_cupy(data, variant=variant, **kw)
     np.testing.assert_allclose(dev.w_final, ref.w_final, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(dev.sq_dev, ref.sq_dev, rtol=1e-9)
+
+
+@pytest.mark.skipif(not gpu.cupy_available(), reason="needs CuPy and a CUDA device")
+def test_cupy_ensemble_in_pieces_equals_one_run():
+    data = make_data()
+    kw = dict(lr=0.3, momentum=0.5, batch_size=4, burn_in=20, w0=np.zeros((9, data.n_inputs)), seed=4)
+    ens = gpu.CupyEnsemble(data, **kw)
+    for steps in (7, 30, 13):
+        ens.advance(steps)
+    whole = gpu.run_cupy(data, steps=50, **kw)
+    np.testing.assert_array_equal(ens.result().w_final, whole.w_final)
+    np.testing.assert_allclose(ens.result().sq_dev, whole.sq_dev, rtol=1e-12)
