@@ -11,13 +11,14 @@ Measured here, in this process:
 - ``check``: the CuPy kernel against the numpy reference on a small case (same indices; the
   largest relative difference is printed and must be below 1e-9, or the run stops);
 - ``cupy``: :class:`sgdsweep.gpu.CupyEnsemble` at each R (one warp per replica, all steps of a
-  launch on the chip; the timing covers the launches, not the copies to and from the host), and
-  ``shared``, its first version (w, m and g in shared memory, one sample at a time);
+  launch on the chip; the timing covers the launches, not the copies to and from the host);
 - ``jax``: SGD vectorised over replicas in one jitted ``lax.scan`` (the issue's "JAX vmap +
   lax.scan" row), on the same GPU, float64;
 - the CPU of the same machine, all its threads: the issue's plain numba kernel and the
   sgdsweep fused kernel (bare steps), from ``kernel_linreg.py``;
-- the GPU's float64 GEMM TFLOP/s (CuPy matmul): the flop roofline, GEMM/(4·S·N).
+- the GPU's float64 GEMM TFLOP/s (CuPy matmul): the flop roofline, GEMM/(4·S·N); and the
+  bandwidth at which the kernel reads the minibatch rows (8·S·N bytes per replica-step, from
+  the L2 cache: the data, 800 kB, exceed an SM's L1), which is what bounds it.
 
     python benchmarks/kernel_gpu.py [--replicas 1024 16384 131072] [--seconds 1]
 """
@@ -37,17 +38,14 @@ LR, S = kl.LR, kl.S
 
 
 def check() -> float:
-    """Largest relative difference of either kernel against the reference (N = 100, 300 steps)."""
+    """Largest relative difference of the kernel against the reference (N = 100, 300 steps)."""
     data = _linreg()
     w0 = np.random.default_rng(0).standard_normal((67, data.n_inputs))
     kw = dict(lr=LR, momentum=0.5, batch_size=S, steps=300, burn_in=100, w0=w0, seed=3)
     ref = gpu.run_reference(data, **kw)
-    diff = 0.0
-    for variant in gpu.VARIANTS:
-        dev = gpu.run_cupy(data, variant=variant, **kw)
-        diff = max(diff, np.max(np.abs(dev.w_final - ref.w_final) / np.abs(ref.w_final).max()),
-                   np.max(np.abs(dev.sq_dev / ref.sq_dev - 1)))
-    return float(diff)
+    dev = gpu.run_cupy(data, **kw)
+    return float(max(np.max(np.abs(dev.w_final - ref.w_final) / np.abs(ref.w_final).max()),
+                     np.max(np.abs(dev.sq_dev / ref.sq_dev - 1))))
 
 
 def _linreg():
@@ -73,9 +71,9 @@ def rate(fn, replicas: int, seconds: float, probe: int = 20) -> float:
     return replicas * steps / min(timed(fn, steps) for _ in range(2))
 
 
-def cupy_fn(data, replicas: int, variant: str):
+def cupy_fn(data, replicas: int):
     ens = gpu.CupyEnsemble(data, lr=LR, momentum=0.0, batch_size=S, burn_in=0,
-                           w0=np.zeros((replicas, data.n_inputs)), seed=0, variant=variant)
+                           w0=np.zeros((replicas, data.n_inputs)), seed=0)
 
     def run(steps: int) -> None:
         ens.advance(steps)
@@ -140,8 +138,8 @@ def main() -> None:
     tflops = gemm_tflops()
     roof = tflops * 1e12 / kl.FLOPS
     threads = numba.config.NUMBA_NUM_THREADS
-    kern = gpu._kernel("registers", *gpu._shape(kl.N, S))
-    print(f"register kernel: {kern.num_regs} registers per thread, {kern.local_size_bytes} bytes of local memory")
+    kern = gpu._kernel(kl.N)
+    print(f"kernel: {kern.num_regs} registers per thread, {kern.local_size_bytes} bytes of local memory")
     print(f"linreg-ref on {name}, float64; GPU GEMM {tflops:.1f} TFLOP/s → roofline {roof:.3g} replica-steps/s; "
           f"CPU: {threads} threads")
     cpu = {}
@@ -152,11 +150,10 @@ def main() -> None:
     cpu["sgdsweep"] = max(kl.sgdsweep_kernel(data, r_cpu, max(10, int(4e6 * args.seconds / r_cpu)), False, threads)
                           for _ in range(2))
     print(f"CPU at R={r_cpu}: numba {cpu['numba']:.3g}, sgdsweep fused (bare) {cpu['sgdsweep']:.3g} replica-steps/s")
-    print(f"{'R':>7} {'shared':>9} {'cupy':>9} {'jax':>9} | {'cupy/shared':>11} {'cupy/jax':>8} {'cupy/numba':>10} "
-          f"{'cupy/sgdsweep':>13} {'cupy/roof':>9}")
+    print(f"{'R':>7} {'cupy':>9} {'jax':>9} | {'cupy/jax':>8} {'cupy/numba':>10} {'cupy/sgdsweep':>13} "
+          f"{'cupy/roof':>9} {'rows read':>9}")
     for r in args.replicas:
-        first = rate(cupy_fn(data, r, "shared"), r, args.seconds)
-        g = rate(cupy_fn(data, r, "registers"), r, args.seconds)
+        g = rate(cupy_fn(data, r), r, args.seconds)
         j = float("nan")
         if not args.no_jax:
             try:
@@ -164,8 +161,8 @@ def main() -> None:
                 j = rate(fn, r, args.seconds, probe=chunk)
             except Exception as exc:  # JAX missing or without a GPU: the row keeps its CuPy number
                 print(f"jax at R={r}: {type(exc).__name__}: {exc}")
-        print(f"{r:>7} {first:>9.3g} {g:>9.3g} {j:>9.3g} | {g / first:>11.1f} {g / j:>8.1f} {g / cpu['numba']:>10.1f} {g / cpu['sgdsweep']:>13.1f} "
-              f"{g / roof:>9.1%}", flush=True)
+        print(f"{r:>7} {g:>9.3g} {j:>9.3g} | {g / j:>8.1f} {g / cpu['numba']:>10.1f} {g / cpu['sgdsweep']:>13.1f} "
+              f"{g / roof:>9.1%} {g * 8 * S * kl.N / 1e12:>6.2f} TB/s", flush=True)
 
 
 if __name__ == "__main__":

@@ -133,10 +133,8 @@ __device__ __forceinline__ int sample_row(unsigned long long key, long long coun
 """
 
 # One warp per replica; lane l owns the components i = l + 32 j (j < NPL) of w, m and g, in
-# registers. The S samples of a step are taken SB at a time: their rows are loaded, their
-# residuals reduced across the warp (independent shuffles, interleaved) and only then added to
-# g — the rows' loads overlap instead of waiting for one another.
-_REGISTERS = _COMMON + r"""
+# registers; every lane draws the same indices, and the samples are taken one at a time.
+_KERNEL = _COMMON + r"""
 extern "C" __global__ void linreg_sgd(
         const double* __restrict__ x, const double* __restrict__ y,
         const double* __restrict__ w_star, const unsigned long long* __restrict__ keys,
@@ -163,36 +161,20 @@ extern "C" __global__ void linreg_sgd(
         double g[NPL];
 #pragma unroll
         for (int j = 0; j < NPL; ++j) g[j] = 0.0;
-        for (int k0 = 0; k0 < s; k0 += SB) {
-            const int cnt = min(SB, s - k0);
-            int rows[SB];
-            double xv[SB][NPL];
-            double e[SB];
+        for (int k = 0; k < s; ++k) {
+            const int row = sample_row(key, step * s + k, p);
+            const double* xr = x + (size_t)row * n;
+            double xv[NPL];
+            double e = 0.0;
 #pragma unroll
-            for (int k = 0; k < SB; ++k) rows[k] = k < cnt ? sample_row(key, step * s + k0 + k, p) : 0;
-#pragma unroll
-            for (int k = 0; k < SB; ++k) {
-                e[k] = 0.0;
-#pragma unroll
-                for (int j = 0; j < NPL; ++j) {
-                    const int i = lane + 32 * j;
-                    xv[k][j] = (k < cnt && i < n) ? __ldg(x + (size_t)rows[k] * n + i) : 0.0;
-                    e[k] += wr[j] * xv[k][j];
-                }
+            for (int j = 0; j < NPL; ++j) {
+                const int i = lane + 32 * j;
+                xv[j] = i < n ? __ldg(xr + i) : 0.0;
+                e += wr[j] * xv[j];
             }
+            e = warp_sum(e) - __ldg(y + row);
 #pragma unroll
-            for (int off = 16; off > 0; off >>= 1) {
-#pragma unroll
-                for (int k = 0; k < SB; ++k) e[k] += __shfl_xor_sync(0xffffffffu, e[k], off);
-            }
-#pragma unroll
-            for (int k = 0; k < SB; ++k) {
-                if (k < cnt) {
-                    const double ek = e[k] - __ldg(y + rows[k]);
-#pragma unroll
-                    for (int j = 0; j < NPL; ++j) g[j] += ek * xv[k][j];
-                }
-            }
+            for (int j = 0; j < NPL; ++j) g[j] += e * xv[j];
         }
         double d2 = 0.0;
 #pragma unroll
@@ -213,56 +195,8 @@ extern "C" __global__ void linreg_sgd(
 }
 """
 
-# The first version, kept to measure against: w, m and g in shared memory, one sample at a time.
-_SHARED = _COMMON + r"""
-extern "C" __global__ void linreg_sgd(
-        const double* __restrict__ x, const double* __restrict__ y,
-        const double* __restrict__ w_star, const unsigned long long* __restrict__ keys,
-        double* __restrict__ w, double* __restrict__ m, double* __restrict__ acc,
-        int replicas, int n, int p, int s, double lr, double mu,
-        long long t0, int n_steps, long long burn_in) {
-    extern __shared__ double smem[];
-    const int lane = threadIdx.x & 31;
-    const int r = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5);
-    if (r >= replicas) return;
-    double* ws = smem + (threadIdx.x >> 5) * 3 * n;
-    double* ms = ws + n;
-    double* gs = ms + n;
-    for (int i = lane; i < n; i += 32) { ws[i] = w[(size_t)r * n + i]; ms[i] = m[(size_t)r * n + i]; }
-    const unsigned long long key = keys[r];
-    const double inv_s = 1.0 / s;
-    double total = 0.0;
-    for (int t = 0; t < n_steps; ++t) {
-        const long long step = t0 + t;
-        for (int i = lane; i < n; i += 32) gs[i] = 0.0;
-        for (int k = 0; k < s; ++k) {
-            const int row = sample_row(key, step * s + k, p);
-            const double* xr = x + (size_t)row * n;
-            double e = 0.0;
-            for (int i = lane; i < n; i += 32) e += ws[i] * xr[i];
-            e = warp_sum(e) - y[row];
-            for (int i = lane; i < n; i += 32) gs[i] += e * xr[i];
-        }
-        double d2 = 0.0;
-        for (int i = lane; i < n; i += 32) {
-            const double mm = mu * ms[i] + gs[i] * inv_s;
-            ms[i] = mm;
-            const double wi = ws[i] - lr * mm;
-            ws[i] = wi;
-            const double dv = wi - w_star[i];
-            d2 += dv * dv;
-        }
-        if (step >= burn_in) total += warp_sum(d2);
-    }
-    for (int i = lane; i < n; i += 32) { w[(size_t)r * n + i] = ws[i]; m[(size_t)r * n + i] = ms[i]; }
-    if (lane == 0) acc[r] += total;
-}
-"""
-
-#: Largest N of the kernels (registers: 16 components per lane; shared: 3·N doubles per warp).
+#: Largest N of the kernel (16 components of w, m and g per lane, in registers).
 MAX_INPUTS = 512
-#: Kernel variants: ``registers`` (the default) and ``shared`` (the first version).
-VARIANTS = ("registers", "shared")
 
 
 def cupy_available() -> bool:
@@ -274,20 +208,12 @@ def cupy_available() -> bool:
         return False
 
 
-def _shape(n_inputs: int, batch_size: int) -> tuple[int, int]:
-    """(components per lane, samples held at once) of the register kernel: ≤ 32 rows' values
-    per lane."""
-    npl = -(-n_inputs // 32)
-    return npl, max(1, min(batch_size, 32 // npl))
-
-
 @functools.lru_cache(maxsize=32)
-def _kernel(variant: str, npl: int, sb: int):
+def _kernel(n_inputs: int):
+    """The kernel compiled for N (its components per lane, ⌈N/32⌉, are a compile-time constant)."""
     import cupy as cp
 
-    if variant == "shared":
-        return cp.RawKernel(_SHARED, "linreg_sgd")
-    return cp.RawKernel(f"#define NPL {npl}\n#define SB {sb}\n" + _REGISTERS, "linreg_sgd")
+    return cp.RawKernel(f"#define NPL {-(-n_inputs // 32)}\n" + _KERNEL, "linreg_sgd")
 
 
 class CupyEnsemble:
@@ -300,7 +226,7 @@ class CupyEnsemble:
     """
 
     def __init__(self, data: AffineProblem, *, lr: float, momentum: float, batch_size: int, burn_in: int,
-                 w0: np.ndarray, seed: int, variant: str = "registers") -> None:
+                 w0: np.ndarray, seed: int) -> None:
         if not cupy_available():
             raise RuntimeError("the GPU path needs CuPy and a CUDA device (pip install cupy-cuda12x or "
                                "cupy-cuda13x); without one, run the CPU engine")
@@ -308,15 +234,11 @@ class CupyEnsemble:
 
         w0 = np.asarray(w0, dtype=np.float64)
         _check(data, lr, momentum, batch_size, burn_in + 1, burn_in, w0)
-        if variant not in VARIANTS:
-            raise ValueError(f"variant={variant!r}: must be one of {', '.join(VARIANTS)}")
         if data.n_inputs > MAX_INPUTS:
             raise ValueError(f"n_inputs={data.n_inputs}: the GPU kernel runs N <= {MAX_INPUTS}; "
                              "run it on the CPU engine")
         self.replicas, self.n = w0.shape
-        npl, sb = _shape(self.n, batch_size)
-        self._kernel = _kernel(variant, npl, sb)
-        self._shared = 3 * self.n * 8 * WARPS_PER_BLOCK if variant == "shared" else 0
+        self._kernel = _kernel(self.n)
         self._scalars = (np.int32(self.replicas), np.int32(self.n), np.int32(data.n_samples),
                          np.int32(batch_size), np.float64(lr), np.float64(momentum))
         self.burn_in = burn_in
@@ -336,8 +258,7 @@ class CupyEnsemble:
             n_steps = min(LAUNCH_STEPS, self.step + steps - t0)
             self._kernel(grid, (32 * WARPS_PER_BLOCK,),
                          (self._x, self._y, self._w_star, self._keys, self._w, self._m, self._acc,
-                          *self._scalars, np.int64(t0), np.int32(n_steps), np.int64(self.burn_in)),
-                         shared_mem=self._shared)
+                          *self._scalars, np.int64(t0), np.int32(n_steps), np.int64(self.burn_in)))
         self.step += steps
 
     def synchronize(self) -> None:
@@ -356,12 +277,12 @@ class CupyEnsemble:
 
 
 def run_cupy(data: AffineProblem, *, lr: float, momentum: float, batch_size: int, steps: int,
-             burn_in: int, w0: np.ndarray, seed: int, variant: str = "registers") -> Run:
+             burn_in: int, w0: np.ndarray, seed: int) -> Run:
     """The dynamics of :func:`run_reference` on the GPU (:class:`CupyEnsemble`), same arguments
     and the same result to rounding."""
     w0 = np.asarray(w0, dtype=np.float64)
     _check(data, lr, momentum, batch_size, steps, burn_in, w0)
     ens = CupyEnsemble(data, lr=lr, momentum=momentum, batch_size=batch_size, burn_in=burn_in, w0=w0,
-                       seed=seed, variant=variant)
+                       seed=seed)
     ens.advance(steps)
     return ens.result()
