@@ -28,6 +28,10 @@ from .errors import StoreError
 COMPLETE_ATTR = "sgdsweep_complete"
 #: Version of the point-store layout.
 STORE_VERSION = 1
+#: Chunk keys ``c.0.0`` beside the array's ``zarr.json``: one directory per array, where the
+#: default ``c/0/0`` makes three (a point store is ~18 arrays of one chunk each, and a sweep
+#: writes thousands of stores: directories are most of their file-system cost).
+CHUNK_KEY_ENCODING = {"name": "default", "separator": "."}
 
 
 def point_path(points_dir: str | Path, point_hash: str) -> Path:
@@ -61,10 +65,11 @@ def write_point(path: str | Path, arrays: Mapping[str, tuple[tuple[str, ...], np
     group_attrs = {**json.loads(json.dumps(dict(attrs))), "store_version": STORE_VERSION, COMPLETE_ATTR: True}
     try:
         files = asyncio.run(_encode(arrays, group_attrs))
+        tmp.mkdir()
+        for folder in sorted({os.path.dirname(k) for k in files} - {""}):  # parents sort first
+            (tmp / folder).mkdir(exist_ok=True)
         for key in sorted(files, key=lambda k: k == "zarr.json"):  # the group's metadata last
-            target = tmp / key
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(files[key])
+            (tmp / key).write_bytes(files[key])
         if path.exists() and not is_complete(path):  # an incomplete leftover of a killed run
             shutil.rmtree(path)
         try:
@@ -113,7 +118,8 @@ async def _encode(arrays: Mapping[str, tuple], group_attrs: dict[str, Any]) -> d
             files[f"{name}/{chunk}"] = data.tobytes()
             continue
         arr = await group.create_array(name, shape=data.shape, dtype=data.dtype, chunks=data.shape or "auto",
-                                       dimension_names=list(dims), compressors=None, attributes=attributes)
+                                       dimension_names=list(dims), compressors=None, attributes=attributes,
+                                       chunk_key_encoding=CHUNK_KEY_ENCODING)
         await arr.setitem(Ellipsis, data)
         built.append((name, key, data))
     await group.update_attributes(group_attrs)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import xarray as xr
@@ -47,9 +49,30 @@ def test_other_layouts_go_through_zarr(tmp_path):
     np.testing.assert_array_equal(got["packed"], np.linspace(0, 1, 10))
 
 
+def test_point_stores_have_one_directory_per_array_and_the_earlier_layout_still_reads(tmp_path):
+    """Chunk keys ``c.0.0`` (one directory per array); stores written before with ``c/0/0``
+    (Zarr's default separator) read the same, directly and through Zarr."""
+    path, arrays = _point(tmp_path)
+    assert sorted(p.name for p in (path / "singular_values_W").iterdir()) == ["c.0.0", "zarr.json"]
+    assert not any(p.is_dir() for a in path.iterdir() if a.is_dir() for p in a.iterdir())
+    for name in arrays:  # rewrite as the earlier layout
+        meta_path, chunk = path / name / "zarr.json", path / name / ("c." + ".".join("0" * arrays[name].ndim))
+        meta = json.loads(meta_path.read_text())
+        meta["chunk_key_encoding"] = {"name": "default", "configuration": {"separator": "/"}}
+        meta_path.write_text(json.dumps(meta))
+        if chunk.exists():
+            nested = path / name / "/".join(["c"] + ["0"] * arrays[name].ndim)
+            nested.parent.mkdir(parents=True)
+            chunk.rename(nested)
+    got = aggregate.read_point_arrays(path, list(arrays))
+    for name, want in arrays.items():
+        np.testing.assert_array_equal(got[name], want)
+        np.testing.assert_array_equal(store.read_array(path, name), want)
+
+
 def test_damaged_chunk_raises_store_error(tmp_path):
     path, _ = _point(tmp_path)
-    (path / "weight_var_replica" / "c" / "0").write_bytes(b"\0" * 5)  # truncated
+    (path / "weight_var_replica" / "c.0").write_bytes(b"\0" * 5)  # truncated
     with pytest.raises(StoreError, match="weight_var_replica"):
         aggregate.read_point_arrays(path, ["weight_var_replica"])
 
