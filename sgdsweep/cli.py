@@ -159,12 +159,18 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .aggregate import load_ensemble
-    from .paths import atomic_write_text
-    from .report import build_report
+    from .report import build_report, figure_pool
 
-    text = build_report(load_ensemble(args.ensemble), _read_json(args.fits), _read_json(args.spec),
-                        figures_dir=args.figures, jobs=args.jobs)
+    pool = figure_pool(args.jobs)  # the workers boot while this process reads its inputs
+    try:
+        from .aggregate import load_ensemble
+        from .paths import atomic_write_text
+
+        text = build_report(load_ensemble(args.ensemble), _read_json(args.fits), _read_json(args.spec),
+                            figures_dir=args.figures, pool=pool)
+    finally:
+        if pool is not None:
+            pool.shutdown()
     atomic_write_text(args.out, text)
     log.info("report written to %s", args.out)
     return 0

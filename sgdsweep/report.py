@@ -9,7 +9,7 @@ is also written there as ``<name>.png`` (the workflow marks them for ``snakemake
 A fit with more groups than :data:`MAX_GROUP_FIGURES` keeps every group's table, but only that
 many groups get a figure of their own; one overview figure shows every group's estimates, and the
 report says which groups are drawn. Figures are drawn after the page is assembled, in ``jobs``
-processes when asked (the page is the same for any number).
+processes when asked (:func:`figure_pool`; the page is the same for any number).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import html
 import io
 import json
 import multiprocessing
+import threading
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -69,31 +70,48 @@ def _png(make: Callable[..., Any], args: tuple[Any, ...]) -> bytes | None:
         figures.plt.close(fig)
 
 
-def _render(todo: list[tuple[Callable[..., Any], tuple[Any, ...]]], jobs: int) -> list[bytes | None]:
-    """:func:`_png` of every (make, args), in order; with ``jobs`` > 1 in that many processes.
+def figure_pool(jobs: int) -> ProcessPoolExecutor | None:
+    """``jobs`` processes that draw figures, started now; None for ``jobs`` <= 1.
 
     Drawing is the report's cost (matplotlib spends ~0.5 s of CPU per figure) and figures are
-    independent. Workers come from a fork server (a fresh single-threaded process that imports
-    the figure code once, then forks each worker: never a fork of this process, whose Zarr
-    thread could hold a lock the child would wait on forever); the arguments travel pickled.
-    Where the platform has no fork server they are drawn one after the other.
+    independent. While this process runs a single thread the workers are forked from it — call
+    this after importing this module and before reading any Zarr store, and they inherit the
+    imported figure code instead of importing it again (~2 s). Once another thread runs (Zarr's
+    event loop: a lock it holds at fork would hang the child forever) they come from a fork
+    server instead, a fresh single-threaded process that imports the figure code once. Where
+    the platform has neither, None: figures are drawn one after the other.
     """
-    workers = min(jobs, len(todo))
-    if workers <= 1 or "forkserver" not in multiprocessing.get_all_start_methods():
+    if jobs <= 1:
+        return None
+    methods = multiprocessing.get_all_start_methods()
+    if threading.active_count() == 1 and "fork" in methods:
+        context = multiprocessing.get_context("fork")
+    elif "forkserver" in methods:
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload([__name__])
+    else:
+        return None
+    pool = ProcessPoolExecutor(jobs, mp_context=context)
+    pool.submit(int)  # starts every worker now (the executor forks them all at its first task)
+    return pool
+
+
+def _render(todo: list[tuple[Callable[..., Any], tuple[Any, ...]]],
+            pool: ProcessPoolExecutor | None) -> list[bytes | None]:
+    """:func:`_png` of every (make, args), in order; in ``pool``'s processes when given (the
+    arguments travel pickled)."""
+    if pool is None or len(todo) <= 1:
         return [_png(make, args) for make, args in todo]
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload([__name__])
-    with ProcessPoolExecutor(workers, mp_context=context) as pool:
-        return list(pool.map(_png, *zip(*todo)))
+    return list(pool.map(_png, *zip(*todo)))
 
 
 class _Figures:
     """Collects the report's figures, draws them all at once (:func:`_render`) and embeds each
     as a data URI; with a directory, also writes each there as ``<name>.png``."""
 
-    def __init__(self, directory: Path | None, jobs: int = 1) -> None:
+    def __init__(self, directory: Path | None, pool: ProcessPoolExecutor | None = None) -> None:
         self.directory = directory
-        self.jobs = jobs
+        self.pool = pool
         self.names: list[str] = []
         self._todo: list[tuple[str, str, Callable[..., Any], tuple[Any, ...]]] = []
         if directory is not None:
@@ -107,7 +125,7 @@ class _Figures:
 
     def fill(self, parts: list[str]) -> list[str]:
         """``parts`` with every placeholder replaced by its drawn figure (in document order)."""
-        pngs = _render([(make, args) for _, _, make, args in self._todo], self.jobs)
+        pngs = _render([(make, args) for _, _, make, args in self._todo], self.pool)
         html_of = {f"<!--figure {i}-->": self._embed(name, alt, data)
                    for i, ((name, alt, _, _), data) in enumerate(zip(self._todo, pngs))}
         self._todo = []
@@ -346,10 +364,21 @@ def _points_table(ds: xr.Dataset) -> str:
 
 
 def build_report(ds: xr.Dataset, fits: dict[str, Any], report_spec: dict[str, Any],
-                 figures_dir: str | Path | None = None, jobs: int = 1) -> str:
+                 figures_dir: str | Path | None = None, jobs: int = 1,
+                 pool: ProcessPoolExecutor | None = None) -> str:
     """The report as one HTML string (no external resources); figures also go to ``figures_dir``.
-    ``jobs`` processes draw the figures (the report is the same for any number)."""
-    figs = _Figures(Path(figures_dir) if figures_dir is not None else None, jobs)
+    ``jobs`` processes draw the figures — those of ``pool`` (:func:`figure_pool`) when given,
+    else a pool started here and shut down after. The report is the same for any number."""
+    own = pool is None
+    pool = figure_pool(jobs) if own else pool
+    try:
+        return _build(ds, fits, report_spec, _Figures(Path(figures_dir) if figures_dir is not None else None, pool))
+    finally:
+        if own and pool is not None:
+            pool.shutdown()
+
+
+def _build(ds: xr.Dataset, fits: dict[str, Any], report_spec: dict[str, Any], figs: _Figures) -> str:
     title = report_spec["report"]["title"]
     parts = [f"<h1>{html.escape(title)}</h1>", _summary(ds, fits)]
     parts.append("<h2>Coverage of the grid</h2>")

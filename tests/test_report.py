@@ -123,3 +123,30 @@ def test_figures_drawn_in_parallel_give_the_same_report(tmp_path):
     assert serial == parallel
     for png in (tmp_path / "one").glob("*.png"):
         assert png.read_bytes() == (tmp_path / "two" / png.name).read_bytes()
+
+
+def test_figure_workers_are_forked_only_from_a_single_threaded_process():
+    """A fork of a process with another thread (Zarr's event loop) could inherit a held lock and
+    hang: then the workers come from a fork server. A single-threaded process forks them."""
+    import subprocess
+    import sys
+    import threading
+
+    from sgdsweep.report import figure_pool
+
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        pool = figure_pool(2)
+        assert pool._mp_context.get_start_method() == "forkserver"
+        assert pool.submit(sum, [1, 2]).result() == 3
+        pool.shutdown()
+    finally:
+        stop.set()
+        other.join()
+    code = ("from sgdsweep.report import figure_pool; p = figure_pool(2); "
+            "print(p._mp_context.get_start_method(), p.submit(sum, [1, 2]).result()); p.shutdown()")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["fork", "3"]
+    assert figure_pool(1) is None
