@@ -130,6 +130,11 @@ def cmd_simulate_shard(args: argparse.Namespace) -> int:
 def cmd_aggregate(args: argparse.Namespace) -> int:
     from .aggregate import build_ensemble, write_ensemble
 
+    from .cluster import RUN_ID_ENV, release_shared_cluster
+
+    if args.release_cluster and RUN_ID_ENV in os.environ:
+        if release_shared_cluster(Path(args.release_cluster), os.environ[RUN_ID_ENV]):
+            log.info("simulation done: the run's local Dask cluster is stopping")
     ds = build_ensemble(_read_json(args.sweep_spec))
     write_ensemble(ds, args.out)
     log.info("ensemble with %d points written to %s", ds.sizes["point"], args.out)
@@ -278,6 +283,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("aggregate", help="(workflow) build ensemble.zarr from the point stores")
     p.add_argument("sweep_spec")
     p.add_argument("--out", required=True)
+    p.add_argument("--release-cluster", metavar="CLUSTER_DIR",
+                   help="stop the run's shared local Dask cluster kept in CLUSTER_DIR (all shards are done)")
     p.add_argument("--log")
     p.set_defaults(func=cmd_aggregate)
 

@@ -178,6 +178,22 @@ def _spawn_daemon(cluster_dir: Path, run_id: str, workers: int, host: str) -> in
     return proc.pid
 
 
+def release_shared_cluster(cluster_dir: Path, run_id: str) -> bool:
+    """Ask the run's shared cluster to stop, without waiting for it; return whether it had one.
+
+    For the aggregate job: once it runs, every shard of the run is simulated, and the idle
+    scheduler and workers (about a sixth of a core, measured) would only take CPU from
+    aggregation, fit and report. The daemon closes its cluster and removes its state file
+    itself; a later job that needs workers starts a new cluster.
+    """
+    state = _read_state(Path(cluster_dir))
+    if not state or state.get("run_id") != run_id:
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(int(state["pid"]), signal.SIGTERM)
+    return True
+
+
 def stop_shared_cluster(cluster_dir: Path, run_id: str) -> bool:
     """Stop the run's shared cluster if it has one; return whether one was stopped."""
     cluster_dir = Path(cluster_dir)

@@ -86,7 +86,8 @@ def test_first_run_produces_ensemble_fit_and_report(first_run):
     log = (sweep / "logs" / "simulate").glob("*.log").__next__().read_text()
     assert "4 to simulate" in log and "replica-steps/s" in log and "left" in log
     assert (proc.stdout + proc.stderr).count("Dask dashboard: http://127.0.0.1:") == 1
-    # the run's shared cluster was stopped at the end
+    # the run's shared cluster was released once every shard was done, and is gone at the end
+    assert "the run's local Dask cluster is stopping" in (sweep / "logs" / "aggregate.log").read_text()
     assert not (sweep / ".cluster" / "cluster.json").exists()
     out = subprocess.run(["pgrep", "-f", f"cluster-daemon --state {sweep}"], capture_output=True)
     assert out.returncode == 1

@@ -9,7 +9,10 @@ rule aggregate:
         ensemble=directory(str(PLAN.ensemble)),
     log:
         str(PLAN.root / "logs" / "aggregate.log"),
+    params:
+        cluster_dir=str(PLAN.cluster_dir),  # every shard is done: the run's workers can go
     conda:
         "../../envs/sgdsweep.yaml"
     shell:
-        "python -m sgdsweep aggregate {input.sweep} --out {output.ensemble} --log {log}"
+        "python -m sgdsweep aggregate {input.sweep} --out {output.ensemble}"
+        " --release-cluster {params.cluster_dir} --log {log}"
