@@ -9,8 +9,9 @@ Three cases, in order of precedence:
    cluster-daemon``), started by ``sgdsweep run`` as Snakemake starts when points need
    simulating and no extra Snakemake arguments or profile are given (its workers boot while
    Snakemake builds the DAG), or else by the first shard job that needs workers; the shard jobs
-   of the run connect to it. The Snakefile's ``onsuccess``/``onerror`` handlers stop it; the
-   daemon also exits by itself when the Snakemake process is gone (e.g. after ``kill -9``). So a
+   of the run connect to it. The aggregate job releases it (every shard is done by then), the
+   Snakefile's ``onsuccess``/``onerror`` handlers stop it if it still runs; the daemon also
+   exits by itself when the Snakemake process is gone (e.g. after ``kill -9``). So a
    run starts at most one cluster, and none at all when nothing needs simulating.
 3. Otherwise (a shard job run by hand): a private ``LocalCluster`` for the duration of the job.
 
