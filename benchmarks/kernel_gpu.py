@@ -12,8 +12,8 @@ Measured here, in this process:
   largest relative difference is printed and must be below 1e-9, or the run stops);
 - ``cupy``: :class:`sgdsweep.gpu.CupyEnsemble` at each R (one warp per replica, all steps of a
   launch on the chip; the timing covers the launches, not the copies to and from the host);
-- ``jax``: SGD vectorised over replicas in one jitted ``lax.scan`` (the issue's "JAX vmap +
-  lax.scan" row), on the same GPU, float64;
+- ``jax``: ``kernel_linreg.jax_runner`` (the issue's "JAX vmap + lax.scan" row) on the same
+  GPU, float64;
 - the CPU of the same machine, all its threads: the issue's plain numba kernel and the
   sgdsweep fused kernel (bare steps), from ``kernel_linreg.py``;
 - the GPU's float64 GEMM TFLOP/s (CuPy matmul): the flop roofline, GEMM/(4·S·N); and the
@@ -81,32 +81,6 @@ def cupy_fn(data, replicas: int):
     return run
 
 
-def jax_fn(data, replicas: int, chunk: int = 100):
-    import jax
-    import jax.numpy as jnp
-    jax.config.update("jax_enable_x64", True)
-    x, y = jnp.asarray(data.x), jnp.asarray(data.y[:, 0])
-
-    def step(w, key):
-        idx = jax.random.randint(key, (replicas, S), 0, kl.P)
-        xb = x[idx]
-        e = jnp.einsum("rsn,rn->rs", xb, w) - y[idx]
-        return w - LR * jnp.einsum("rs,rsn->rn", e, xb) / S, None
-
-    @jax.jit
-    def block(w, key):
-        return jax.lax.scan(step, w, jax.random.split(key, chunk))[0]
-
-    state = {"w": jnp.zeros((replicas, kl.N)), "key": jax.random.PRNGKey(0)}
-
-    def run(steps: int) -> None:
-        w = state["w"]
-        for b in range(max(1, steps // chunk)):
-            w = block(w, jax.random.fold_in(state["key"], b))
-        w.block_until_ready()
-    return run, chunk
-
-
 def gemm_tflops(size: int = 8192) -> float:
     import cupy as cp
     a, b = cp.random.rand(size, size), cp.random.rand(size, size)
@@ -157,7 +131,7 @@ def main() -> None:
         j = float("nan")
         if not args.no_jax:
             try:
-                fn, chunk = jax_fn(data, r)
+                fn, chunk = kl.jax_runner(data, r)
                 j = rate(fn, r, args.seconds, probe=chunk)
             except Exception as exc:  # JAX missing or without a GPU: the row keeps its CuPy number
                 print(f"jax at R={r}: {type(exc).__name__}: {exc}")

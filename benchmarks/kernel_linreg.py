@@ -10,16 +10,22 @@ Measured here, in this process:
 - ``numpy``: SGD vectorised over replicas with numpy (fancy-indexed minibatches, einsum);
 - ``numba``: a plain numba kernel parallel over replicas (per-replica loop, per-sample dot and
   axpy, indices drawn inside numba) — the "numba, parallel over replicas" row of the issue;
+- ``torch loop`` and ``torch bmm``: the issue's PyTorch CPU rows, a per-replica loop with
+  ``nn.Linear`` + ``optim.SGD`` and the batched ``bmm`` (only where PyTorch is installed: run
+  with ``--torch``; NaN otherwise);
+- ``jax``: one replica's step vmapped over replicas inside a jitted ``lax.scan``, float64 — the
+  issue's "JAX vmap + lax.scan" row (only where JAX is installed; NaN otherwise);
 - ``sgdsweep``: :func:`sgdsweep.engine.run_lanes` as a sweep runs it (the fused kernel of
   :mod:`sgdsweep.fused`), bare (burn-in = all steps, nothing accumulated) and with the default
   observables (N×N second moment every step, train and test loss every eighth relaxation time),
-  on 1 and on 2 threads (``SGDSWEEP_THREADS``);
+  on 1 and on 2 threads (``SGDSWEEP_THREADS``; ``--threads`` for another second count);
 - the roofline: float64 GEMM GFLOP/s (numpy matmul, all threads) → 4·S·N flops per replica-step;
   and the bandwidth of gathering S random rows of an N-column matrix of P rows (the minibatch
   reads; the data lie in L3 on a 512 KiB-L2 core) → 8·S·N bytes per replica-step. The roofline
   is the smaller of the two.
 
     python benchmarks/kernel_linreg.py [--replicas 1 64 1024] [--seconds 2] [--repeat 3]
+                                       [--threads 2] [--torch]
 """
 
 from __future__ import annotations
@@ -72,6 +78,88 @@ def _numba_sgd(x, y, w, steps, lr, seed):  # pragma: no cover - compiled
                     g[i] += e * x[row, i]
             for i in range(n):
                 w[r, i] -= lr / S * g[i]
+
+
+def jax_runner(data, replicas: int, chunk: int = 100):
+    """The issue's "JAX vmap + lax.scan (jit)" row: one replica's SGD step (S indices with
+    replacement, float64) vmapped over the replicas, ``chunk`` steps per jitted ``lax.scan``, on
+    JAX's default device. Returns (run(steps), chunk); raises ImportError without JAX."""
+    import jax
+    import jax.numpy as jnp
+
+    jax.config.update("jax_enable_x64", True)
+    x, y = jnp.asarray(data.x), jnp.asarray(data.y[:, 0])
+
+    def one(w, key):
+        idx = jax.random.randint(key, (S,), 0, P)
+        xb = x[idx]
+        return w - LR * (xb.T @ (xb @ w - y[idx])) / S
+
+    def step(w, key):
+        return jax.vmap(one)(w, jax.random.split(key, replicas)), None
+
+    block = jax.jit(lambda w, key: jax.lax.scan(step, w, jax.random.split(key, chunk))[0])
+    state = {"w": jnp.zeros((replicas, N)), "key": jax.random.PRNGKey(0)}
+
+    def run(steps: int) -> None:
+        w = state["w"]
+        for b in range(max(1, steps // chunk)):
+            w = block(w, jax.random.fold_in(state["key"], b))
+        w.block_until_ready()
+    return run, chunk
+
+
+def jax_baseline(data, replicas: int, steps: int) -> float:
+    """Replica-steps/s of :func:`jax_runner` (compiled outside the timing); NaN without JAX."""
+    try:
+        run, chunk = jax_runner(data, replicas)
+    except ImportError:
+        return float("nan")
+    run(chunk)
+    steps = max(chunk, steps // chunk * chunk)
+    t0 = time.perf_counter()
+    run(steps)
+    return replicas * steps / (time.perf_counter() - t0)
+
+
+def torch_loop_baseline(data, replicas: int, steps: int) -> float:
+    """The issue's "PyTorch CPU, per-replica loop with nn.Linear + optim.SGD" row: one model and
+    optimiser per replica, stepped one after the other, float64; NaN without PyTorch."""
+    try:
+        import torch
+    except ImportError:
+        return float("nan")
+    torch.manual_seed(0)
+    x, y = torch.as_tensor(data.x), torch.as_tensor(data.y[:, 0])
+    models = [torch.nn.Linear(N, 1, bias=False, dtype=torch.float64) for _ in range(replicas)]
+    opts = [torch.optim.SGD(m.parameters(), lr=LR) for m in models]
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        for model, opt in zip(models, opts):
+            idx = torch.randint(0, P, (S,))
+            opt.zero_grad()
+            loss = 0.5 * ((model(x[idx])[:, 0] - y[idx]) ** 2).mean()
+            loss.backward()
+            opt.step()
+    return replicas * steps / (time.perf_counter() - t0)
+
+
+def torch_bmm_baseline(data, replicas: int, steps: int) -> float:
+    """The issue's "PyTorch CPU, batched bmm" row: the replicas' minibatches gathered and
+    multiplied with ``torch.bmm``, float64; NaN without PyTorch."""
+    try:
+        import torch
+    except ImportError:
+        return float("nan")
+    x, y = torch.as_tensor(data.x), torch.as_tensor(data.y[:, 0])
+    w = torch.zeros(replicas, N, 1, dtype=torch.float64)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        idx = torch.randint(0, P, (replicas, S))
+        xb = x[idx]  # (R, S, N)
+        e = torch.bmm(xb, w)[:, :, 0] - y[idx]
+        w -= LR / S * torch.bmm(xb.transpose(1, 2), e[:, :, None])
+    return replicas * steps / (time.perf_counter() - t0)
 
 
 def numba_baseline(data, replicas: int, steps: int) -> float:
@@ -138,6 +226,9 @@ def main() -> None:
     ap.add_argument("--replicas", type=int, nargs="+", default=[1, 64, 1024])
     ap.add_argument("--seconds", type=float, default=1.0, help="target duration of each measurement")
     ap.add_argument("--repeat", type=int, default=3, help="measurements per number (the best is kept)")
+    ap.add_argument("--torch", action="store_true", help="also the PyTorch rows (needs torch)")
+    ap.add_argument("--threads", type=int, default=2,
+                    help="threads of the second sgdsweep column, the one the ratios use (default 2)")
     args = ap.parse_args()
     data = linear.make_problem({"n_inputs": N, "n_outputs": 1, "n_samples": P, "label_noise": 0.5,
                                 "inputs": "isotropic", "wishart_ratio": None, "labels": "teacher",
@@ -152,26 +243,35 @@ def main() -> None:
     print(f"linreg-ref: N={N}, P={P}, S={S}, lr={LR}, float64, {threads} threads; replica-steps/s (best of {args.repeat})")
     print(f"roofline: GEMM {gemm:.1f} GFLOP/s → {roof_flops:.3g}; row-gather bandwidth {bw:.1f} GB/s → "
           f"{roof_bw:.3g}; roofline = {roof:.3g}")
-    print(f"{'R':>5} {'numpy':>9} {'numba':>9} | {'bare 1t':>9} {'bare 2t':>9} {'+obs 1t':>9} {'+obs 2t':>9} | "
-          f"{'2t/numpy':>8} {'2t/numba':>8} {'2t/roof':>7}")
+    t = f"{args.threads}t"
+    print(f"{'R':>5} {'numpy':>9} {'numba':>9} {'jax':>9} | {'bare 1t':>9} {'bare ' + t:>9} {'+obs 1t':>9} "
+          f"{'+obs ' + t:>9} | {t + '/numpy':>8} {t + '/numba':>8} {t + '/jax':>7} {t + '/roof':>7}")
     for r in args.replicas:
-        row = measure_row(data, r, args.seconds, args.repeat)
-        base, nb, bare, obs = row["numpy"], row["numba"], row["bare"], row["observed"]
-        print(f"{r:>5} {base:>9.3g} {nb:>9.3g} | {bare[0]:>9.3g} {bare[1]:>9.3g} {obs[0]:>9.3g} {obs[1]:>9.3g} | "
-              f"{bare[1] / base:>8.1f} {bare[1] / nb:>8.2f} {bare[1] / roof:>7.0%}", flush=True)
+        row = measure_row(data, r, args.seconds, args.repeat, args.threads)
+        base, nb, jx, bare, obs = row["numpy"], row["numba"], row["jax"], row["bare"], row["observed"]
+        if args.torch:
+            loop = torch_loop_baseline(data, min(r, 64), max(2, int(2e3 * args.seconds / min(r, 64))))
+            bmm = best(lambda: torch_bmm_baseline(data, r, max(10, int(3e5 * args.seconds / r))), args.repeat)
+            print(f"{r:>5} torch loop {loop:.3g} (over {min(r, 64)} replicas), torch bmm {bmm:.3g}; "
+                  f"sgdsweep bare {t} / loop {bare[1] / loop:.0f}, / bmm {bare[1] / bmm:.1f}")
+        print(f"{r:>5} {base:>9.3g} {nb:>9.3g} {jx:>9.3g} | {bare[0]:>9.3g} {bare[1]:>9.3g} {obs[0]:>9.3g} "
+              f"{obs[1]:>9.3g} | {bare[1] / base:>8.1f} {bare[1] / nb:>8.2f} {bare[1] / jx:>7.1f} "
+              f"{bare[1] / roof:>7.0%}", flush=True)
 
 
-def measure_row(data, replicas: int, seconds: float, repeat: int) -> dict:
-    """Every implementation at ``replicas`` replicas (best of ``repeat``); sgdsweep on 1 and 2 threads."""
+def measure_row(data, replicas: int, seconds: float, repeat: int, threads: int = 2) -> dict:
+    """Every implementation at ``replicas`` replicas (best of ``repeat``); sgdsweep on 1 and
+    ``threads`` threads."""
     def steps(rate: float) -> int:
         return max(10, int(rate * seconds / replicas))
 
     return {"numpy": best(lambda: numpy_baseline(data, replicas, steps(3e5 if replicas > 1 else 3e4)), repeat),
             "numba": best(lambda: numba_baseline(data, replicas, steps(3e6)), repeat),
+            "jax": best(lambda: jax_baseline(data, replicas, steps(8e5)), repeat),
             "bare": [best(lambda t=t: sgdsweep_kernel(data, replicas, steps(1.5e6 * t), False, t), repeat)
-                     for t in (1, 2)],
+                     for t in (1, threads)],
             "observed": [best(lambda t=t: sgdsweep_kernel(data, replicas, steps(3e5 * t), True, t), repeat)
-                         for t in (1, 2)]}
+                         for t in (1, threads)]}
 
 if __name__ == "__main__":
     main()
