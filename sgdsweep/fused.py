@@ -142,7 +142,8 @@ def advance(kernel, shared: tuple, t0: int, n_steps: int, uniforms: list, normal
 
     ``kernel, shared`` come from :func:`model_arrays`. Per lane, ``uniforms[i]`` and
     ``normals[i]`` are its generators: each step takes ``n_u`` uniforms (sample selection) and
-    ``n_z`` normals (label or added noise), drawn here for :data:`CHUNK_LANES` lanes at a time —
+    ``n_z`` normals (label or added noise), drawn here for up to :data:`CHUNK_LANES` lanes at a
+    time (fewer where that gives each of ``n_threads`` threads a chunk) —
     in the same order as the numpy engine draws them, so both see the same numbers — and used
     while they are still in cache; with ``n_threads`` > 1 chunks are drawn and advanced in
     parallel (NumPy's generators and the kernels release the GIL). ``step`` is the per-lane step
@@ -165,8 +166,11 @@ def advance(kernel, shared: tuple, t0: int, n_steps: int, uniforms: list, normal
              acc.get("reference", e2), acc.get("noise_buf", np.zeros((0, 0, 0, 0))),
              acc.get("noise_lag", np.zeros((0, 0, 0, 0))), acc.get("sum_gram", e3), stopped]
 
+    # at most CHUNK_LANES lanes a chunk, fewer when that gives every thread a chunk
+    chunk = max(1, min(CHUNK_LANES, -(-n_lanes // max(1, n_threads))))
+
     def run(lo: int) -> None:
-        hi = min(lo + CHUNK_LANES, n_lanes)
+        hi = min(lo + chunk, n_lanes)
         u = np.empty((hi - lo, n_steps, n_u))
         z = np.empty((hi - lo, n_steps, n_z))
         for i in range(lo, hi):
@@ -176,7 +180,7 @@ def advance(kernel, shared: tuple, t0: int, n_steps: int, uniforms: list, normal
                 normals[i].standard_normal(out=z[i - lo])
         kernel(t0, u, z, *[a[lo:hi] if a.shape[0] else a for a in lanes], *shared)
 
-    starts = range(0, n_lanes, CHUNK_LANES)
+    starts = range(0, n_lanes, chunk)
     if n_threads <= 1 or len(starts) == 1:
         for lo in starts:
             run(lo)
