@@ -76,7 +76,7 @@ class Run:
 
 
 def _check(data: AffineProblem, lr: float, momentum: float, batch_size: int, steps: int,
-           burn_in: int, w0: np.ndarray) -> None:
+           burn_in: int, w0: np.ndarray, seed: int) -> None:
     if data.n_outputs != 1 or data.metric is not None or data.offsets is not None:
         raise ValueError(f"the GPU path runs one-output linear regression without metric or offsets; "
                          f"got n_outputs={data.n_outputs}, metric={'set' if data.metric is not None else None}, "
@@ -91,13 +91,15 @@ def _check(data: AffineProblem, lr: float, momentum: float, batch_size: int, ste
         raise ValueError(f"burn_in={burn_in!r}: must be in [0, steps={steps})")
     if w0.ndim != 2 or w0.shape[1] != data.n_inputs:
         raise ValueError(f"w0 has shape {w0.shape}: must be (replicas, {data.n_inputs})")
+    if not (isinstance(seed, (int, np.integer)) and 0 <= seed < 2**64):
+        raise ValueError(f"seed={seed!r}: must be an integer in [0, 2**64)")
 
 
 def run_reference(data: AffineProblem, *, lr: float, momentum: float, batch_size: int, steps: int,
                   burn_in: int, w0: np.ndarray, seed: int) -> Run:
     """The dynamics in numpy, vectorised over the replicas (rows of ``w0``, shape (R, N))."""
     w0 = np.asarray(w0, dtype=np.float64)
-    _check(data, lr, momentum, batch_size, steps, burn_in, w0)
+    _check(data, lr, momentum, batch_size, steps, burn_in, w0, seed)
     x, y, w_star = data.x, data.y[:, 0], data.w_min
     w, m = w0.copy(), np.zeros_like(w0)
     keys = replica_keys(seed, len(w))
@@ -233,7 +235,7 @@ class CupyEnsemble:
         import cupy as cp
 
         w0 = np.asarray(w0, dtype=np.float64)
-        _check(data, lr, momentum, batch_size, burn_in + 1, burn_in, w0)
+        _check(data, lr, momentum, batch_size, burn_in + 1, burn_in, w0, seed)
         if data.n_inputs > MAX_INPUTS:
             raise ValueError(f"n_inputs={data.n_inputs}: the GPU kernel runs N <= {MAX_INPUTS}; "
                              "run it on the CPU engine")
@@ -281,7 +283,7 @@ def run_cupy(data: AffineProblem, *, lr: float, momentum: float, batch_size: int
     """The dynamics of :func:`run_reference` on the GPU (:class:`CupyEnsemble`), same arguments
     and the same result to rounding."""
     w0 = np.asarray(w0, dtype=np.float64)
-    _check(data, lr, momentum, batch_size, steps, burn_in, w0)
+    _check(data, lr, momentum, batch_size, steps, burn_in, w0, seed)
     ens = CupyEnsemble(data, lr=lr, momentum=momentum, batch_size=batch_size, burn_in=burn_in, w0=w0,
                        seed=seed)
     ens.advance(steps)

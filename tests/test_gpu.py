@@ -75,6 +75,7 @@ def test_reference_does_not_depend_on_the_other_replicas():
     (dict(batch_size=65), "batch_size=65"),
     (dict(burn_in=50), "burn_in=50"),
     (dict(w0=np.zeros((2, 3))), "w0 has shape"),
+    (dict(seed=-1), "seed=-1"),
 ])
 def test_bad_arguments_are_named(bad, message):
     kw = dict(lr=0.1, momentum=0.0, batch_size=4, steps=50, burn_in=0, w0=np.zeros((2, 8)), seed=0)
