@@ -28,10 +28,10 @@ from __future__ import annotations
 import argparse
 import time
 
+import kernel_linreg as kl
 import numba
 import numpy as np
 
-import kernel_linreg as kl
 from sgdsweep import gpu
 
 LR, S = kl.LR, kl.S
@@ -41,7 +41,7 @@ def check() -> float:
     """Largest relative difference of the kernel against the reference (N = 100, 300 steps)."""
     data = _linreg()
     w0 = np.random.default_rng(0).standard_normal((67, data.n_inputs))
-    kw = dict(lr=LR, momentum=0.5, batch_size=S, steps=300, burn_in=100, w0=w0, seed=3)
+    kw = {"lr": LR, "momentum": 0.5, "batch_size": S, "steps": 300, "burn_in": 100, "w0": w0, "seed": 3}
     ref = gpu.run_reference(data, **kw)
     dev = gpu.run_cupy(data, **kw)
     return float(max(np.max(np.abs(dev.w_final - ref.w_final) / np.abs(ref.w_final).max()),
@@ -133,7 +133,7 @@ def main() -> None:
             try:
                 fn, chunk = kl.jax_runner(data, r)
                 j = rate(fn, r, args.seconds, probe=chunk)
-            except Exception as exc:  # JAX missing or without a GPU: the row keeps its CuPy number
+            except Exception as exc:  # noqa: BLE001 - JAX missing or failing: the row keeps its CuPy number
                 print(f"jax at R={r}: {type(exc).__name__}: {exc}")
         print(f"{r:>7} {g:>9.3g} {j:>9.3g} | {g / j:>8.1f} {g / cpu['numba']:>10.1f} {g / cpu['sgdsweep']:>13.1f} "
               f"{g / roof:>9.1%} {g * 8 * S * kl.N / 1e12:>6.2f} TB/s", flush=True)

@@ -206,7 +206,7 @@ def cupy_available() -> bool:
     try:
         import cupy
         return cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:  # ImportError, or CUDA without a device or driver
+    except Exception:  # noqa: BLE001 - ImportError, or CUDA without a device or driver (CuPy raises several types)
         return False
 
 

@@ -62,7 +62,7 @@ def test_reference_weight_variance_matches_exact_theory(momentum):
 def test_reference_does_not_depend_on_the_other_replicas():
     data = make_data()
     w0 = np.random.default_rng(0).standard_normal((5, data.n_inputs))
-    kw = dict(lr=0.3, momentum=0.5, batch_size=3, steps=50, burn_in=10, seed=2)
+    kw = {"lr": 0.3, "momentum": 0.5, "batch_size": 3, "steps": 50, "burn_in": 10, "seed": 2}
     all5 = gpu.run_reference(data, w0=w0, **kw)
     first3 = gpu.run_reference(data, w0=w0[:3], **kw)
     np.testing.assert_array_equal(all5.w_final[:3], first3.w_final)
@@ -70,15 +70,15 @@ def test_reference_does_not_depend_on_the_other_replicas():
 
 
 @pytest.mark.parametrize("bad, message", [
-    (dict(lr=0.0), "lr=0.0"),
-    (dict(momentum=1.0), "momentum=1.0"),
-    (dict(batch_size=65), "batch_size=65"),
-    (dict(burn_in=50), "burn_in=50"),
-    (dict(w0=np.zeros((2, 3))), "w0 has shape"),
-    (dict(seed=-1), "seed=-1"),
+    ({"lr": 0.0}, "lr=0.0"),
+    ({"momentum": 1.0}, "momentum=1.0"),
+    ({"batch_size": 65}, "batch_size=65"),
+    ({"burn_in": 50}, "burn_in=50"),
+    ({"w0": np.zeros((2, 3))}, "w0 has shape"),
+    ({"seed": -1}, "seed=-1"),
 ])
 def test_bad_arguments_are_named(bad, message):
-    kw = dict(lr=0.1, momentum=0.0, batch_size=4, steps=50, burn_in=0, w0=np.zeros((2, 8)), seed=0)
+    kw = {"lr": 0.1, "momentum": 0.0, "batch_size": 4, "steps": 50, "burn_in": 0, "w0": np.zeros((2, 8)), "seed": 0}
     with pytest.raises(ValueError, match=message):
         gpu.run_reference(make_data(), **{**kw, **bad})
 
@@ -103,7 +103,7 @@ def test_cupy_kernel_equals_reference(n, s, momentum):
     """Same indices, same arithmetic up to rounding; N = 33 leaves 31 padding components."""
     data = make_data(n=n, p=300)
     w0 = np.random.default_rng(1).standard_normal((37, data.n_inputs))
-    kw = dict(lr=0.5, momentum=momentum, batch_size=s, steps=300, burn_in=100, w0=w0, seed=5)
+    kw = {"lr": 0.5, "momentum": momentum, "batch_size": s, "steps": 300, "burn_in": 100, "w0": w0, "seed": 5}
     ref, dev = gpu.run_reference(data, **kw), gpu.run_cupy(data, **kw)
     np.testing.assert_allclose(dev.w_final, ref.w_final, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(dev.sq_dev, ref.sq_dev, rtol=1e-9)
@@ -112,7 +112,7 @@ def test_cupy_kernel_equals_reference(n, s, momentum):
 @pytest.mark.skipif(not gpu.cupy_available(), reason="needs CuPy and a CUDA device")
 def test_cupy_ensemble_in_pieces_equals_one_run():
     data = make_data()
-    kw = dict(lr=0.3, momentum=0.5, batch_size=4, burn_in=20, w0=np.zeros((9, data.n_inputs)), seed=4)
+    kw = {"lr": 0.3, "momentum": 0.5, "batch_size": 4, "burn_in": 20, "w0": np.zeros((9, data.n_inputs)), "seed": 4}
     ens = gpu.CupyEnsemble(data, **kw)
     for steps in (7, 30, 13):
         ens.advance(steps)
