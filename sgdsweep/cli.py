@@ -129,7 +129,6 @@ def cmd_simulate_shard(args: argparse.Namespace) -> int:
 
 def cmd_aggregate(args: argparse.Namespace) -> int:
     from .aggregate import build_ensemble, write_ensemble
-
     from .cluster import RUN_ID_ENV, release_shared_cluster
 
     if args.release_cluster and RUN_ID_ENV in os.environ:
