@@ -140,7 +140,7 @@ def _mean_update(data: AffineProblem, lr: float, momentum: float) -> np.ndarray:
     return np.vstack([top, bottom])
 
 
-def _solve_symmetric(b: np.ndarray, fl: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+def _solve_symmetric(b: np.ndarray, fl: np.ndarray, rhs: np.ndarray, n: int) -> np.ndarray:
     """The symmetric solution Z (d × d) of ``Z = B Z Bᵀ + F(Z₁₁) + R``, F acting on the top-left
     n × n block Z₁₁ as the n²×n² matrix ``fl`` (row-major vec) and landing there, R = ``rhs``
     symmetric.
@@ -152,7 +152,7 @@ def _solve_symmetric(b: np.ndarray, fl: np.ndarray, rhs: np.ndarray) -> np.ndarr
     momentum at N = 10–25 (1.3–1.5× without; tests/test_theory_linear.py checks Z against
     brute force).
     """
-    d, n = b.shape[0], int(round(np.sqrt(fl.shape[0])))
+    d = b.shape[0]
     i, j = np.tril_indices(d)
     off = (i != j).astype(float)
     bi, bj = b[i], b[j]
@@ -191,7 +191,7 @@ def stationary_second_moment(data: AffineProblem, lr: float, batch_size: int, mo
     rhs[:n, :n] = lr * lr * noise_gain * c
     unknowns = d * d
     if unknowns <= DIRECT_MAX_UNKNOWNS:
-        z = _solve_symmetric(b, lr * lr * noise_gain * _fluctuation_matrix(data, batch_size, noise), rhs)
+        z = _solve_symmetric(b, lr * lr * noise_gain * _fluctuation_matrix(data, batch_size, noise), rhs, n)
     else:
         fl_op = _fluctuation_op(data, batch_size, noise)
 
