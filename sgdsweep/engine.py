@@ -82,8 +82,9 @@ def run_lanes(problem: Problem, *, noise: str, batch_size: int, steps: int, lr: 
     n_lanes, d = w0.shape
     per_lane_ref = problem.w_min is None
     acc = obs.Accumulators.create(n_lanes, problem, observe, per_lane_ref)
-    out = {k: v.copy() for k, v in acc.arrays.items()}
-    out["w_final"] = np.array(w0, dtype=np.float64)
+    # full-size results, allocated when the first lane stops early: if none does, the working
+    # arrays themselves become the results (no copy of an N×N moment per lane)
+    out: dict[str, np.ndarray] | None = None
     ids = np.arange(n_lanes)
     w = np.array(w0, dtype=np.float64)
     lr = np.asarray(lr, dtype=np.float64)
@@ -110,7 +111,14 @@ def run_lanes(problem: Problem, *, noise: str, batch_size: int, steps: int, lr: 
                                       else np.full(n_lanes, observe.autocorr_stride), dtype=np.int64))
 
     def stop(mask: np.ndarray) -> None:
-        nonlocal ids, w, mom, perm_view, pos_view, lr_v, mu_v, step_v, burn_v, bound_v, stride_v, gu, gz
+        nonlocal out, ids, w, mom, perm_view, pos_view, lr_v, mu_v, step_v, burn_v, bound_v, stride_v, gu, gz
+        if out is None:
+            if ids.size == n_lanes and mask.all():  # every lane stops here, none stopped before
+                out = {**acc.arrays, "w_final": w}
+                ids = ids[:0]
+                return
+            out = {k: np.empty_like(v) for k, v in acc.arrays.items()}  # every lane is written once
+            out["w_final"] = np.empty_like(w)
         gone = ids[mask]
         for k, v in acc.arrays.items():
             out[k][gone] = v[mask]
@@ -213,7 +221,8 @@ def run_lanes(problem: Problem, *, noise: str, batch_size: int, steps: int, lr: 
                 if not ids.size:
                     break
         t0 += nb
-    stop(np.ones(ids.size, dtype=bool))
+    if ids.size or out is None:
+        stop(np.ones(ids.size, dtype=bool))
     if "sum_dd" in out:
         obs.symmetrize(out["sum_dd"])
     return out

@@ -133,10 +133,14 @@ def _accumulate_full(delta, mask, count, sum_d, sum_dd):  # pragma: no cover - c
                 sum_dd[lane, i, j] += di * delta[lane, j]
 
 
-def symmetrize(sum_dd: np.ndarray) -> None:
+@numba.njit(cache=True, nogil=True)
+def symmetrize(sum_dd: np.ndarray) -> None:  # pragma: no cover - compiled
     """Fill the upper triangle of the accumulated Σδδᵀ (L, d, d) from its lower one, in place."""
-    iu = np.triu_indices(sum_dd.shape[1], 1)
-    sum_dd[:, iu[0], iu[1]] = sum_dd[:, iu[1], iu[0]]
+    for lane in range(sum_dd.shape[0]):
+        m = sum_dd[lane]
+        for i in range(m.shape[0]):
+            for j in range(i):
+                m[j, i] = m[i, j]
 
 
 def sketch_width(spec: ObserveSpec, d: int) -> int:
