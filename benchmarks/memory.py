@@ -67,7 +67,7 @@ def main() -> None:
     print(f"{'R':>5} {'growth MiB':>11} {'slope / 8d²':>12}")
     prev = None
     d2 = 50**2
-    for replicas in (64, 256, 1024):
+    for replicas in (64, 256, 1024, 4096, 16384):
         growth = (lambda m: m["peak_mib"] - m["base_mib"])(measure(50, replicas, 200))
         slope = "" if prev is None else f"{(growth - prev[1]) * 2**20 / (replicas - prev[0]) / (8 * d2):>12.2f}"
         print(f"{replicas:>5} {growth:>11.1f} {slope}", flush=True)

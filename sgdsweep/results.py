@@ -9,6 +9,7 @@ flagged and excluded, never averaged in.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
@@ -59,24 +60,63 @@ def mean_se(values: np.ndarray) -> tuple[float, float]:
     return float(np.mean(v)), se
 
 
-def second_moments(lanes: Mapping[str, np.ndarray], centred: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per replica: mean δ (R, d), second moment (R, d, d) or its diagonal (R, d), and an ok mask.
+@dataclass(frozen=True)
+class Moments:
+    """One point's per-replica weight moments, without a per-replica copy of an N×N matrix.
 
-    ``centred``: subtract each replica's own time mean (models without a unique minimum).
-    """
+    ``mean`` (R, d): each replica's time-mean δ; ``ok`` (R,): replicas that did not diverge and
+    measured at least one step; ``trace`` (R,): tr of each ok replica's second moment (NaN for
+    the others); ``ok_mean``: the second moment (d, d), or its diagonal (d,) when only that is
+    accumulated, averaged over the ok replicas (NaN when there are none); :meth:`replica`: one
+    replica's matrix (or diagonal).
+    ``centred``: around each replica's own time mean (models without a unique minimum)."""
+
+    lanes: Mapping[str, np.ndarray]
+    centred: bool
+    mean: np.ndarray
+    ok: np.ndarray
+    trace: np.ndarray
+    ok_mean: np.ndarray
+
+    @property
+    def full(self) -> bool:
+        """Whether the whole N×N matrix is accumulated (else its diagonal)."""
+        return "sum_dd" in self.lanes
+
+    def replica(self, r: int) -> np.ndarray:
+        """Replica r's second moment: its (d, d) matrix, or its diagonal (d,)."""
+        return _replica_moment(self.lanes, r, self.mean[r], self.centred)
+
+
+def _replica_moment(lanes: Mapping[str, np.ndarray], r: int, mean: np.ndarray, centred: bool) -> np.ndarray:
+    """Σδδᵀ/n (or Σδ²/n) of replica r, minus meanmeanᵀ (mean²) when ``centred``."""
+    n = float(lanes["n"][r])
+    if "sum_dd" in lanes:
+        m = lanes["sum_dd"][r] / n
+        return m - np.outer(mean, mean) if centred else m
+    m = lanes["sum_d2"][r] / n
+    return m - mean**2 if centred else m
+
+
+def second_moments(lanes: Mapping[str, np.ndarray], centred: bool) -> Moments:
+    """The :class:`Moments` of one point's lanes, one replica's matrix at a time: the memory
+    beyond the accumulators is one (d, d) matrix, not one per replica."""
     n = lanes["n"].astype(float)
     ok = (lanes["diverged_step"] < 0) & (n > 0)
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = lanes["sum_d"] / n[:, None]
-        if "sum_dd" in lanes:
-            m2 = lanes["sum_dd"] / n[:, None, None]
-            if centred:
-                m2 = m2 - mean[:, :, None] * mean[:, None, :]
+    trace = np.full(n.size, np.nan)
+    total = None
+    for r in np.flatnonzero(ok):
+        m = _replica_moment(lanes, r, mean[r], centred)
+        trace[r] = np.trace(m) if m.ndim == 2 else m.sum()
+        if total is None:
+            total = m
         else:
-            m2 = lanes["sum_d2"] / n[:, None]
-            if centred:
-                m2 = m2 - mean**2
-    return mean, m2, ok
+            total += m
+    d = mean.shape[1]
+    ok_mean = total / int(ok.sum()) if total is not None else np.full((d, d) if "sum_dd" in lanes else d, np.nan)
+    return Moments(lanes, centred, mean, ok, trace, ok_mean)
 
 
 def escape_summary(escape_step: np.ndarray, cap: int, step_unit: float) -> dict[str, Any]:
@@ -172,12 +212,13 @@ def _hessian_fd(problem, w: np.ndarray, h: float = 1e-5) -> np.ndarray:
     return 0.5 * (hess + hess.T)
 
 
-def _spectra_per_replica(problem, params, lanes, m2, mean, ok) -> tuple[dict[str, Any], dict[str, Any]]:
+def _spectra_per_replica(problem, params, lanes, moments: Moments) -> tuple[dict[str, Any], dict[str, Any]]:
     """Models without a unique minimum: covariance spectra per replica (around each replica's own
     time mean), averaged over replicas; per layer too; and the loss curvature vᵢᵀ H vᵢ along the
     covariance eigenvectors, H the Hessian at the replica's mean weights."""
-    rep = np.flatnonzero(ok)
-    d = m2.shape[1]
+    rep = np.flatnonzero(moments.ok)
+    mean = moments.mean
+    d = mean.shape[1]
     eig = np.full((rep.size, d), np.nan)
     curv = np.full((rep.size, d), np.nan)
     per_layer: dict[str, list[np.ndarray]] = {layer.name: [] for layer in problem.layers}
@@ -186,7 +227,8 @@ def _spectra_per_replica(problem, params, lanes, m2, mean, ok) -> tuple[dict[str
     k_range = problem.hessian_rank if hasattr(problem, "hessian_rank") else d
     on_range = np.full((rep.size, k_range), np.nan)
     for j, r in enumerate(rep):
-        vals, vecs = np.linalg.eigh(m2[r])
+        m2 = moments.replica(r)
+        vals, vecs = np.linalg.eigh(m2)
         order = np.argsort(vals)[::-1]
         vals, vecs = vals[order], vecs[:, order]
         eig[j] = vals
@@ -195,10 +237,10 @@ def _spectra_per_replica(problem, params, lanes, m2, mean, ok) -> tuple[dict[str
         curv[j] = np.einsum("dk,de,ek->k", vecs, hess, vecs)
         hv, hu = np.linalg.eigh(hess)
         u = hu[:, np.argsort(hv)[::-1][:k_range]]  # range of the Hessian (of Γ)
-        on_range[j] = np.sort(np.linalg.eigvalsh(u.T @ m2[r] @ u))[::-1]
+        on_range[j] = np.sort(np.linalg.eigvalsh(u.T @ m2 @ u))[::-1]
         # per layer: the fluctuations on the Hessian's range (drift along the flat directions of a
         # minimum manifold, e.g. W1 → AW1, W2 → W2A⁻¹, grows with the window and is not a fluctuation)
-        m_range = m2[r] if k_range == d else u @ (u.T @ m2[r] @ u) @ u.T
+        m_range = m2 if k_range == d else u @ (u.T @ m2 @ u) @ u.T
         for layer in problem.layers:
             sl = slice(layer.start, layer.start + layer.size)
             lv, lu = np.linalg.eigh(m_range[sl, sl])
@@ -259,12 +301,12 @@ def point_result(problem, params: Mapping[str, Any], burn_in: int, lanes: Mappin
                  pred, stride: int, substeps: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """Arrays (name → (dims, values)) and JSON summary of one point from its lanes."""
     centred = problem.w_min is None
-    mean, m2, ok = second_moments(lanes, centred)
+    moments = second_moments(lanes, centred)
+    mean, ok = moments.mean, moments.ok
     n = lanes["n"].astype(float)
-    full = m2.ndim == 3
+    full = moments.full
     d = problem.dim
-    with np.errstate(invalid="ignore"):
-        var_rep = np.where(ok, (np.trace(m2, axis1=1, axis2=2) if full else m2.sum(axis=1)) / d, np.nan)
+    var_rep = np.where(ok, moments.trace / d, np.nan)
     arrays: dict[str, Any] = {"weight_var_replica": (("replica",), var_rep),
                               "diverged_step": (("replica",), lanes["diverged_step"].astype(np.int64))}
     summary: dict[str, Any] = {}
@@ -273,10 +315,10 @@ def point_result(problem, params: Mapping[str, Any], burn_in: int, lanes: Mappin
     n_ok = int(ok.sum())
     arrays["weight_mean"] = (("param",), mean[ok].mean(axis=0) if n_ok else np.full(d, np.nan))
     if full:
-        cov = m2[ok].mean(axis=0) if n_ok else np.full((d, d), np.nan)
+        cov = moments.ok_mean
         arrays["weight_cov"] = (("param", "param_t"), cov)
         if centred:
-            spec_arrays, spec_summary = _spectra_per_replica(problem, params, lanes, m2, mean, ok)
+            spec_arrays, spec_summary = _spectra_per_replica(problem, params, lanes, moments)
             arrays.update(spec_arrays)
             summary.update(spec_summary)
         elif n_ok:
@@ -284,7 +326,7 @@ def point_result(problem, params: Mapping[str, Any], burn_in: int, lanes: Mappin
             if pred.hessian is not None and pred.hessian.shape == cov.shape:
                 arrays["mode_curvature"] = (("mode",), mode_curvature(cov, pred.hessian))
     else:
-        arrays["weight_var_diag"] = (("param",), m2[ok].mean(axis=0) if n_ok else np.full(d, np.nan))
+        arrays["weight_var_diag"] = (("param",), moments.ok_mean)
         if "sketch" in lanes and n_ok:
             k_sketch = lanes["sketch"].shape[2]
             y = (lanes["sketch"][ok] / n[ok, None, None]).mean(axis=0)
