@@ -18,7 +18,6 @@ from . import observables as obs
 from .theory import fdr
 from .theory import two_layer as two_layer_theory
 
-
 #: (long_name, units, description) of the arrays that only point stores hold (matrices).
 POINT_ARRAYS: dict[str, tuple[str, str, str]] = {
     "weight_mean": ("mean of w − w*", "weight", "time- and replica-averaged deviation from the reference point"),
