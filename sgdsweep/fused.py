@@ -55,6 +55,9 @@ ADDED_CODE = {"gaussian": 1, "gaussian_matched": 2, "student_t": 3}
 #: Accumulate-and-flush buffer of δ per lane (steps): the N×N second moment is updated from
 #: this many steps at once (a blocked rank-k update) instead of once per step.
 DELTA_BUFFER = 16
+#: Parameters from which :func:`_flush` runs the blocked rank-k update (below, its rows are too
+#: short for vector loops; measured crossover 30–50).
+FLUSH_BLOCKED_MIN = 40
 
 
 def supports(problem, noise: str, dynamics_kind: str, noise_lags: list[int], escape: bool) -> bool:
@@ -771,14 +774,58 @@ def _feed_loss(lane, val, loss_count, sum_loss, loss_buf, loss_lag, loss_head): 
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
 def _flush(dbuf, nbuf, out):  # pragma: no cover - compiled
-    """Lower triangle of out += Σ_b δ_b δ_bᵀ over the nbuf buffered columns of dbuf (d × nb)."""
+    """Lower triangle of out += Σ_b δ_b δ_bᵀ over the nbuf buffered columns of dbuf (d × nb).
+
+    From d = :data:`FLUSH_BLOCKED_MIN` on, :func:`_flush_blocked` on the transposed buffer
+    (1.7× faster at d = 100, 2× at 200); below it, where rows are too short for its vector
+    loops, a dot product over the buffer per element."""
     d = dbuf.shape[0]
+    if d >= FLUSH_BLOCKED_MIN:
+        _flush_blocked(np.ascontiguousarray(dbuf[:, :nbuf].T), out)
+        return
     for i in range(d):
         for j in range(i + 1):
             acc = 0.0
             for b in range(nbuf):
                 acc += dbuf[i, b] * dbuf[j, b]
             out[i, j] += acc
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _flush_blocked(rows, out):  # pragma: no cover - compiled
+    """Lower triangle of out += Σ_b r_b r_bᵀ, r_b = rows[b] (nb × d, a row per step): two rows of
+    ``out`` and four steps at a time, so each load of r_b[j] feeds two FMAs and each element of
+    ``out`` is loaded and stored once per four steps; the innermost loops run along j."""
+    nb, d = rows.shape
+    i = 0
+    while i + 2 <= d:
+        ra, rb = out[i], out[i + 1]
+        b = 0
+        while b + 4 <= nb:
+            r0, r1, r2, r3 = rows[b], rows[b + 1], rows[b + 2], rows[b + 3]
+            a0, a1, a2, a3 = r0[i], r1[i], r2[i], r3[i]
+            c0, c1, c2, c3 = r0[i + 1], r1[i + 1], r2[i + 1], r3[i + 1]
+            for j in range(i + 1):
+                x0, x1, x2, x3 = r0[j], r1[j], r2[j], r3[j]
+                ra[j] += a0 * x0 + a1 * x1 + a2 * x2 + a3 * x3
+                rb[j] += c0 * x0 + c1 * x1 + c2 * x2 + c3 * x3
+            rb[i + 1] += c0 * c0 + c1 * c1 + c2 * c2 + c3 * c3
+            b += 4
+        while b < nb:
+            r0 = rows[b]
+            a0, c0 = r0[i], r0[i + 1]
+            for j in range(i + 1):
+                ra[j] += a0 * r0[j]
+                rb[j] += c0 * r0[j]
+            rb[i + 1] += c0 * c0
+            b += 1
+        i += 2
+    if i < d:  # odd d: the last row alone
+        ra = out[i]
+        for b in range(nb):
+            a0 = rows[b, i]
+            for j in range(i + 1):
+                ra[j] += a0 * rows[b, j]
 
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})

@@ -276,6 +276,21 @@ def test_wrong_update_is_caught(monkeypatch):
     assert not np.allclose(a["sum_dd"], b["sum_dd"], rtol=1e-3)
 
 
+@pytest.mark.parametrize("d", [fused.FLUSH_BLOCKED_MIN - 1, fused.FLUSH_BLOCKED_MIN, 41, 77])
+def test_second_moment_flush_is_the_rank_k_update(d):
+    """Both ways of flushing the δ buffer, a partial buffer included, add the lower triangle of
+    Σ_b δ_b δ_bᵀ and leave the upper triangle alone (odd d: the blocked loop's last row)."""
+    rng = np.random.default_rng(d)
+    for nbuf in (1, 3, 4, 5, fused.DELTA_BUFFER):
+        dbuf = rng.standard_normal((d, fused.DELTA_BUFFER))
+        before = rng.standard_normal((d, d))
+        out = before.copy()
+        fused._flush(dbuf, nbuf, out)
+        want = before + dbuf[:, :nbuf] @ dbuf[:, :nbuf].T
+        np.testing.assert_allclose(np.tril(out), np.tril(want), rtol=1e-12, atol=1e-12)
+        np.testing.assert_array_equal(np.triu(out, 1), np.triu(before, 1))
+
+
 def test_threads_env_is_checked(monkeypatch):
     monkeypatch.setenv(fused.THREADS_ENV, "two")
     with pytest.raises(ValueError, match="SGDSWEEP_THREADS='two'"):
