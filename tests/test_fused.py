@@ -276,6 +276,21 @@ def test_wrong_update_is_caught(monkeypatch):
     assert not np.allclose(a["sum_dd"], b["sum_dd"], rtol=1e-3)
 
 
+@pytest.mark.parametrize("has_label", [False, True])
+def test_plain_gradient_every_batch_size(has_label):
+    """The inlined linear-regression gradient (rows four, two and one at a time) against the
+    formula Σ_k w_k (x_k·w − y_k − ε_k) x_k, for every remainder of S modulo 4."""
+    rng = np.random.default_rng(5)
+    x, y, wl = rng.standard_normal((30, 7)), rng.standard_normal((30, 1)), rng.standard_normal(7)
+    for s in range(1, 10):
+        idx = rng.integers(0, 30, s)
+        weight, zl = rng.random(s), rng.standard_normal(s)
+        g = np.empty(7)
+        fused._plain_grad(wl, x, y, idx, weight, 0.3, zl, has_label, g)
+        resid = x[idx] @ wl - y[idx, 0] - (0.3 * zl if has_label else 0.0)
+        np.testing.assert_allclose(g, (weight * resid) @ x[idx], rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("d", [fused.FLUSH_BLOCKED_MIN - 1, fused.FLUSH_BLOCKED_MIN, 41, 77])
 def test_second_moment_flush_is_the_rank_k_update(d):
     """Both ways of flushing the δ buffer, a partial buffer included, add the lower triangle of
