@@ -214,7 +214,7 @@ def _advance_affine(t0, u, z, w, mom, lr, mu, burn, bound, stride, perm, pos,
     observe_noise = added == 0 and noise_buf.shape[0] > 0
     full = sum_dd.shape[0] > 0
     sample_losses = loss_count.shape[0] > 0
-    # one output, no metric, no offsets (linear regression): the gradient inline, a row at a time
+    # one output, no metric, no offsets (linear regression): the gradient inlined (_plain_grad)
     plain = n_out == 1 and metric.shape[0] == 0 and offsets.shape[0] == 0
     nb = DELTA_BUFFER
     for lane in range(n_lanes):
