@@ -8,7 +8,7 @@ gradients, two passes over all P samples (4·P·d); the ratio is
 (throughput × flops) against the same product of the reference, linear regression N = 100,
 S = 10, minibatch (linreg-ref). Every case runs a fused kernel (:mod:`sgdsweep.fused`).
 
-    python benchmarks/kernel_models.py [--seconds 1] [--numpy]
+    python benchmarks/kernel_models.py [--seconds 1] [--numpy] [--match TEXT]
 """
 
 from __future__ import annotations
@@ -109,12 +109,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=1.0)
     ap.add_argument("--numpy", action="store_true", help="also run each case on the numpy engine")
+    ap.add_argument("--match", default="", help="only the cases whose name contains this text (and the reference)")
     args = ap.parse_args()
     print(f"{LANES} lanes, one thread, float64, bare steps; replica-steps/s and per-flop ratio to linreg-ref")
     print(f"{'case':>36} {'replica-steps/s':>16} {'flops/step':>11} {'GFLOP/s':>8} {'per flop / ref':>15}"
           + (f" {'numpy engine':>13} {'fused/numpy':>12}" if args.numpy else ""))
     ref = None
     for name, (cfg, flops) in CASES.items():
+        if ref is not None and args.match not in name:
+            continue
         rate(cfg, 20)  # compile and build the problem
         guess, _, _ = rate(cfg, 500)
         r, problem, s = rate(cfg, max(500, int(guess * args.seconds / LANES)))

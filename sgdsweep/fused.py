@@ -58,6 +58,9 @@ DELTA_BUFFER = 16
 #: Parameters from which :func:`_flush` runs the blocked rank-k update (below, its rows are too
 #: short for vector loops; measured crossover 30–50).
 FLUSH_BLOCKED_MIN = 40
+#: Inputs from which :func:`_plain_grad` takes rows eight at a time (below, four: on short rows
+#: eight accumulators cost more than they save; measured 1.06–1.18× at N = 100).
+EIGHT_ROWS_MIN = 32
 
 
 def supports(problem, noise: str, dynamics_kind: str, noise_lags: list[int], escape: bool) -> bool:
@@ -214,13 +217,10 @@ def _advance_affine(t0, u, z, w, mom, lr, mu, burn, bound, stride, perm, pos,
     observe_noise = added == 0 and noise_buf.shape[0] > 0
     full = sum_dd.shape[0] > 0
     sample_losses = loss_count.shape[0] > 0
-    # one output, no metric, no offsets (linear regression): the gradient inlined (_plain_grad)
-    plain = n_out == 1 and metric.shape[0] == 0 and offsets.shape[0] == 0
     nb = DELTA_BUFFER
     for lane in range(n_lanes):
         g = np.empty(d)
-        r = np.empty(n_out)
-        res = np.empty((s, n_out))  # per row: residual, then its weighted metric share
+        tmp = np.empty(d)
         delta = np.empty(d)
         noise_b = np.empty(d)
         dbuf = np.empty((d, nb))  # δ of the last buffered measured steps, column per step
@@ -236,13 +236,11 @@ def _advance_affine(t0, u, z, w, mom, lr, mu, burn, bound, stride, perm, pos,
             elif added >= 2:
                 _matched_weights(z[lane, step], p, noise_amp, added == 3, weight)
             if added == 1:
-                _affine_full_grad(wl, sxx, syx, metric, a_mean, n_out, n_in, r, g)
+                _affine_full_grad(wl, sxx, syx, metric, a_mean, n_out, n_in, tmp, g)
                 for i in range(d):
                     g[i] += noise_amp * z[lane, step, i]
-            elif plain:
-                _plain_grad(wl, x, y, idx, weight, label_noise, z[lane, step], has_label, g)
             else:
-                _rows_grad(wl, x, y, idx, weight, metric, offsets, label_noise, z[lane, step], has_label, res, r, g)
+                _affine_grad(wl, x, y, idx, weight, metric, offsets, label_noise, z[lane, step], has_label, tmp, g)
             # -- heavy-ball update --
             _heavy_ball(wl, g, mom, lane, mu[lane], lr[lane])
             d2 = _deviation(wl, ref, delta)
@@ -255,7 +253,7 @@ def _advance_affine(t0, u, z, w, mom, lr, mu, burn, bound, stride, perm, pos,
             nbuf = _moments(lane, delta, count, sum_d, sum_dd, dbuf, nbuf, sum_d2, sketch, omega)
             if observe_noise:
                 _observe_noise(lane, ref, x, y, idx, weight, metric, offsets, label_noise, z[lane, step], has_label,
-                               res, r, noise_b, delta, lags, count, noise_buf, noise_lag, sum_gram)
+                               tmp, noise_b, delta, lags, count, noise_buf, noise_lag, sum_gram)
             if sample_losses and t % stride[lane] == 0:
                 if want_loss:
                     _feed_loss(lane, loss_min + 0.5 * _metric_form(delta, sxx, metric, n_out, n_in),
@@ -274,92 +272,102 @@ def _advance_affine(t0, u, z, w, mom, lr, mu, burn, bound, stride, perm, pos,
             _flush(dbuf, nbuf, sum_dd[lane])
 
 
-@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
-def _rows_grad(wl, x, y, idx, weight, metric, offsets, label_noise, zl, has_label, res, r, g):  # pragma: no cover
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"}, inline="always")
+def _affine_grad(wl, x, y, idx, weight, metric, offsets, label_noise, zl, has_label, tmp, g):  # pragma: no cover
     """g = Σ_k weight_k g_{idx_k}(W) of the affine per-sample gradients g_μ = M (W x_μ − y_μ − ε_μ) x_μᵀ
-    − a_μ (ε: label noise from ``zl`` when ``has_label``), four rows at a time (each weight and
-    gradient element loaded once per four rows)."""
-    s = idx.shape[0]
+    − a_μ (ε: label noise from ``zl`` when ``has_label``; ``tmp``: scratch of d): output by
+    output the data sum G_o = Σ_k weight_k (W_o·x_k − y_ko − ε_ko) x_k (:func:`_plain_grad`),
+    then M applied once to G (it is linear, so M Σ = Σ M), then the offsets. Inlined into the
+    block loop by Numba: as a call, with a dozen array arguments, it cost as much as a small
+    model's gradient."""
     n_in = x.shape[1]
     n_out = y.shape[1]
-    has_metric = metric.shape[0] > 0
-    for k0 in range(0, s, 4):
-        i0, i1, i2, i3 = idx[k0], idx[min(k0 + 1, s - 1)], idx[min(k0 + 2, s - 1)], idx[min(k0 + 3, s - 1)]
+    for o in range(n_out):
+        lo = o * n_in
+        _plain_grad(wl[lo:lo + n_in], x, y, o, idx, weight, label_noise, zl, has_label, g[lo:lo + n_in])
+    if metric.shape[0] > 0:
+        for i in range(g.shape[0]):
+            tmp[i] = g[i]
         for o in range(n_out):
-            off = o * n_in
-            a0 = a1 = a2 = a3 = 0.0
-            for i in range(n_in):
-                wi = wl[off + i]
-                a0 += wi * x[i0, i]
-                a1 += wi * x[i1, i]
-                a2 += wi * x[i2, i]
-                a3 += wi * x[i3, i]
-            res[k0, o] = a0
-            if k0 + 1 < s:
-                res[k0 + 1, o] = a1
-            if k0 + 2 < s:
-                res[k0 + 2, o] = a2
-            if k0 + 3 < s:
-                res[k0 + 3, o] = a3
-    for k in range(s):
-        row = idx[k]
-        for o in range(n_out):
-            r[o] = res[k, o] - y[row, o]
-            if has_label:
-                r[o] -= label_noise * zl[k * n_out + o]
-        for o in range(n_out):
-            if has_metric:
-                acc = 0.0
-                for q in range(n_out):
-                    acc += metric[o, q] * r[q]
-                res[k, o] = acc * weight[k]
-            else:
-                res[k, o] = r[o] * weight[k]
-    for i in range(g.shape[0]):
-        g[i] = 0.0
-    for k0 in range(0, s, 4):
-        i0, i1, i2, i3 = idx[k0], idx[min(k0 + 1, s - 1)], idx[min(k0 + 2, s - 1)], idx[min(k0 + 3, s - 1)]
-        for o in range(n_out):
-            off = o * n_in
-            e0 = res[k0, o]
-            e1 = res[k0 + 1, o] if k0 + 1 < s else 0.0
-            e2 = res[k0 + 2, o] if k0 + 2 < s else 0.0
-            e3 = res[k0 + 3, o] if k0 + 3 < s else 0.0
-            for i in range(n_in):
-                g[off + i] += e0 * x[i0, i] + e1 * x[i1, i] + e2 * x[i2, i] + e3 * x[i3, i]
+            go = g[o * n_in:(o + 1) * n_in]
+            go[:] = 0.0
+            for q in range(n_out):
+                m = metric[o, q]
+                tq = tmp[q * n_in:(q + 1) * n_in]
+                for i in range(n_in):
+                    go[i] += m * tq[i]
     if offsets.shape[0] > 0:
-        for k in range(s):
+        for k in range(idx.shape[0]):
             row = idx[k]
+            c = weight[k]
             for i in range(g.shape[0]):
-                g[i] -= offsets[row, i] * weight[k]
+                g[i] -= c * offsets[row, i]
 
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
-def _observe_noise(lane, ref, x, y, idx, weight, metric, offsets, label_noise, zl, has_label, res, r, noise_b, delta,
+def _observe_noise(lane, ref, x, y, idx, weight, metric, offsets, label_noise, zl, has_label, tmp, noise_b, delta,
                    lags, count, noise_buf, noise_lag, sum_gram):  # pragma: no cover - compiled
     """Han's D(m) for one measured step of one lane: the gradient noise at the minimum of the
     step's batch, b = −g_B(W*), and δ into :func:`sgdsweep.observables.feed_noise_lane`."""
-    _rows_grad(ref, x, y, idx, weight, metric, offsets, label_noise, zl, has_label, res, r, noise_b)
+    _affine_grad(ref, x, y, idx, weight, metric, offsets, label_noise, zl, has_label, tmp, noise_b)
     for i in range(noise_b.shape[0]):
         noise_b[i] = -noise_b[i]
     feed_noise_lane(lane, noise_b, delta, lags, count, noise_buf, noise_lag, sum_gram)
 
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"}, inline="always")
-def _plain_grad(wl, x, y, idx, weight, label_noise, zl, has_label, g):  # pragma: no cover - compiled
-    """g = Σ_k weight_k (x_k·w − y_k − ε_k) x_k for one output without metric or offsets (linear
-    regression; ε_k = label_noise · zl[k] when ``has_label``): rows four, then two, then one at
-    a time, each group's residuals and its share of g in one visit (a weight or gradient
-    element loaded once per group). Inlined into the block loop by Numba: as a call, with a
-    dozen array arguments, it cost as much as a small model's gradient."""
+def _plain_grad(wl, x, y, o, idx, weight, label_noise, zl, has_label, g):  # pragma: no cover - compiled
+    """g = Σ_k weight_k (x_k·w − y_ko − ε_k) x_k: one output's data sum (the whole gradient of
+    linear regression; ε_k = label_noise · zl[k·n_out + o] when ``has_label``, n_out = y's
+    columns): rows eight (from :data:`EIGHT_ROWS_MIN` inputs), four, then two, then one at a
+    time, each group's residuals and its share of g in one visit (a weight or gradient element
+    loaded once per group; eight row streams in flight hide the latency of gathering them from
+    L2). Inlined by Numba."""
     n_in = x.shape[1]
+    n_out = y.shape[1]
     s = idx.shape[0]
     for i in range(n_in):
         g[i] = 0.0
     k = 0
+    while n_in >= EIGHT_ROWS_MIN and k + 8 <= s:
+        r0, r1, r2, r3 = idx[k], idx[k + 1], idx[k + 2], idx[k + 3]
+        r4, r5, r6, r7 = idx[k + 4], idx[k + 5], idx[k + 6], idx[k + 7]
+        a0, a1, a2, a3 = -y[r0, o], -y[r1, o], -y[r2, o], -y[r3, o]
+        a4, a5, a6, a7 = -y[r4, o], -y[r5, o], -y[r6, o], -y[r7, o]
+        for i in range(n_in):
+            wi = wl[i]
+            a0 += wi * x[r0, i]
+            a1 += wi * x[r1, i]
+            a2 += wi * x[r2, i]
+            a3 += wi * x[r3, i]
+            a4 += wi * x[r4, i]
+            a5 += wi * x[r5, i]
+            a6 += wi * x[r6, i]
+            a7 += wi * x[r7, i]
+        if has_label:
+            a0 -= label_noise * zl[k * n_out + o]
+            a1 -= label_noise * zl[(k + 1) * n_out + o]
+            a2 -= label_noise * zl[(k + 2) * n_out + o]
+            a3 -= label_noise * zl[(k + 3) * n_out + o]
+            a4 -= label_noise * zl[(k + 4) * n_out + o]
+            a5 -= label_noise * zl[(k + 5) * n_out + o]
+            a6 -= label_noise * zl[(k + 6) * n_out + o]
+            a7 -= label_noise * zl[(k + 7) * n_out + o]
+        a0 *= weight[k]
+        a1 *= weight[k + 1]
+        a2 *= weight[k + 2]
+        a3 *= weight[k + 3]
+        a4 *= weight[k + 4]
+        a5 *= weight[k + 5]
+        a6 *= weight[k + 6]
+        a7 *= weight[k + 7]
+        for i in range(n_in):
+            g[i] += (a0 * x[r0, i] + a1 * x[r1, i] + a2 * x[r2, i] + a3 * x[r3, i]
+                     + a4 * x[r4, i] + a5 * x[r5, i] + a6 * x[r6, i] + a7 * x[r7, i])
+        k += 8
     while k + 4 <= s:
         r0, r1, r2, r3 = idx[k], idx[k + 1], idx[k + 2], idx[k + 3]
-        a0, a1, a2, a3 = -y[r0, 0], -y[r1, 0], -y[r2, 0], -y[r3, 0]
+        a0, a1, a2, a3 = -y[r0, o], -y[r1, o], -y[r2, o], -y[r3, o]
         for i in range(n_in):
             wi = wl[i]
             a0 += wi * x[r0, i]
@@ -367,10 +375,10 @@ def _plain_grad(wl, x, y, idx, weight, label_noise, zl, has_label, g):  # pragma
             a2 += wi * x[r2, i]
             a3 += wi * x[r3, i]
         if has_label:
-            a0 -= label_noise * zl[k]
-            a1 -= label_noise * zl[k + 1]
-            a2 -= label_noise * zl[k + 2]
-            a3 -= label_noise * zl[k + 3]
+            a0 -= label_noise * zl[k * n_out + o]
+            a1 -= label_noise * zl[(k + 1) * n_out + o]
+            a2 -= label_noise * zl[(k + 2) * n_out + o]
+            a3 -= label_noise * zl[(k + 3) * n_out + o]
         a0 *= weight[k]
         a1 *= weight[k + 1]
         a2 *= weight[k + 2]
@@ -381,14 +389,14 @@ def _plain_grad(wl, x, y, idx, weight, label_noise, zl, has_label, g):  # pragma
     while k < s:  # the last one to three rows, two at a time while two are left
         r0, r1 = idx[k], idx[min(k + 1, s - 1)]
         two = k + 1 < s
-        a0, a1 = -y[r0, 0], -y[r1, 0]
+        a0, a1 = -y[r0, o], -y[r1, o]
         for i in range(n_in):
             wi = wl[i]
             a0 += wi * x[r0, i]
             a1 += wi * x[r1, i]
         if has_label:
-            a0 -= label_noise * zl[k]
-            a1 -= label_noise * zl[k + 1] if two else 0.0
+            a0 -= label_noise * zl[k * n_out + o]
+            a1 -= label_noise * zl[(k + 1) * n_out + o] if two else 0.0
         a0 *= weight[k]
         a1 = a1 * weight[k + 1] if two else 0.0
         for i in range(n_in):
@@ -606,20 +614,10 @@ def _advance_two_layer(t0, u, z, w, mom, step, mu, burn, bound, stride, perm, po
             elif added >= 2:
                 _matched_weights(z[lane, step_i], p, noise_amp, added == 3, weight)
             _end_to_end(wl, hidden, n_in, n_out, prod)
-            gp[:, :] = 0.0
-            for k in range(s):
-                row = idx[k]
-                for o in range(n_out):
-                    acc = -y[row, o]
-                    if has_label:
-                        acc -= label_noise * z[lane, step_i, k * n_out + o]
-                    for i in range(n_in):
-                        acc += prod[o, i] * x[row, i]
-                    e[o] = acc * weight[k]
-                for o in range(n_out):
-                    eo = e[o]
-                    for i in range(n_in):
-                        gp[o, i] += eo * x[row, i]
+            if n_out == 1:  # G = Σ_k c_k (x_k·prod − y_k − ε_k) x_k: linear regression's gradient
+                _plain_grad(prod[0], x, y, 0, idx, weight, label_noise, z[lane, step_i], has_label, gp[0])
+            else:
+                _two_layer_rows(prod, x, y, idx, weight, label_noise, z[lane, step_i], has_label, e, gp)
             for hh in range(hidden):  # g1 = W2ᵀ gp, g2 = gp W1ᵀ (innermost loops over inputs)
                 for i in range(n_in):
                     g[hh * n_in + i] = 0.0
@@ -672,6 +670,28 @@ def _advance_two_layer(t0, u, z, w, mom, step, mu, burn, bound, stride, perm, po
                 loss_count[lane] += 1
         if nbuf > 0:
             _flush(dbuf, nbuf, sum_dd[lane])
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _two_layer_rows(prod, x, y, idx, weight, label_noise, zl, has_label, e, gp):  # pragma: no cover
+    """G = Σ_k c_k e_k x_kᵀ, e_k = prod x_k − y_k − ε_k (``prod`` = W2 W1, n_out × n_in; ε from
+    ``zl`` when ``has_label``; ``e``: scratch of n_out) — the two-layer gradient's data sum
+    for several outputs (one output runs :func:`_plain_grad`)."""
+    n_out, n_in = prod.shape
+    gp[:, :] = 0.0
+    for k in range(idx.shape[0]):
+        row = idx[k]
+        for o in range(n_out):
+            acc = -y[row, o]
+            if has_label:
+                acc -= label_noise * zl[k * n_out + o]
+            for i in range(n_in):
+                acc += prod[o, i] * x[row, i]
+            e[o] = acc * weight[k]
+        for o in range(n_out):
+            eo = e[o]
+            for i in range(n_in):
+                gp[o, i] += eo * x[row, i]
 
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})

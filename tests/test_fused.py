@@ -276,19 +276,49 @@ def test_wrong_update_is_caught(monkeypatch):
     assert not np.allclose(a["sum_dd"], b["sum_dd"], rtol=1e-3)
 
 
+@pytest.mark.parametrize("n_in", [7, fused.EIGHT_ROWS_MIN])
 @pytest.mark.parametrize("has_label", [False, True])
-def test_plain_gradient_every_batch_size(has_label):
-    """The inlined linear-regression gradient (rows four, two and one at a time) against the
-    formula Σ_k w_k (x_k·w − y_k − ε_k) x_k, for every remainder of S modulo 4."""
+def test_plain_gradient_every_batch_size(has_label, n_in):
+    """The inlined data sum of one output (rows eight, four, two and one at a time) against the
+    formula Σ_k w_k (x_k·w − y_ko − ε_ko) x_k, for every remainder of S modulo 8 and each of 3
+    outputs, below and at the input count from which rows go eight at a time."""
     rng = np.random.default_rng(5)
-    x, y, wl = rng.standard_normal((30, 7)), rng.standard_normal((30, 1)), rng.standard_normal(7)
-    for s in range(1, 10):
+    x, y, wl = rng.standard_normal((30, n_in)), rng.standard_normal((30, 3)), rng.standard_normal(n_in)
+    for s in range(1, 18):
         idx = rng.integers(0, 30, s)
-        weight, zl = rng.random(s), rng.standard_normal(s)
-        g = np.empty(7)
-        fused._plain_grad(wl, x, y, idx, weight, 0.3, zl, has_label, g)
-        resid = x[idx] @ wl - y[idx, 0] - (0.3 * zl if has_label else 0.0)
-        np.testing.assert_allclose(g, (weight * resid) @ x[idx], rtol=1e-12, atol=1e-12)
+        weight, zl = rng.random(s), rng.standard_normal((s, 3))
+        for o in range(3):
+            g = np.empty(n_in)
+            fused._plain_grad(wl, x, y, o, idx, weight, 0.3, zl.ravel(), has_label, g)
+            resid = x[idx] @ wl - y[idx, o] - (0.3 * zl[:, o] if has_label else 0.0)
+            np.testing.assert_allclose(g, (weight * resid) @ x[idx], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("has_label", [False, True])
+@pytest.mark.parametrize("extras", ["none", "metric", "offsets", "both"])
+def test_affine_gradient_is_the_formula(extras, has_label):
+    """The affine gradient Σ_k w_k [M (W x_k − y_k − ε_k) x_kᵀ − a_k] with several outputs, the
+    metric applied after the sum and the offsets: against the formula per sample (a metric that
+    is not symmetric catches M applied transposed)."""
+    rng = np.random.default_rng(11)
+    n_out, n_in, p, s = 3, 5, 20, 7
+    x, y = rng.standard_normal((p, n_in)), rng.standard_normal((p, n_out))
+    wm = rng.standard_normal((n_out, n_in))
+    metric = rng.standard_normal((n_out, n_out)) if extras in ("metric", "both") else np.zeros((0, 0))
+    offsets = rng.standard_normal((p, n_out * n_in)) if extras in ("offsets", "both") else np.zeros((0, 0))
+    idx, weight, zl = rng.integers(0, p, s), rng.random(s), rng.standard_normal((s, n_out))
+    g = np.empty(n_out * n_in)
+    fused._affine_grad(wm.ravel(), x, y, idx, weight, metric, offsets, 0.4, zl.ravel(), has_label,
+                       np.empty(n_out * n_in), g)
+    want = np.zeros((n_out, n_in))
+    for k in range(s):
+        e = wm @ x[idx[k]] - y[idx[k]] - (0.4 * zl[k] if has_label else 0.0)
+        if metric.size:
+            e = metric @ e
+        want += weight[k] * np.outer(e, x[idx[k]])
+        if offsets.size:
+            want -= weight[k] * offsets[idx[k]].reshape(n_out, n_in)
+    np.testing.assert_allclose(g, want.ravel(), rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("d", [fused.FLUSH_BLOCKED_MIN - 1, fused.FLUSH_BLOCKED_MIN, 41, 77])
