@@ -8,6 +8,12 @@ gradients, two passes over all P samples (4·P·d); the ratio is
 (throughput × flops) against the same product of the reference, linear regression N = 100,
 S = 10, minibatch (linreg-ref). Every case runs a fused kernel (:mod:`sgdsweep.fused`).
 
+The lanes' generators are timed (:class:`TimedGenerator`), so each case also says what share
+of its time went to drawing random numbers (NumPy's generators, one thread) and how the rest,
+the compiled loop, compares per flop with the reference's compiled loop: noise matched to the
+per-sample gradients draws P normals per step, ~10 ns each here, against a gradient of 4·P·d
+flops, so drawing, not the kernel, sets those cases' ratio.
+
     python benchmarks/kernel_models.py [--seconds 1] [--numpy] [--match TEXT]
 """
 
@@ -53,7 +59,8 @@ CASES: dict[str, tuple[dict[str, Any], Callable[[Any, int], float]]] = {
     "matrix minibatch": (
         {"model": {"kind": "matrix", "targets": [1.0, 0.8, 0.6, 0.4, 0.3, 0.2, 0.1, 0.05]},
          "grid": {"lr": 0.05, "batch_size": 10, "samples_per_param": 10, "noise": "minibatch"}},
-        lambda p, s: 4 * s * p.dim + 2 * s * p.n_outputs**2 + 3 * p.dim),
+        # data sum 4·S·d, the metric once on the sum 2·n_out·d, the S offsets S·d, update 3·d
+        lambda p, s: 4 * s * p.dim + 2 * p.n_outputs * p.dim + s * p.dim + 3 * p.dim),
     "two_layer minibatch": (
         {"model": {"kind": "two_layer", "n_inputs": 20, "labels": "teacher"},
          "grid": {"lr": 0.02, "batch_size": 10, "samples_per_param": 10, "hidden_width": 20,
@@ -84,14 +91,33 @@ CASES: dict[str, tuple[dict[str, Any], Callable[[Any, int], float]]] = {
 }
 
 
-def rate(cfg: dict[str, Any], steps: int, use_fused: bool = True) -> tuple[float, Any, int]:
-    """(replica-steps/s, problem, S) of one bare run_lanes call of LANES lanes (``use_fused``
-    False: the numpy engine)."""
+class TimedGenerator:
+    """A lane's generator that adds the seconds spent drawing to ``clock[0]`` (the engine calls
+    ``random(out=)`` and ``standard_normal(out=)`` once per lane and block)."""
+
+    def __init__(self, gen: np.random.Generator, clock: list[float]):
+        self.gen, self.clock = gen, clock
+
+    def random(self, out: np.ndarray) -> None:
+        t = time.perf_counter()
+        self.gen.random(out=out)
+        self.clock[0] += time.perf_counter() - t
+
+    def standard_normal(self, out: np.ndarray) -> None:
+        t = time.perf_counter()
+        self.gen.standard_normal(out=out)
+        self.clock[0] += time.perf_counter() - t
+
+
+def rate(cfg: dict[str, Any], steps: int, use_fused: bool = True) -> tuple[float, float, Any, int]:
+    """(replica-steps/s, fraction of the time spent drawing random numbers, problem, S) of one
+    bare run_lanes call of LANES lanes (``use_fused`` False: the numpy engine)."""
     point = build_sweep({"sweep": "bench", "dynamics": {"burn_in": 0, "steps": 10_000}, **cfg}).points[0]
     p = point.params
     model = get_model(p["model"])
     problem = model.make_problem(model.data_params(p))
     gens = replica_streams(0, point.hash, LANES)
+    clock = [0.0]
     supports = fused.supports
     if not use_fused:
         fused.supports = lambda *a: False
@@ -99,10 +125,11 @@ def rate(cfg: dict[str, Any], steps: int, use_fused: bool = True) -> tuple[float
     run_lanes(problem, noise=p["noise"], batch_size=int(p["batch_size"]), steps=steps,
               lr=np.full(LANES, p["lr"]), momentum=np.zeros(LANES), burn_in=np.full(LANES, steps),
               bound=np.full(LANES, 1e30), w0=np.array([problem.initial(p["init"], g[2]) for g in gens]),
-              streams=[g[:2] for g in gens], observe=dataclasses.replace(observe_spec(p), escape=False))
+              streams=[[TimedGenerator(q, clock) for q in g[:2]] for g in gens],
+              observe=dataclasses.replace(observe_spec(p), escape=False))
     seconds = time.perf_counter() - t0
     fused.supports = supports
-    return LANES * steps / seconds, problem, int(p["batch_size"])
+    return LANES * steps / seconds, clock[0] / seconds, problem, int(p["batch_size"])
 
 
 def main() -> None:
@@ -111,19 +138,24 @@ def main() -> None:
     ap.add_argument("--numpy", action="store_true", help="also run each case on the numpy engine")
     ap.add_argument("--match", default="", help="only the cases whose name contains this text (and the reference)")
     args = ap.parse_args()
-    print(f"{LANES} lanes, one thread, float64, bare steps; replica-steps/s and per-flop ratio to linreg-ref")
+    print(f"{LANES} lanes, one thread, float64, bare steps; replica-steps/s and per-flop ratio to linreg-ref;"
+          " 'drawing': the share of the time in NumPy's generators, 'without drawing': the per-flop ratio"
+          " of the rest (the compiled loop) to the reference's")
     print(f"{'case':>36} {'replica-steps/s':>16} {'flops/step':>11} {'GFLOP/s':>8} {'per flop / ref':>15}"
+          f" {'drawing':>8} {'without drawing':>16}"
           + (f" {'numpy engine':>13} {'fused/numpy':>12}" if args.numpy else ""))
-    ref = None
+    ref = ref_loop = None
     for name, (cfg, flops) in CASES.items():
         if ref is not None and args.match not in name:
             continue
         rate(cfg, 20)  # compile and build the problem
-        guess, _, _ = rate(cfg, 500)
-        r, problem, s = rate(cfg, max(500, int(guess * args.seconds / LANES)))
+        guess = rate(cfg, 500)[0]
+        r, drawing, problem, s = rate(cfg, max(500, int(guess * args.seconds / LANES)))
         gflops = r * flops(problem, s) / 1e9
-        ref = ref or gflops
-        line = f"{name:>36} {r:>16.3g} {flops(problem, s):>11.3g} {gflops:>8.2f} {gflops / ref:>15.3f}"
+        loop = gflops / (1.0 - drawing)  # GFLOP/s of the compiled loop alone
+        ref, ref_loop = ref or gflops, ref_loop or loop
+        line = (f"{name:>36} {r:>16.3g} {flops(problem, s):>11.3g} {gflops:>8.2f} {gflops / ref:>15.3f}"
+                f" {drawing:>8.0%} {loop / ref_loop:>16.3f}")
         if args.numpy:
             base = rate(cfg, max(20, int(r * args.seconds / LANES / 10)), use_fused=False)[0]
             line += f" {base:>13.3g} {r / base:>12.1f}"
