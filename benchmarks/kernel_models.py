@@ -11,8 +11,8 @@ S = 10, minibatch (linreg-ref). Every case runs a fused kernel (:mod:`sgdsweep.f
 The lanes' generators are timed (:class:`TimedGenerator`), so each case also says what share
 of its time went to drawing random numbers (NumPy's generators, one thread) and how the rest,
 the compiled loop, compares per flop with the reference's compiled loop: noise matched to the
-per-sample gradients draws P normals per step, ~10 ns each here, against a gradient of 4·P·d
-flops, so drawing, not the kernel, sets those cases' ratio.
+per-sample gradients draws P normals per step (3.3 ns each here) against a gradient of 4·P·d
+flops, so drawing is a large share of those cases' time.
 
     python benchmarks/kernel_models.py [--seconds 1] [--numpy] [--match TEXT]
 """
@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from sgdsweep import fused
+from sgdsweep import engine, fused, noise
 from sgdsweep.config import build_sweep
 from sgdsweep.engine import run_lanes
 from sgdsweep.models import get_model
@@ -92,8 +92,9 @@ CASES: dict[str, tuple[dict[str, Any], Callable[[Any, int], float]]] = {
 
 
 class TimedGenerator:
-    """A lane's generator that adds the seconds spent drawing to ``clock[0]`` (the engine calls
-    ``random(out=)`` and ``standard_normal(out=)`` once per lane and block)."""
+    """A lane's generator that adds the seconds spent drawing to ``clock[0]``: its uniforms
+    (the engine calls ``random(out=)`` once per lane and block) and, through :meth:`normals`,
+    which stands in for :func:`sgdsweep.noise.draw_normals` during a run, its normals."""
 
     def __init__(self, gen: np.random.Generator, clock: list[float]):
         self.gen, self.clock = gen, clock
@@ -103,10 +104,11 @@ class TimedGenerator:
         self.gen.random(out=out)
         self.clock[0] += time.perf_counter() - t
 
-    def standard_normal(self, out: np.ndarray) -> None:
+    @staticmethod
+    def normals(timed: TimedGenerator, out: np.ndarray) -> None:
         t = time.perf_counter()
-        self.gen.standard_normal(out=out)
-        self.clock[0] += time.perf_counter() - t
+        noise.draw_normals(timed.gen, out)
+        timed.clock[0] += time.perf_counter() - t
 
 
 def rate(cfg: dict[str, Any], steps: int, use_fused: bool = True) -> tuple[float, float, Any, int]:
@@ -121,6 +123,7 @@ def rate(cfg: dict[str, Any], steps: int, use_fused: bool = True) -> tuple[float
     supports = fused.supports
     if not use_fused:
         fused.supports = lambda *a: False
+    fused.draw_normals = engine.draw_normals = TimedGenerator.normals
     t0 = time.perf_counter()
     run_lanes(problem, noise=p["noise"], batch_size=int(p["batch_size"]), steps=steps,
               lr=np.full(LANES, p["lr"]), momentum=np.zeros(LANES), burn_in=np.full(LANES, steps),
@@ -129,6 +132,7 @@ def rate(cfg: dict[str, Any], steps: int, use_fused: bool = True) -> tuple[float
               observe=dataclasses.replace(observe_spec(p), escape=False))
     seconds = time.perf_counter() - t0
     fused.supports = supports
+    fused.draw_normals = engine.draw_normals = noise.draw_normals
     return LANES * steps / seconds, clock[0] / seconds, problem, int(p["batch_size"])
 
 

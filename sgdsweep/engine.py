@@ -30,7 +30,14 @@ import numpy as np
 from . import fused
 from . import observables as obs
 from .models.base import ADDED_NOISE, Problem
-from .noise import MODE, added_noise, normals_per_step, sample_indices, uniforms_per_step
+from .noise import (
+    MODE,
+    added_noise,
+    draw_normals,
+    normals_per_step,
+    sample_indices,
+    uniforms_per_step,
+)
 
 #: Upper bound on the random numbers held per block of the numpy loop, and per lane chunk of a
 #: fused block (memory ≈ 8 bytes each).
@@ -169,7 +176,7 @@ def run_lanes(problem: Problem, *, noise: str, batch_size: int, steps: int, lr: 
         if n_z:
             z_block = np.empty((n_work, nb, n_z))
             for i, g in enumerate(gz):
-                g.standard_normal(out=z_block[i])
+                draw_normals(g, z_block[i])
         for s in range(nb):
             t = t0 + s
             idx = idx_block[:, s] if idx_block is not None else None

@@ -40,7 +40,7 @@ import numpy as np
 from .models.affine import AffineProblem
 from .models.landscape import Thesis
 from .models.two_layer import TwoLayerProblem
-from .noise import MODE, STUDENT_NU
+from .noise import MODE, STUDENT_NU, draw_normals
 from .observables import feed_noise_lane
 
 #: Environment variable: threads the fused kernel may use in one process (default 1: a
@@ -183,7 +183,7 @@ def advance(kernel, shared: tuple, t0: int, n_steps: int, uniforms: list, normal
             if n_u:
                 uniforms[i].random(out=u[i - lo])
             if n_z:
-                normals[i].standard_normal(out=z[i - lo])
+                draw_normals(normals[i], z[i - lo])
         kernel(t0, u, z, *[a[lo:hi] if a.shape[0] else a for a in lanes], *shared)
 
     starts = range(0, n_lanes, chunk)

@@ -33,6 +33,29 @@ def lane_streams(seed_sequence: np.random.SeedSequence) -> tuple[np.random.Gener
     return tuple(np.random.default_rng(s) for s in seed_sequence.spawn(3))
 
 
+#: Numbers from which :func:`draw_normals` runs the compiled ziggurat: handing a generator to
+#: Numba costs ~12 µs a call, repaid from ~2,000 numbers (3.3 against ~10 ns each here).
+COMPILED_NORMALS_MIN = 4096
+
+
+def draw_normals(gen: np.random.Generator, out: np.ndarray) -> None:
+    """Fill ``out`` (C-contiguous, any shape) with ``gen``'s next standard normals: the same
+    numbers, in the same order, as ``gen.standard_normal(out=out)``. From
+    :data:`COMPILED_NORMALS_MIN` numbers on they come from Numba's port of NumPy's ziggurat, 3×
+    faster than NumPy's own here (``tests/test_engine_statistics.py`` checks the identity).
+    Releases the GIL."""
+    if out.size < COMPILED_NORMALS_MIN:
+        gen.standard_normal(out=out)
+    else:
+        _fill_normals(gen, out.reshape(-1))
+
+
+@numba.njit(cache=True, nogil=True)
+def _fill_normals(gen, out):  # pragma: no cover - compiled
+    for i in range(out.shape[0]):
+        out[i] = gen.standard_normal()
+
+
 def uniforms_per_step(noise: str, batch_size: int) -> int:
     return batch_size if noise in MODE else 0
 

@@ -12,11 +12,13 @@ from typing import Any
 
 
 def warm() -> None:
-    """Run two lanes of a tiny linear regression for a few steps (loads the affine kernel)."""
+    """Run two lanes of a tiny linear regression for a few steps (loads the affine kernel) and
+    draw one block of normals (loads the compiled ziggurat, ~0.3 s)."""
     import numpy as np
 
     from .engine import run_lanes
     from .models import linear
+    from .noise import COMPILED_NORMALS_MIN, draw_normals
     from .observables import ObserveSpec
     from .simulate import replica_streams
 
@@ -27,6 +29,7 @@ def warm() -> None:
     run_lanes(problem, noise="minibatch", batch_size=2, steps=4, lr=np.full(2, 0.1), momentum=np.zeros(2),
               burn_in=np.zeros(2, np.int64), bound=np.full(2, 1e6), w0=np.zeros((2, 2)), streams=streams,
               observe=ObserveSpec())
+    draw_normals(np.random.default_rng(0), np.empty(COMPILED_NORMALS_MIN))
 
 
 def dask_setup(worker: Any) -> None:  # noqa: ARG001 - Dask's preload hook

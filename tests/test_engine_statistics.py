@@ -293,6 +293,22 @@ def test_epoch_batches_partition_a_permutation():
     assert seen_twice  # plain minibatch does not partition epochs
 
 
+def test_compiled_normals_are_numpys_stream():
+    """The engine's normals (from COMPILED_NORMALS_MIN on, Numba's ziggurat on the lane's
+    generator) are the numbers, in order, that the generator's own standard_normal gives:
+    across calls of different shapes and sizes on both sides of that threshold, interleaved
+    with uniforms drawn by NumPy from the same generator."""
+    from sgdsweep.noise import COMPILED_NORMALS_MIN, draw_normals, lane_streams
+
+    ours = lane_streams(np.random.SeedSequence(7))[1]
+    numpys = lane_streams(np.random.SeedSequence(7))[1]
+    for shape in [(1,), (5, 3), (COMPILED_NORMALS_MIN,), (200, 17, 3), (3, 1, 2), (2, 1, COMPILED_NORMALS_MIN)]:
+        got = np.empty(shape)
+        draw_normals(ours, got)
+        np.testing.assert_array_equal(got, numpys.standard_normal(shape))
+        np.testing.assert_array_equal(ours.random(4), numpys.random(4))
+
+
 def test_lanes_are_independent_of_batching(tmp_path):
     """A point's results are bitwise the same simulated alone or together with other points,
     also when the lanes before it in the call diverge and stop early (the engine then assembles
