@@ -217,13 +217,12 @@ def _advance_affine(t0, u, z, w, mom, lr, mu, burn, bound, stride, perm, pos,
     observe_noise = added == 0 and noise_buf.shape[0] > 0
     full = sum_dd.shape[0] > 0
     sample_losses = loss_count.shape[0] > 0
-    nb = DELTA_BUFFER
     for lane in range(n_lanes):
         g = np.empty(d)
         tmp = np.empty(d)
         delta = np.empty(d)
         noise_b = np.empty(d)
-        dbuf = np.empty((d, nb))  # δ of the last buffered measured steps, column per step
+        dbuf = _delta_buffer(d)
         nbuf = 0
         idx = np.arange(s)
         weight = np.full(s, 1.0 / s)
@@ -466,7 +465,7 @@ def _advance_additive(t0, u, z, w, mom, step, mu, burn, bound, stride, perm, pos
     for lane in range(n_lanes):
         g = np.empty(d)
         delta = np.empty(d)
-        dbuf = np.empty((d, DELTA_BUFFER))
+        dbuf = _delta_buffer(d)
         nbuf = 0
         wl = w[lane]
         for s in range(n_steps):
@@ -521,7 +520,7 @@ def _advance_thesis(t0, u, z, w, mom, step, mu, burn, bound, stride, perm, pos,
     for lane in range(n_lanes):
         g = np.empty(2)
         delta = np.empty(2)
-        dbuf = np.empty((2, DELTA_BUFFER))
+        dbuf = _delta_buffer(2)
         nbuf = 0
         idx = np.arange(s)
         weight = np.full(s, 1.0 / s)
@@ -600,7 +599,7 @@ def _advance_two_layer(t0, u, z, w, mom, step, mu, burn, bound, stride, perm, po
         gp = np.empty((n_out, n_in))
         e = np.empty(n_out)
         delta = np.empty(d)
-        dbuf = np.empty((d, DELTA_BUFFER))
+        dbuf = _delta_buffer(d)
         nbuf = 0
         idx = np.arange(s)
         weight = np.full(s, 1.0 / s)
@@ -764,10 +763,15 @@ def _moments(lane, delta, count, sum_d, sum_dd, dbuf, nbuf, sum_d2, sketch, omeg
     for i in range(d):
         sum_d[lane, i] += delta[i]
     if sum_dd.shape[0] > 0:
-        for i in range(d):
-            dbuf[i, nbuf] = delta[i]
+        if d >= FLUSH_BLOCKED_MIN:
+            row = dbuf[nbuf]
+            for i in range(d):
+                row[i] = delta[i]
+        else:
+            for i in range(d):
+                dbuf[i, nbuf] = delta[i]
         nbuf += 1
-        if nbuf == dbuf.shape[1]:
+        if nbuf == DELTA_BUFFER:
             _flush(dbuf, nbuf, sum_dd[lane])
             nbuf = 0
         return nbuf
@@ -802,16 +806,29 @@ def _feed_loss(lane, val, loss_count, sum_loss, loss_buf, loss_lag, loss_head): 
     sum_loss[lane] += val
 
 
+@numba.njit(cache=True, nogil=True)
+def _delta_buffer(d):  # pragma: no cover - compiled
+    """The δ buffer of :func:`_moments` for d parameters: a row per buffered step (DELTA_BUFFER
+    × d) from d = :data:`FLUSH_BLOCKED_MIN` on, where :func:`_flush_blocked` reads it as it is;
+    a column per step (d × DELTA_BUFFER) below, where each element's dot product over the
+    buffered steps reads a contiguous row."""
+    if d >= FLUSH_BLOCKED_MIN:
+        return np.empty((DELTA_BUFFER, d))
+    return np.empty((d, DELTA_BUFFER))
+
+
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
 def _flush(dbuf, nbuf, out):  # pragma: no cover - compiled
-    """Lower triangle of out += Σ_b δ_b δ_bᵀ over the nbuf buffered columns of dbuf (d × nb).
+    """Lower triangle of out (d × d) += Σ_b δ_b δ_bᵀ over the nbuf buffered steps of dbuf
+    (:func:`_delta_buffer`'s layout).
 
-    From d = :data:`FLUSH_BLOCKED_MIN` on, :func:`_flush_blocked` on the transposed buffer
-    (1.7× faster at d = 100, 2× at 200); below it, where rows are too short for its vector
-    loops, a dot product over the buffer per element."""
-    d = dbuf.shape[0]
+    From d = :data:`FLUSH_BLOCKED_MIN` on, :func:`_flush_blocked` on the rows as they are
+    (1.7× faster at d = 100, 2× at 200; storing δ as rows instead of transposing the buffer at
+    each flush: the observed step at N = 100 1.07–1.19× faster); below it, where rows are too
+    short for its vector loops, a dot product over the buffer per element."""
+    d = out.shape[0]
     if d >= FLUSH_BLOCKED_MIN:
-        _flush_blocked(np.ascontiguousarray(dbuf[:, :nbuf].T), out)
+        _flush_blocked(dbuf[:nbuf], out)
         return
     for i in range(d):
         for j in range(i + 1):

@@ -323,15 +323,18 @@ def test_affine_gradient_is_the_formula(extras, has_label):
 
 @pytest.mark.parametrize("d", [fused.FLUSH_BLOCKED_MIN - 1, fused.FLUSH_BLOCKED_MIN, 41, 77])
 def test_second_moment_flush_is_the_rank_k_update(d):
-    """Both ways of flushing the δ buffer, a partial buffer included, add the lower triangle of
-    Σ_b δ_b δ_bᵀ and leave the upper triangle alone (odd d: the blocked loop's last row)."""
+    """Both ways of flushing the δ buffer (each in its own layout), a partial buffer included,
+    add the lower triangle of Σ_b δ_b δ_bᵀ and leave the upper triangle alone (odd d: the
+    blocked loop's last row)."""
     rng = np.random.default_rng(d)
     for nbuf in (1, 3, 4, 5, fused.DELTA_BUFFER):
-        dbuf = rng.standard_normal((d, fused.DELTA_BUFFER))
+        rows = rng.standard_normal((fused.DELTA_BUFFER, d))  # δ_b, one row per buffered step
+        dbuf = fused._delta_buffer(d)
+        dbuf[...] = rows if dbuf.shape == rows.shape else rows.T
         before = rng.standard_normal((d, d))
         out = before.copy()
         fused._flush(dbuf, nbuf, out)
-        want = before + dbuf[:, :nbuf] @ dbuf[:, :nbuf].T
+        want = before + rows[:nbuf].T @ rows[:nbuf]
         np.testing.assert_allclose(np.tril(out), np.tril(want), rtol=1e-12, atol=1e-12)
         np.testing.assert_array_equal(np.triu(out, 1), np.triu(before, 1))
 
