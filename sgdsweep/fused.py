@@ -42,6 +42,7 @@ from .models.landscape import Thesis
 from .models.two_layer import TwoLayerProblem
 from .noise import MODE, STUDENT_NU, draw_normals
 from .observables import feed_noise_lane
+from .vecmath import exp
 
 #: Environment variable: threads the fused kernel may use in one process (default 1: a
 #: sweep's parallelism is its Dask workers, one per core; set it for in-process runs).
@@ -503,7 +504,7 @@ def _advance_additive(t0, u, z, w, mom, step, mu, burn, bound, stride, perm, pos
             _flush(dbuf, nbuf, sum_dd[lane])
 
 
-@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"}, error_model="numpy")
 def _advance_thesis(t0, u, z, w, mom, step, mu, burn, bound, stride, perm, pos,
                     count, sum_d, sum_dd, sum_d2, sketch, loss_count, sum_loss, sum_test_loss,
                     loss_buf, loss_lag, loss_head, diverged_step, escape_step, reference, noise_buf, noise_lag,
@@ -512,7 +513,9 @@ def _advance_thesis(t0, u, z, w, mom, step, mu, burn, bound, stride, perm, pos,
                     omega, want_loss):  # pragma: no cover - compiled
     """The block loop of :func:`advance` for the thesis landscape (``landscape: thesis``:
     f(a, b; x) = a² + x(1 + b σ(a x)), loss = mean (f − y)²) with sampled noise (``added`` = 0)
-    or added noise (``added`` as in :func:`_advance_affine`); escape when (w − saddle)·normal > 0."""
+    or added noise (``added`` as in :func:`_advance_affine`); escape when (w − saddle)·normal > 0.
+    The sample loop vectorises: σ through :func:`sgdsweep.vecmath.exp`, and NumPy's error model
+    (no division-by-zero branch)."""
     n_lanes, n_steps = u.shape[0], u.shape[1]
     p = x.shape[0]
     s = u.shape[2] if added == 0 else p
@@ -538,7 +541,7 @@ def _advance_thesis(t0, u, z, w, mom, step, mu, burn, bound, stride, perm, pos,
             gb = 0.0
             for k in range(s):
                 xk = x[idx[k]]
-                sig = 1.0 / (1.0 + np.exp(-a * xk))
+                sig = 1.0 / (1.0 + exp(-a * xk))
                 r = 2.0 * weight[k] * (a * a + xk * (1.0 + b * sig) - y[idx[k]])
                 ga += r * (2.0 * a + b * xk * xk * sig * (1.0 - sig))
                 gb += r * xk * sig
@@ -561,7 +564,7 @@ def _advance_thesis(t0, u, z, w, mom, step, mu, burn, bound, stride, perm, pos,
                         a, b = wl[0], wl[1]
                         val = 0.0
                         for q in range(p):
-                            f = a * a + x[q] * (1.0 + b / (1.0 + np.exp(-a * x[q]))) - y[q]
+                            f = a * a + x[q] * (1.0 + b / (1.0 + exp(-a * x[q]))) - y[q]
                             val += f * f
                         _feed_loss(lane, val / p, loss_count, sum_loss, loss_buf, loss_lag, loss_head)
                     loss_count[lane] += 1

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numba
 import numpy as np
 import pytest
 
@@ -343,3 +344,24 @@ def test_threads_env_is_checked(monkeypatch):
     monkeypatch.setenv(fused.THREADS_ENV, "two")
     with pytest.raises(ValueError, match="SGDSWEEP_THREADS='two'"):
         fused.threads()
+
+
+def test_vectorisable_exp_is_within_two_ulp():
+    """sgdsweep.vecmath.exp against np.exp on its whole range [−708, 709] and densely near 0
+    (dropping a Taylor term or the low part of ln 2 breaks the bound), clamped beyond it."""
+    from sgdsweep.vecmath import exp
+
+    @numba.njit
+    def each(x, out):  # pragma: no cover - compiled
+        for k in range(x.shape[0]):
+            out[k] = exp(x[k])
+
+    x = np.concatenate([np.linspace(-708.0, 709.0, 400_001), np.random.default_rng(3).uniform(-2.0, 2.0, 100_000)])
+    got = np.empty_like(x)
+    each(x, got)
+    want = np.exp(x)
+    np.testing.assert_array_less(np.abs(got - want), 2 * np.spacing(want))
+    beyond, ends = np.empty(2), np.empty(2)
+    each(np.array([-1000.0, 1000.0]), beyond)
+    each(np.array([-708.0, 709.0]), ends)
+    np.testing.assert_array_equal(beyond, ends)
