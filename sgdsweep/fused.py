@@ -253,16 +253,16 @@ def _advance_affine(t0, u, z, w, mom, lr, mu, burn, bound, stride, perm, pos,
                                tmp, noise_b, delta, lags, count, noise_buf, noise_lag, sum_gram)
             if sample_losses and t % stride[lane] == 0:
                 if want_loss:
-                    _feed_loss(lane, loss_min + 0.5 * _metric_form(delta, sxx, metric, n_out, n_in),
+                    _feed_loss(lane, loss_min + 0.5 * _metric_form(delta, sxx, metric, n_out, n_in, tmp),
                                loss_count, sum_loss, loss_buf, loss_lag, loss_head)
                 if want_test:
                     val = test_c
                     for o in range(n_out):
+                        wo = wl[o * n_in:(o + 1) * n_in]
+                        bo = test_b[o * n_in:(o + 1) * n_in]
+                        _sym_times(test_a, wo, tmp)
                         for i in range(n_in):
-                            acc = 0.0
-                            for j in range(n_in):
-                                acc += test_a[i, j] * wl[o * n_in + j]
-                            val += wl[o * n_in + i] * (0.5 * acc - test_b[o * n_in + i])
+                            val += wo[i] * (0.5 * tmp[i] - bo[i])
                     sum_test_loss[lane] += val
                 loss_count[lane] += 1
         if full and nbuf > 0:
@@ -843,11 +843,27 @@ def _flush(dbuf, nbuf, out):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
-def _metric_form(delta, sxx, metric, n_out, n_in):  # pragma: no cover - compiled
-    """tr(δᵀ M δ Σxx) for δ (n_out × n_in, flattened), M = metric (identity when empty)."""
+def _sym_times(a, u, out):  # pragma: no cover - compiled
+    """out[:n] = A u for a symmetric n × n A, as a sum of A's rows scaled by u (vector loops
+    without a reduction per element)."""
+    n = u.shape[0]
+    for i in range(n):
+        out[i] = 0.0
+    for j in range(n):
+        uj = u[j]
+        row = a[j]
+        for i in range(n):
+            out[i] += uj * row[i]
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _metric_form(delta, sxx, metric, n_out, n_in, tmp):  # pragma: no cover - compiled
+    """tr(δᵀ M δ Σxx) for δ (n_out × n_in, flattened), M = metric (identity when empty);
+    ``tmp``: scratch of n_in."""
     total = 0.0
-    for o in range(n_out):
-        for q in range(n_out):
+    for q in range(n_out):
+        _sym_times(sxx, delta[q * n_in:(q + 1) * n_in], tmp)  # Σxx δ_q
+        for o in range(n_out):
             if metric.shape[0] > 0:
                 m = metric[o, q]
             elif o == q:
@@ -856,11 +872,6 @@ def _metric_form(delta, sxx, metric, n_out, n_in):  # pragma: no cover - compile
                 continue
             acc = 0.0
             for i in range(n_in):
-                row = 0.0
-                for j in range(n_in):
-                    row += sxx[i, j] * delta[q * n_in + j]
-                acc += delta[o * n_in + i] * row
+                acc += delta[o * n_in + i] * tmp[i]
             total += m * acc
     return total
-
-
