@@ -9,7 +9,7 @@ gradients, two passes over all P samples (4·P·d); the ratio is
 S = 10, minibatch (linreg-ref). Every case runs a fused kernel (:mod:`sgdsweep.fused`).
 
 The lanes' generators are timed (:class:`TimedGenerator`), so each case also says what share
-of its time went to drawing random numbers (NumPy's generators, one thread) and how the rest,
+of its time went to drawing random numbers (one thread) and how the rest,
 the compiled loop, compares per flop with the reference's compiled loop: noise matched to the
 per-sample gradients draws P normals per step (3.3 ns each here) against a gradient of 4·P·d
 flops, so drawing is a large share of those cases' time.
@@ -59,7 +59,8 @@ CASES: dict[str, tuple[dict[str, Any], Callable[[Any, int], float]]] = {
     "matrix minibatch": (
         {"model": {"kind": "matrix", "targets": [1.0, 0.8, 0.6, 0.4, 0.3, 0.2, 0.1, 0.05]},
          "grid": {"lr": 0.05, "batch_size": 10, "samples_per_param": 10, "noise": "minibatch"}},
-        # data sum 4·S·d, the metric once on the sum 2·n_out·d, the S offsets S·d, update 3·d
+        # data sum 4·S·d, the metric once on the sum 2·n_out·d, the S offsets S·d (their weights
+        # are all 1/S: add, then scale once), update 3·d
         lambda p, s: 4 * s * p.dim + 2 * p.n_outputs * p.dim + s * p.dim + 3 * p.dim),
     "two_layer minibatch": (
         {"model": {"kind": "two_layer", "n_inputs": 20, "labels": "teacher"},
@@ -124,15 +125,17 @@ def rate(cfg: dict[str, Any], steps: int, use_fused: bool = True) -> tuple[float
     if not use_fused:
         fused.supports = lambda *a: False
     fused.draw_normals = engine.draw_normals = TimedGenerator.normals
-    t0 = time.perf_counter()
-    run_lanes(problem, noise=p["noise"], batch_size=int(p["batch_size"]), steps=steps,
-              lr=np.full(LANES, p["lr"]), momentum=np.zeros(LANES), burn_in=np.full(LANES, steps),
-              bound=np.full(LANES, 1e30), w0=np.array([problem.initial(p["init"], g[2]) for g in gens]),
-              streams=[[TimedGenerator(q, clock) for q in g[:2]] for g in gens],
-              observe=dataclasses.replace(observe_spec(p), escape=False))
-    seconds = time.perf_counter() - t0
-    fused.supports = supports
-    fused.draw_normals = engine.draw_normals = noise.draw_normals
+    try:
+        t0 = time.perf_counter()
+        run_lanes(problem, noise=p["noise"], batch_size=int(p["batch_size"]), steps=steps,
+                  lr=np.full(LANES, p["lr"]), momentum=np.zeros(LANES), burn_in=np.full(LANES, steps),
+                  bound=np.full(LANES, 1e30), w0=np.array([problem.initial(p["init"], g[2]) for g in gens]),
+                  streams=[[TimedGenerator(q, clock) for q in g[:2]] for g in gens],
+                  observe=dataclasses.replace(observe_spec(p), escape=False))
+        seconds = time.perf_counter() - t0
+    finally:
+        fused.supports = supports
+        fused.draw_normals = engine.draw_normals = noise.draw_normals
     return LANES * steps / seconds, clock[0] / seconds, problem, int(p["batch_size"])
 
 
@@ -143,7 +146,7 @@ def main() -> None:
     ap.add_argument("--match", default="", help="only the cases whose name contains this text (and the reference)")
     args = ap.parse_args()
     print(f"{LANES} lanes, one thread, float64, bare steps; replica-steps/s and per-flop ratio to linreg-ref;"
-          " 'drawing': the share of the time in NumPy's generators, 'without drawing': the per-flop ratio"
+          " 'drawing': the share of the time spent drawing random numbers, 'without drawing': the per-flop ratio"
           " of the rest (the compiled loop) to the reference's")
     print(f"{'case':>36} {'replica-steps/s':>16} {'flops/step':>11} {'GFLOP/s':>8} {'per flop / ref':>15}"
           f" {'drawing':>8} {'without drawing':>16}"

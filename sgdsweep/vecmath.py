@@ -11,7 +11,12 @@ for both ends.
 
 The loops that use it are compiled with ``error_model="numpy"``: Numba's default inserts a
 division-by-zero check before every float division, and that branch alone stops LLVM from
-vectorising a loop.
+vectorising a loop. A NaN argument gives NaN (``min``/``max`` keep it), so a diverged weight
+still shows as one.
+
+Numba caches a compiled caller with this function built in and checks only the caller's own
+source file: after editing this module, clear ``sgdsweep/__pycache__/*.nb[ic]`` (or touch
+``fused.py``) before measuring.
 """
 
 from __future__ import annotations

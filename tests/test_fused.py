@@ -305,6 +305,8 @@ def test_affine_gradient_is_the_formula(extras, has_label):
     n_out, n_in, p, s = 3, 5, 20, 7
     x, y = rng.standard_normal((p, n_in)), rng.standard_normal((p, n_out))
     wm = rng.standard_normal((n_out, n_in))
+    # models' metrics are symmetric (ZᵀZ), where M e = (eᵀM)ᵀ as the numpy engine computes it;
+    # a non-symmetric one here pins down the side the kernel applies it on
     metric = rng.standard_normal((n_out, n_out)) if extras in ("metric", "both") else np.zeros((0, 0))
     offsets = rng.standard_normal((p, n_out * n_in)) if extras in ("offsets", "both") else np.zeros((0, 0))
     idx, weight, zl = rng.integers(0, p, s), rng.random(s), rng.standard_normal((s, n_out))
