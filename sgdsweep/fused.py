@@ -40,7 +40,7 @@ import numpy as np
 from .models.affine import AffineProblem
 from .models.landscape import Thesis
 from .models.two_layer import TwoLayerProblem
-from .noise import MODE, STUDENT_NU, draw_normals
+from .noise import MODE, STUDENT_NU, cholesky_psd, draw_normals, matched_by_covariance
 from .observables import feed_noise_lane
 from .vecmath import exp
 
@@ -66,6 +66,8 @@ def supports(problem, noise: str, dynamics_kind: str, noise_lags: list[int], esc
     if noise_lags and not isinstance(problem, AffineProblem):  # D(m) of single layers only
         return False
     sampled_sgd = noise in MODE and dynamics_kind == "sgd"
+    if noise in ("gaussian_matched", "student_t") and matched_by_covariance(problem) and not isinstance(problem, Thesis):
+        return False  # matched noise from the d × d covariance: only the thesis kernel has it
     if isinstance(problem, TwoLayerProblem):
         return (sampled_sgd or noise in ADDED_CODE) and not escape
     if problem.w_min is None:
@@ -524,6 +526,9 @@ def _advance_thesis(t0, u, z, w, mom, step, mu, burn, bound, stride, perm, pos,
         nbuf = 0
         idx = np.arange(s)
         weight = np.full(s, 1.0 / s)
+        per_sample = np.empty((2, s)) if added >= 2 else np.empty((2, 0))  # g_μ, a row per component
+        cov = np.empty((2, 2))
+        chol = np.empty((2, 2))
         wl = w[lane]
         pl = idx if added else (perm[lane] if mode != 1 else perm[0])
         for step_i in range(n_steps):
@@ -531,19 +536,20 @@ def _advance_thesis(t0, u, z, w, mom, step, mu, burn, bound, stride, perm, pos,
             zl = z[lane, step_i]
             if added == 0:
                 _draw(u[lane, step_i], pl, pos, lane, mode, n_batches, p, idx)
-            elif added >= 2:
-                _matched_weights(zl, p, noise_amp, added == 3, weight)
             a, b = wl[0], wl[1]
-            ga = 0.0
-            gb = 0.0
-            for k in range(s):
-                xk = x[idx[k]]
-                sig = 1.0 / (1.0 + exp(-a * xk))
-                r = 2.0 * weight[k] * (a * a + xk * (1.0 + b * sig) - y[idx[k]])
-                ga += r * (2.0 * a + b * xk * xk * sig * (1.0 - sig))
-                gb += r * xk * sig
-            g[0] = ga
-            g[1] = gb
+            if added >= 2:  # matched noise from the 2 × 2 covariance (noise.matched_by_covariance)
+                _thesis_matched(a, b, x, y, noise_amp, added == 3, zl, per_sample, cov, chol, g)
+            else:
+                ga = 0.0
+                gb = 0.0
+                for k in range(s):
+                    xk = x[idx[k]]
+                    sig = 1.0 / (1.0 + exp(-a * xk))
+                    r = 2.0 * weight[k] * (a * a + xk * (1.0 + b * sig) - y[idx[k]])
+                    ga += r * (2.0 * a + b * xk * xk * sig * (1.0 - sig))
+                    gb += r * xk * sig
+                g[0] = ga
+                g[1] = gb
             if added == 1:
                 g[0] += noise_amp * zl[0]
                 g[1] += noise_amp * zl[1]
@@ -571,6 +577,46 @@ def _advance_thesis(t0, u, z, w, mom, step, mu, burn, bound, stride, perm, pos,
                 break
         if nbuf > 0:
             _flush(dbuf, nbuf, sum_dd[lane])
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"}, error_model="numpy")
+def _thesis_matched(a, b, x, y, noise_amp, student, zl, per_sample, cov, chol, g):  # pragma: no cover
+    """g = ḡ + noise_amp · L z for the thesis landscape at (a, b): the full gradient ḡ (the mean
+    of the P per-sample gradients g_μ) plus matched noise drawn from their covariance, L Lᵀ =
+    Σ_μ (g_μ − ḡ)(g_μ − ḡ)ᵀ (:func:`sgdsweep.noise.cholesky_psd`), z = zl[:2] — times the
+    Student-t factor of zl[2:2 + ν] when ``student``. As :func:`sgdsweep.noise.added_noise`."""
+    p = x.shape[0]
+    ma = 0.0
+    mb = 0.0
+    for k in range(p):  # per-sample gradients (vectorised: vecmath.exp, no division branch)
+        xk = x[k]
+        sig = 1.0 / (1.0 + exp(-a * xk))
+        r = 2.0 * (a * a + xk * (1.0 + b * sig) - y[k])
+        ga = r * (2.0 * a + b * xk * xk * sig * (1.0 - sig))
+        gb = r * xk * sig
+        per_sample[0, k] = ga
+        per_sample[1, k] = gb
+        ma += ga
+        mb += gb
+    ma /= p
+    mb /= p
+    caa = 0.0
+    cab = 0.0
+    cbb = 0.0
+    for k in range(p):
+        da = per_sample[0, k] - ma
+        db = per_sample[1, k] - mb
+        caa += da * da
+        cab += da * db
+        cbb += db * db
+    cov[0, 0] = caa
+    cov[1, 0] = cab
+    cov[0, 1] = cab
+    cov[1, 1] = cbb
+    cholesky_psd(cov, chol)
+    amp = noise_amp * _student_factor(zl, 2) if student else noise_amp
+    g[0] = ma + amp * chol[0, 0] * zl[0]
+    g[1] = mb + amp * (chol[1, 0] * zl[0] + chol[1, 1] * zl[1])
 
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})

@@ -309,6 +309,32 @@ def test_compiled_normals_are_numpys_stream():
         np.testing.assert_array_equal(ours.random(4), numpys.random(4))
 
 
+def test_matched_noise_from_the_covariance_has_the_minibatch_covariance():
+    """Where d ≤ MATCHED_COV_MAX_DIM (the thesis landscape, d = 2) gaussian_matched is drawn as
+    d normals times the Cholesky factor of Σ_μ (g_μ − ḡ)(g_μ − ḡ)ᵀ: over 40,000 draws at one w
+    off the minimum its covariance is f/P times that matrix, f = (P−S)/(S(P−1)), within 4.5
+    standard errors per element (a transposed factor or a missing centring fails)."""
+    from sgdsweep.models import get_model
+    from sgdsweep.noise import added_noise, matched_by_covariance, normals_per_step
+
+    point = build_sweep({"sweep": "t", "model": {"kind": "landscape", "landscape": "thesis", "start": "real"},
+                         "grid": {"lr": 1e-3, "batch_size": 10, "noise": "gaussian_matched"}}).points[0]
+    model = get_model("landscape")
+    problem = model.make_problem(model.data_params(point.params))
+    assert matched_by_covariance(problem) and normals_per_step("gaussian_matched", problem, 10) == 2
+    n, s, p = 40_000, 10, problem.n_samples
+    w = problem.w_min + np.array([0.5, 0.5])  # here P ḡ² is 1.3 and 0.38 of the centred diagonal
+    z = np.random.default_rng(17).standard_normal((n, 2))
+    noise = added_noise("gaussian_matched", problem, np.tile(w, (n, 1)), z, s, 0.0)
+    g = problem.sample_grads(w[None])[0]
+    g -= g.mean(axis=0)
+    want = (p - s) / (s * (p - 1)) / p * g.T @ g
+    assert abs(want[0, 1]) > 0.3 * math.sqrt(want[0, 0] * want[1, 1])  # correlated: a transposed L shows
+    got = noise.T @ noise / n
+    se = np.sqrt((np.outer(np.diag(want), np.diag(want)) + want**2) / n)
+    assert (np.abs(got - want) < 4.5 * se).all(), (got, want, se)
+
+
 def test_lanes_are_independent_of_batching(tmp_path):
     """A point's results are bitwise the same simulated alone or together with other points,
     also when the lanes before it in the call diverge and stop early (the engine then assembles
