@@ -23,7 +23,9 @@ Added noise on a data set is a weighted sum over all P samples: the full gradien
 ``gaussian_matched`` noise is Σ_μ c_μ g_μ with c_μ = 1/P + a (z_μ − z̄), a = √(f/P) (times the
 Student-t factor and the SDE's noise scale), because √(f/P) Σ_μ z_μ (g_μ − ḡ) = √(f/P) Σ_μ
 (z_μ − z̄) g_μ. The kernels therefore run the minibatch loop over every sample with weights
-c_μ (:func:`_matched_weights`) instead of S drawn samples with weight 1/S.
+c_μ (:func:`_matched_weights`) instead of S drawn samples with weight 1/S. Where d is at most
+:data:`sgdsweep.noise.MATCHED_COV_MAX_DIM` (the thesis landscape) the noise is drawn from the
+d × d covariance of the per-sample gradients instead (:func:`_thesis_matched`).
 
 Both consume exactly the random numbers the numpy path consumes (the same per-lane uniform and
 normal blocks, the same partial Fisher–Yates shuffle), so both paths give the same trajectories
