@@ -284,19 +284,18 @@ def _affine_grad(wl, x, y, idx, weight, metric, offsets, label_noise, zl, has_la
     n_in = x.shape[1]
     n_out = y.shape[1]
     for o in range(n_out):
-        lo = o * n_in
-        _plain_grad(wl[lo:lo + n_in], x, y, o, idx, weight, label_noise, zl, has_label, g[lo:lo + n_in])
+        _plain_grad(wl, x, y, o, idx, weight, label_noise, zl, has_label, g)
     if metric.shape[0] > 0:
         for i in range(g.shape[0]):
             tmp[i] = g[i]
+            g[i] = 0.0
         for o in range(n_out):
-            go = g[o * n_in:(o + 1) * n_in]
-            go[:] = 0.0
+            lo = o * n_in
             for q in range(n_out):
                 m = metric[o, q]
-                tq = tmp[q * n_in:(q + 1) * n_in]
+                lq = q * n_in
                 for i in range(n_in):
-                    go[i] += m * tq[i]
+                    g[lo + i] += m * tmp[lq + i]
     if offsets.shape[0] > 0:
         for k in range(idx.shape[0]):
             row = idx[k]
@@ -318,17 +317,19 @@ def _observe_noise(lane, ref, x, y, idx, weight, metric, offsets, label_noise, z
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"}, inline="always")
 def _plain_grad(wl, x, y, o, idx, weight, label_noise, zl, has_label, g):  # pragma: no cover - compiled
-    """g = Σ_k weight_k (x_k·w − y_ko − ε_k) x_k: one output's data sum (the whole gradient of
-    linear regression; ε_k = label_noise · zl[k·n_out + o] when ``has_label``, n_out = y's
-    columns): rows eight (from :data:`EIGHT_ROWS_MIN` inputs), four, then two, then one at a
-    time, each group's residuals and its share of g in one visit (a weight or gradient element
-    loaded once per group; eight row streams in flight hide the latency of gathering them from
-    L2). Inlined by Numba."""
+    """g_o = Σ_k weight_k (x_k·w_o − y_ko − ε_k) x_k: one output's data sum (the whole gradient
+    of linear regression) into entries o·n_in … (o + 1)·n_in − 1 of g, w_o the same entries of
+    wl (ε_k = label_noise · zl[k·n_out + o] when ``has_label``, n_out = y's columns; offsets,
+    not per-output slices, which cost time on every step): rows eight (from
+    :data:`EIGHT_ROWS_MIN` inputs), four, then two, then one at a time, each group's residuals
+    and its share of g in one visit (a weight or gradient element loaded once per group; eight
+    row streams in flight hide the latency of gathering them from L2). Inlined by Numba."""
     n_in = x.shape[1]
     n_out = y.shape[1]
     s = idx.shape[0]
+    lo = o * n_in  # output o's entries of wl and g
     for i in range(n_in):
-        g[i] = 0.0
+        g[lo + i] = 0.0
     k = 0
     while n_in >= EIGHT_ROWS_MIN and k + 8 <= s:
         r0, r1, r2, r3 = idx[k], idx[k + 1], idx[k + 2], idx[k + 3]
@@ -336,7 +337,7 @@ def _plain_grad(wl, x, y, o, idx, weight, label_noise, zl, has_label, g):  # pra
         a0, a1, a2, a3 = -y[r0, o], -y[r1, o], -y[r2, o], -y[r3, o]
         a4, a5, a6, a7 = -y[r4, o], -y[r5, o], -y[r6, o], -y[r7, o]
         for i in range(n_in):
-            wi = wl[i]
+            wi = wl[lo + i]
             a0 += wi * x[r0, i]
             a1 += wi * x[r1, i]
             a2 += wi * x[r2, i]
@@ -363,14 +364,14 @@ def _plain_grad(wl, x, y, o, idx, weight, label_noise, zl, has_label, g):  # pra
         a6 *= weight[k + 6]
         a7 *= weight[k + 7]
         for i in range(n_in):
-            g[i] += (a0 * x[r0, i] + a1 * x[r1, i] + a2 * x[r2, i] + a3 * x[r3, i]
+            g[lo + i] += (a0 * x[r0, i] + a1 * x[r1, i] + a2 * x[r2, i] + a3 * x[r3, i]
                      + a4 * x[r4, i] + a5 * x[r5, i] + a6 * x[r6, i] + a7 * x[r7, i])
         k += 8
     while k + 4 <= s:
         r0, r1, r2, r3 = idx[k], idx[k + 1], idx[k + 2], idx[k + 3]
         a0, a1, a2, a3 = -y[r0, o], -y[r1, o], -y[r2, o], -y[r3, o]
         for i in range(n_in):
-            wi = wl[i]
+            wi = wl[lo + i]
             a0 += wi * x[r0, i]
             a1 += wi * x[r1, i]
             a2 += wi * x[r2, i]
@@ -385,14 +386,14 @@ def _plain_grad(wl, x, y, o, idx, weight, label_noise, zl, has_label, g):  # pra
         a2 *= weight[k + 2]
         a3 *= weight[k + 3]
         for i in range(n_in):
-            g[i] += a0 * x[r0, i] + a1 * x[r1, i] + a2 * x[r2, i] + a3 * x[r3, i]
+            g[lo + i] += a0 * x[r0, i] + a1 * x[r1, i] + a2 * x[r2, i] + a3 * x[r3, i]
         k += 4
     while k < s:  # the last one to three rows, two at a time while two are left
         r0, r1 = idx[k], idx[min(k + 1, s - 1)]
         two = k + 1 < s
         a0, a1 = -y[r0, o], -y[r1, o]
         for i in range(n_in):
-            wi = wl[i]
+            wi = wl[lo + i]
             a0 += wi * x[r0, i]
             a1 += wi * x[r1, i]
         if has_label:
@@ -401,7 +402,7 @@ def _plain_grad(wl, x, y, o, idx, weight, label_noise, zl, has_label, g):  # pra
         a0 *= weight[k]
         a1 = a1 * weight[k + 1] if two else 0.0
         for i in range(n_in):
-            g[i] += a0 * x[r0, i] + a1 * x[r1, i]
+            g[lo + i] += a0 * x[r0, i] + a1 * x[r1, i]
         k += 2
 
 

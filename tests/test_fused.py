@@ -284,15 +284,16 @@ def test_plain_gradient_every_batch_size(has_label, n_in):
     formula Σ_k w_k (x_k·w − y_ko − ε_ko) x_k, for every remainder of S modulo 8 and each of 3
     outputs, below and at the input count from which rows go eight at a time."""
     rng = np.random.default_rng(5)
-    x, y, wl = rng.standard_normal((30, n_in)), rng.standard_normal((30, 3)), rng.standard_normal(n_in)
+    x, y, wm = rng.standard_normal((30, n_in)), rng.standard_normal((30, 3)), rng.standard_normal((3, n_in))
     for s in range(1, 18):
         idx = rng.integers(0, 30, s)
         weight, zl = rng.random(s), rng.standard_normal((s, 3))
         for o in range(3):
-            g = np.empty(n_in)
-            fused._plain_grad(wl, x, y, o, idx, weight, 0.3, zl.ravel(), has_label, g)
-            resid = x[idx] @ wl - y[idx, o] - (0.3 * zl[:, o] if has_label else 0.0)
-            np.testing.assert_allclose(g, (weight * resid) @ x[idx], rtol=1e-12, atol=1e-12)
+            g = np.full((3, n_in), np.nan)
+            fused._plain_grad(wm.ravel(), x, y, o, idx, weight, 0.3, zl.ravel(), has_label, g.ravel())
+            resid = x[idx] @ wm[o] - y[idx, o] - (0.3 * zl[:, o] if has_label else 0.0)
+            np.testing.assert_allclose(g[o], (weight * resid) @ x[idx], rtol=1e-12, atol=1e-12)
+            assert np.isnan(np.delete(g, o, axis=0)).all()  # the other outputs' entries untouched
 
 
 @pytest.mark.parametrize("has_label", [False, True])
