@@ -74,9 +74,9 @@ def normals_per_step(noise: str, problem, batch_size: int) -> int:
         return problem.dim
     if noise == "gaussian_matched":
         return problem.dim if matched_by_covariance(problem) else problem.n_samples
-    if noise == "student_t":
-        base = problem.n_samples if problem.n_samples is not None and not matched_by_covariance(problem) else problem.dim
-        return base + STUDENT_NU
+    if noise == "student_t":  # its Gaussian (as in added_noise), then the ν normals of its χ²
+        base = "gaussian" if problem.n_samples is None else "gaussian_matched"
+        return normals_per_step(base, problem, batch_size) + STUDENT_NU
     return 0
 
 

@@ -309,6 +309,22 @@ def test_compiled_normals_are_numpys_stream():
         np.testing.assert_array_equal(ours.random(4), numpys.random(4))
 
 
+def test_cholesky_of_a_semidefinite_covariance():
+    """cholesky_psd agrees with NumPy's Cholesky on a positive-definite matrix and still factors
+    a rank-one one (fewer distinct gradients than parameters) into L Lᵀ = c, L lower."""
+    from sgdsweep.noise import cholesky_psd
+
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((4, 4))
+    for c in (a @ a.T + 0.1 * np.eye(4), np.outer(a[0], a[0])):
+        out = np.full((4, 4), np.nan)
+        cholesky_psd(c, out)
+        np.testing.assert_allclose(out @ out.T, c, rtol=1e-12, atol=1e-12)
+        np.testing.assert_array_equal(np.triu(out, 1), 0.0)
+    cholesky_psd(a @ a.T + 0.1 * np.eye(4), out)
+    np.testing.assert_allclose(out, np.linalg.cholesky(a @ a.T + 0.1 * np.eye(4)), rtol=1e-12)
+
+
 def test_matched_noise_from_the_covariance_has_the_minibatch_covariance():
     """Where d ≤ MATCHED_COV_MAX_DIM (the thesis landscape, d = 2) gaussian_matched is drawn as
     d normals times the Cholesky factor of Σ_μ (g_μ − ḡ)(g_μ − ḡ)ᵀ: over 40,000 draws at one w
