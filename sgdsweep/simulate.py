@@ -2,9 +2,10 @@
 
 All points of a batch share the problem (model and data), ``batch_size``, ``noise``, ``steps``
 and the dynamics; their replicas become the lanes of one :func:`sgdsweep.engine.run_lanes`
-call. Each lane's randomness comes from ``SeedSequence([seed, *hash_words(point_hash),
-replica])`` (:func:`sgdsweep.noise.lane_streams`), so results do not depend on how points are
-batched or which worker runs them.
+call. Each lane's randomness comes from ``SeedSequence([seed, *hash_words(stream_hash(params)),
+replica])`` (:func:`sgdsweep.identity.stream_hash`, :func:`sgdsweep.noise.lane_streams`), so
+results do not depend on how points are batched or which worker runs them, nor on the
+simulation version that decides whether they rerun.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy as np
 
 from . import allocator, store
 from .engine import Dynamics, run_lanes
-from .identity import hash_words
+from .identity import hash_words, stream_hash
 from .models import get_model
 from .noise import lane_streams
 from .observables import ObserveSpec
@@ -26,10 +27,10 @@ from .results import array_attrs, point_result
 from .theory.predict import predict
 
 
-def replica_streams(seed: int, point_hash: str, replicas: int) -> list[tuple[np.random.Generator, ...]]:
+def replica_streams(seed: int, stream_key: str, replicas: int) -> list[tuple[np.random.Generator, ...]]:
     """Per replica its (uniforms, normals, initialisation) generators, keyed by (root seed,
-    point hash, replica index)."""
-    words = hash_words(point_hash)
+    the point's :func:`sgdsweep.identity.stream_hash`, replica index)."""
+    words = hash_words(stream_key)
     return [lane_streams(np.random.SeedSequence([seed, *words, r])) for r in range(replicas)]
 
 
@@ -83,7 +84,7 @@ def simulate_points(points: Sequence[Mapping[str, Any]], points_dir: str) -> dic
         p = spec["params"]
         r = int(p["replicas"])
         start = len(streams)
-        for gens in replica_streams(int(p["seed"]), spec["hash"], r):
+        for gens in replica_streams(int(p["seed"]), stream_hash(p), r):
             streams.append(gens[:2])
             w0.append(problem.initial(p["init"], gens[2]))
         slices.append(slice(start, start + r))

@@ -63,3 +63,17 @@ def test_shards_group_points_sharing_data():
     for points in sweep.shards.values():
         assert len({p.params["samples_per_param"] for p in points}) == 1
         assert len(points) == 8
+
+
+def test_a_new_simulation_version_reruns_points_on_the_same_streams(monkeypatch):
+    """The point hash moves with SIMULATION_VERSION (points rerun); the key of the random numbers
+    does not: it is pinned here to the value SIMULATION_VERSION 3 gave, the one every result and
+    statistical test of this repository was drawn with."""
+    from sgdsweep import identity
+
+    params = {"lr": 0.1, "batch_size": 8, "model": "linear", "seed": 0}
+    assert identity.stream_hash(params) == "8ba3164855c90693"
+    before = identity.content_hash(params)
+    monkeypatch.setattr(identity, "SIMULATION_VERSION", identity.SIMULATION_VERSION + 1)
+    assert identity.content_hash(params) != before
+    assert identity.stream_hash(params) == "8ba3164855c90693"
