@@ -51,6 +51,8 @@ VARIABLES: dict[str, tuple[str, str, str]] = {
                                 "replicas whose τ_int is only a lower bound (stored lags too short)"),
     "fdr_residual": ("fluctuation–dissipation residual", "1",
                      "‖ΣxxΣ_WW + Σ_WWΣxx − λD(0)‖/‖λD(0)‖ (Frobenius), estimators of Han et al. (physics.md §3)"),
+    "fdr_residual_se": ("standard error of fdr_residual", "1",
+                        "delete-a-group jackknife over the replicas (32 groups at most)"),
     "fdr_residual_theory": ("predicted fluctuation–dissipation residual", "1",
                             "the residual the papers' relation must leave at the exact stationary Σ_WW: "
                             "‖λE[Σxx⁽ⁿ⁾Σ_WWΣxx⁽ⁿ⁾]‖/‖λD(0)‖"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -31,6 +31,11 @@ POINT_ARRAYS: dict[str, tuple[str, str, str]] = {
     "noise_cov_lag": ("D(m)", "gradient²", "mean b_{t+m}ᵀ b_t of the gradient noise at the minimum"),
     "lag": ("lag m", "steps", "lags of D(m)"),
 }
+
+
+#: Groups of the delete-a-group jackknife (:func:`jackknife_se`): its cost is this many
+#: evaluations of the statistic, whatever the number of replicas.
+JACKKNIFE_GROUPS = 32
 
 
 def array_attrs(name: str) -> dict[str, str]:
@@ -134,6 +139,33 @@ def escape_summary(escape_step: np.ndarray, cap: int, step_unit: float) -> dict[
             "escaped_fraction": k / max(1, escape_step.size), "escape_censored": int((~escaped).sum())}
 
 
+def jackknife_se(statistic: Callable[..., float], per_replica: Sequence[np.ndarray],
+                 max_groups: int = JACKKNIFE_GROUPS) -> float:
+    """Delete-a-group jackknife standard error of ``statistic(*means)``, where ``means`` are the
+    replica means of the arrays in ``per_replica`` (each with replicas on axis 0).
+
+    For a statistic that is a nonlinear function of replica means (a norm of a matrix
+    difference, a ratio), which no per-replica value has. Replicas go round-robin into
+    ``min(R, max_groups)`` groups; each group is left out once, and the SE is
+    √((G−1)/G · Σ_g (θ₋g − θ̄)²). NaN with fewer than 2 replicas. Units: those of the statistic.
+    """
+    r = per_replica[0].shape[0]
+    g = min(r, max_groups)
+    if g < 2:
+        return math.nan
+    labels = np.arange(r) % g
+    counts = np.bincount(labels, minlength=g).astype(float)
+    totals = [a.sum(axis=0) for a in per_replica]
+    group_sums = []
+    for a in per_replica:
+        sums = np.zeros((g,) + a.shape[1:])
+        np.add.at(sums, labels, a)
+        group_sums.append(sums)
+    theta = np.array([statistic(*[(t - s[k]) / (r - counts[k]) for t, s in zip(totals, group_sums)])
+                      for k in range(g)])
+    return float(np.sqrt((g - 1) / g * np.sum((theta - theta.mean()) ** 2)))
+
+
 def autocorr_times(lanes: Mapping[str, np.ndarray], ok: np.ndarray, stride: int) -> tuple[np.ndarray, int]:
     """Per replica integrated autocorrelation time of the loss in steps; and how many are
     truncated (lower bounds: the stored lags did not reach the window)."""
@@ -160,12 +192,16 @@ def fluctuation_dissipation(problem, lanes: Mapping[str, np.ndarray], ok: np.nda
     n = lanes["n"][ok].astype(float)
     if n.size == 0:
         return {}, {}
-    sww = (lanes["sum_gram"][ok] / n[:, None, None]).mean(axis=0)
+    sww_r = lanes["sum_gram"][ok] / n[:, None, None]
+    sww = sww_r.mean(axis=0)
     pairs = np.array([np.maximum(n - m, 1) for m in lags]).T  # (R, lags)
     dm = (lanes["noise_lag"][ok] / pairs[:, :, None, None]).mean(axis=0)
     d0 = dm[0]
+    d0_r = lanes["noise_lag"][ok][:, 0] / pairs[:, 0, None, None]
     norms = [np.linalg.norm(dm[j]) / np.linalg.norm(d0) for j in range(1, len(lags))]
+    residual_se = jackknife_se(lambda s, d: fdr.fdr_residual(problem.sxx, s, d, lr), (sww_r, d0_r))
     summary = {"fdr_residual": finite_or_none(fdr.fdr_residual(problem.sxx, sww, d0, lr)),
+               "fdr_residual_se": finite_or_none(residual_se),
                "q_ratio": finite_or_none(fdr.q_ratio(problem.sxx, sww)),
                "noise_whiteness": finite_or_none(max(norms)) if norms else None}
     arrays = {"sigma_ww": (("input", "input_t"), sww), "noise_cov_lag": (("lag", "input", "input_t"), dm),

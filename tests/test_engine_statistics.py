@@ -147,17 +147,21 @@ def test_linear_regression_matches_exact_theory_for_each_sampling_scheme(tmp_pat
 
 def test_linear_regression_test_loss_and_fluctuation_dissipation_residual(tmp_path):
     """E[test loss] = test_loss(ŵ) + ½Tr(Σ_pop M); the papers' FDR leaves the residual
-    ‖λE[AMA]‖/‖λD(0)‖ (measured 0.020 vs 0.018 at λ = 0.1, 0.098 vs 0.096 at λ = 0.5), not 0."""
+    ‖λE[AMA]‖/‖λD(0)‖ (0.018 at λ = 0.1, 0.096 at λ = 0.5), not 0.
+
+    Over 8 seeds (STREAM_VERSION 3–10): test loss within 1.6 SE; the theory without the
+    fluctuation term 9.5–12.6 SE away; the residual within 2.2 jackknife SE at λ = 0.1 and 3.3
+    at λ = 0.5 (a norm: its z has heavier tails than a mean's), and 37–49 SE from 0 at λ = 0.5."""
     res = run({**LINEAR, "dynamics": {"steps": 30000, "replicas": 64, "observe": {"gradient_noise": True}},
                "grid": {"lr": [0.1, 0.5], "batch_size": 8, "samples_per_param": 4.0}}, tmp_path)
     for r in res:
         s = r["summary"]
         assert abs(z(s, s["test_loss_theory"], "test_loss")) < 3
         without_fluctuations = s["test_loss_theory"] - 0.5 * s["weight_var_theory"]  # Σ_pop = I/N
-        assert abs(z(s, without_fluctuations, "test_loss")) > 10
-        # estimator noise of the residual (Σ_WW to ≈ 0.4 %, D(0) to ≈ 0.3 %) is below 0.005
-        assert abs(s["fdr_residual"] - s["fdr_residual_theory"]) < 0.005, s
-    assert res[1]["summary"]["fdr_residual"] > 0.05  # the papers' relation (residual 0) fails at λ = 0.5
+        assert abs(z(s, without_fluctuations, "test_loss")) > 5
+        assert abs(z(s, s["fdr_residual_theory"], "fdr_residual")) < 4, s
+    # the papers' relation (residual 0) fails at λ = 0.5
+    assert abs(z(res[1]["summary"], 0.0, "fdr_residual")) > 10
 
 
 def test_linear_regression_with_momentum_matches_exact_theory(tmp_path):
@@ -188,23 +192,24 @@ def test_added_and_label_noise_match_their_exact_theory(tmp_path):
 
 
 def test_two_layer_joint_fluctuations_are_isotropic(tmp_path):
-    """On the range of Γ every eigenvalue of the joint (W1, W2) covariance is λσ²/(2S)
-    (leading order in λ: within 5 %, with the replicas' SE far smaller)."""
+    """On the range of Γ every eigenvalue of the joint (W1, W2) covariance is λσ²/(2S): leading
+    order in λ, yet over 8 seeds (STREAM_VERSION 3–10) within 1.5 SE (SE 0.6 %) at λ = 0.02."""
     res = run({"model": {"kind": "two_layer", "n_inputs": 4, "labels": "teacher", "label_noise": 1.0},
-               "dynamics": {"steps": 40000, "replicas": 16},
+               "dynamics": {"steps": 40000, "replicas": 128},
                "grid": {"lr": 0.02, "batch_size": 4, "samples_per_param": 1000.0, "hidden_width": 3}}, tmp_path)
     s = res[0]["summary"]
-    assert abs(s["joint_eigenvalue"] / s["joint_eigenvalue_theory"] - 1) < 0.05, s
-    assert s["joint_eigenvalue_se"] < 0.02 * s["joint_eigenvalue"]
+    assert abs(z(s, s["joint_eigenvalue_theory"], "joint_eigenvalue")) < 3.5, s
+    assert s["joint_eigenvalue_se"] < 0.01 * s["joint_eigenvalue"]
     # per replica std/mean of the 4 range eigenvalues: sampling noise alone gives 0.1–0.2 here (the
     # per-replica scatter of their mean is 4·SE/mean ≈ 8 %); one mode twice the others gives 0.35
     assert s["joint_anisotropy"] < 0.25
     assert abs(s["joint_eigenvalue"] / (2 * s["joint_eigenvalue_theory"]) - 1) > 0.4  # λσ²/S is wrong
-    # within W2 (projected on the Hessian's range): (λσ²/2S)·D1/(D1 + D2) per mode (measured within
-    # 4 % — 3.4 % at most), not the isotropic joint value, which misses the smallest mode by a factor 4
+    # within W2 (projected on the Hessian's range): (λσ²/2S)·D1/(D1 + D2) per mode, leading order:
+    # over 8 seeds +3.2 ± 0.8 %, −1.1 ± 0.6 % and −2.7 ± 1.4 % (mean ± SD; −5.8 % at worst), so 8 %
+    # is the bias plus 3.8 SD. The isotropic joint value misses the smallest mode by a factor 4.
     w2, w2_theory, curv = (store.read_array(res[0]["path"], n) for n in (
         "layer_cov_eigenvalues_W2", "layer_cov_eigenvalues_W2_theory", "layer_mode_curvature_W2"))
-    assert np.all(np.abs(w2 / w2_theory - 1) < 0.05), (w2, w2_theory)
+    assert np.all(np.abs(w2 / w2_theory - 1) < 0.08), (w2, w2_theory)
     assert abs(w2[-1] / s["joint_eigenvalue_theory"] - 1) > 0.5
     # variance grows with curvature along the W2 modes (the inverse variance–flatness relation), and
     # ψ fitted to the measured spectrum agrees with the same fit of the theory spectrum
@@ -213,26 +218,30 @@ def test_two_layer_joint_fluctuations_are_isotropic(tmp_path):
     psi = flatness_exponent(w2, curv, theory_variance=w2_theory, leading_order=2.0)["params"]["psi"]
     assert psi["estimate"] > 0.5 and abs(psi["estimate"] - psi["theory"]) < 0.15, psi
     sv = store.read_array(res[0]["path"], "singular_values_W1")
-    assert sv.shape == (16, 3) and np.all(np.isfinite(sv))
+    assert sv.shape == (128, 3) and np.all(np.isfinite(sv))
 
 
 # ---- escape (physics.md §6) ----------------------------------------------------------------
 
 
 def test_double_well_escape_time_matches_kramers(tmp_path):
-    """ΔL/T = 5 (T = λσ²/(2S)), λk = 0.05: mean escape time within 20 % of Kramers' law."""
+    """ΔL/T = 5 (T = λσ²/(2S)), λk = 0.05: mean escape time within 25 % of Kramers' law.
+
+    Kramers is leading order in T/ΔL = 0.2: over 8 seeds (STREAM_VERSION 3–10) the ratio is
+    1.06–1.13 with an SE of 0.044, so 25 % leaves 3.5 SE above the mean 1.10. τ ≈ 29,000 steps:
+    a replica is still in the well after 250,000 steps with probability e^(−8.6), so about one
+    run in ten has a censored replica (counted by the maximum-likelihood estimate)."""
     sigma = math.sqrt(2 * 5 ** -1 / 0.05)  # T = 0.2 for ΔL = 1
     res = run({"model": {"kind": "landscape", "barrier": 1.0, "curvature_min": 1.0, "curvature_saddle": 0.5,
                          "noise_std": sigma},
                "dynamics": {"steps": 250000, "replicas": 512},
                "grid": {"lr": 0.05, "batch_size": 1, "noise": "gaussian"}}, tmp_path)
     s = res[0]["summary"]
-    assert s["escaped_fraction"] == 1.0 and s["escape_censored"] == 0
-    # measured 1.06 ± 0.045 (two seeds): Kramers' O(T/ΔL) correction, well inside 20 %
-    assert abs(s["escape_time"] / s["escape_time_theory_arrhenius"] - 1) < 0.2, s
+    assert s["escape_censored"] <= 3 and s["escaped_fraction"] >= 1 - 3 / 512, s
+    assert abs(s["escape_time"] / s["escape_time_theory_arrhenius"] - 1) < 0.25, s
     assert s["escape_time_se"] < 0.05 * s["escape_time"]
     steps = store.read_array(res[0]["path"], "escape_step")
-    assert steps.shape == (512,) and (steps > 0).all()
+    assert steps.shape == (512,) and (steps != 0).all()
 
 
 def test_escape_is_censored_not_dropped(tmp_path):

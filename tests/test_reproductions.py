@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import scipy.stats
 import yaml
 
 from sgdsweep import store
@@ -129,18 +130,30 @@ def test_han2021_fdr_white_noise_and_broken_symmetry_on_digits(tmp_path):
 
 
 def test_park2024_binder_and_wigner_of_the_degenerate_pair(tmp_path):
-    """Park 2024: the Binder cumulant of the degenerate pair is consistent with −4/27 (independent
-    eigenvalues give 0) and the spacings follow the Wigner surmise; the width grows with α/|B|."""
-    ds, fits = _ensemble("park2024_matrix", tmp_path, grid__batch_size=[8, 32], points=[], dynamics__steps=2000,
-                         dynamics__replicas=192)
+    """Park 2024: the Binder cumulant of the degenerate pair is −4/27 (independent eigenvalues give
+    0), the spacings follow the Wigner surmise and not Poisson's exponential law; the width
+    grows as √(α/|B|).
+
+    −4/27 is the low-temperature limit: at α/|B| = 0.1/32 over 8 seeds (STREAM_VERSION 3–10) the
+    estimate is −0.121 … −0.180 (bootstrap SD 0.018–0.028, within 1.8 SD of −4/27, 5–10 SD
+    below 0), while at 0.1/8 it is −0.075 … −0.163 with heavier tails, so it is only the width's
+    point there. The width ratio is 1.91–2.02 against 2."""
+    ds, fits = _ensemble("park2024_matrix", tmp_path, grid__batch_size=[8, 32], points=[], dynamics__steps=5000,
+                         dynamics__replicas=1024)
+    sv = {int(b): np.asarray(ds["singular_values_W"].sel(point=ds["batch_size"] == b).values)[0]
+          for b in ds["batch_size"].values}
     ds.close()
-    points = fits["wigner"]
-    for res in points:
-        binder = res["params"]["binder"]
-        assert binder["interval"][0] <= -4 / 27 <= binder["interval"][1] and binder["interval"][1] < -0.05, res
-        assert res["wigner_consistent"]
-    sigma = {r["group"]["batch_size"]: r["params"]["sigma"]["estimate"] for r in points if "batch_size" in r["group"]}
-    assert sigma[8] > 1.5 * sigma[32]  # σ ∝ √(α/|B|): 2 expected
+    points = {r["group"]["batch_size"]: r for r in fits["wigner"] if "batch_size" in r["group"]}
+    binder = points[32]["params"]["binder"]
+    sd = binder["stderr"]  # bootstrap over replicas
+    assert abs(binder["estimate"] + 4 / 27) < 3.5 * sd and binder["estimate"] < -3.5 * sd, binder
+    for b, res in points.items():
+        assert res["ks_pvalue"] > 1e-3, res  # Wigner surmise
+        spacing = np.abs(np.diff(sv[b][:, :2] ** 2, axis=1)).ravel()
+        poisson = scipy.stats.kstest(spacing / spacing.mean(), "expon")
+        assert poisson.pvalue < 1e-6, (b, poisson)  # independent eigenvalues: rejected
+    ratio = points[8]["params"]["sigma"]["estimate"] / points[32]["params"]["sigma"]["estimate"]
+    assert abs(ratio - 2) < 0.3, ratio  # σ ∝ √(α/|B|); σ ∝ α/|B| gives 4, none 1
 
 
 def test_vescovi_escape_time_falls_steeply_with_lr(tmp_path):
