@@ -122,8 +122,8 @@ LINEAR = {"model": {"kind": "linear", "n_inputs": 5, "label_noise": 0.6}, "seed"
 def _cov_check(r, other_theory=None):
     m = store.read_array(r["path"], "weight_cov")
     th = store.read_array(r["path"], "weight_cov_theory")
-    assert abs(z(r["summary"], np.trace(th) / 5)) < 3, (r["params"]["noise"], r["summary"]["weight_var"],
-                                                         np.trace(th) / 5)
+    assert abs(z(r["summary"], np.trace(th) / 5)) < 3.5, (r["params"]["noise"], r["summary"]["weight_var"],
+                                                           np.trace(th) / 5)
     assert np.linalg.norm(m - th) / np.linalg.norm(th) < 0.05
     return m
 
@@ -139,10 +139,12 @@ def test_linear_regression_matches_exact_theory_for_each_sampling_scheme(tmp_pat
         # so is the papers' continuous-time Lyapunov answer (7 % low here)
         assert abs(z(r["summary"], r["summary"]["weight_var_theory_continuous"])) > 10
         # broken detailed balance: Q = (HM − MH)/λ from the measured M matches the exact theory's Q
-        # (measured 0.7 % off for the leading pair) and not the continuous theory's (5 % lower)
+        # and not the continuous theory's. Over 9 data sets (STREAM_VERSION 3–11) the leading pair
+        # is within 1.8 % of the exact value, while the continuous one is 2.6–9.3 % lower (it
+        # depends on the data set), and at least twice as far from the measured as the exact one
         q, q_exact, q_cont = (store.read_array(r["path"], n)[0] for n in (
             "q_eigenvalues", "q_eigenvalues_theory", "q_eigenvalues_theory_continuous"))
-        assert abs(q / q_exact - 1) < 0.025 and abs(q_cont / q_exact - 1) > 0.04, (q, q_exact, q_cont)
+        assert abs(q / q_exact - 1) < 0.025 and abs(q - q_cont) > 2 * abs(q - q_exact), (q, q_exact, q_cont)
 
 
 def test_linear_regression_test_loss_and_fluctuation_dissipation_residual(tmp_path):
@@ -192,24 +194,25 @@ def test_added_and_label_noise_match_their_exact_theory(tmp_path):
 
 
 def test_two_layer_joint_fluctuations_are_isotropic(tmp_path):
-    """On the range of Γ every eigenvalue of the joint (W1, W2) covariance is λσ²/(2S): leading
-    order in λ, yet over 8 seeds (STREAM_VERSION 3–10) within 1.5 SE (SE 0.6 %) at λ = 0.02."""
+    """On the range of Γ every eigenvalue of the joint (W1, W2) covariance is λσ²/(2S), to leading
+    order in λ: over 9 data sets (STREAM_VERSION 3–11) the measured mean is −1.0 … +4.6 % off,
+    with an SE of 0.3–0.6 % (so the rest is the O(λ) correction, which depends on the data)."""
     res = run({"model": {"kind": "two_layer", "n_inputs": 4, "labels": "teacher", "label_noise": 1.0},
                "dynamics": {"steps": 40000, "replicas": 128},
                "grid": {"lr": 0.02, "batch_size": 4, "samples_per_param": 1000.0, "hidden_width": 3}}, tmp_path)
     s = res[0]["summary"]
-    assert abs(z(s, s["joint_eigenvalue_theory"], "joint_eigenvalue")) < 3.5, s
+    assert abs(s["joint_eigenvalue"] / s["joint_eigenvalue_theory"] - 1) < 0.08, s
     assert s["joint_eigenvalue_se"] < 0.01 * s["joint_eigenvalue"]
     # per replica std/mean of the 4 range eigenvalues: sampling noise alone gives 0.1–0.2 here (the
     # per-replica scatter of their mean is 4·SE/mean ≈ 8 %); one mode twice the others gives 0.35
     assert s["joint_anisotropy"] < 0.25
     assert abs(s["joint_eigenvalue"] / (2 * s["joint_eigenvalue_theory"]) - 1) > 0.4  # λσ²/S is wrong
     # within W2 (projected on the Hessian's range): (λσ²/2S)·D1/(D1 + D2) per mode, leading order:
-    # over 8 seeds +3.2 ± 0.8 %, −1.1 ± 0.6 % and −2.7 ± 1.4 % (mean ± SD; −5.8 % at worst), so 8 %
-    # is the bias plus 3.8 SD. The isotropic joint value misses the smallest mode by a factor 4.
+    # over 9 data sets −4.2 … +8.5 % per mode (the largest mode highest), within 12 %. The isotropic
+    # joint value misses the smallest mode by a factor 4.5–14.
     w2, w2_theory, curv = (store.read_array(res[0]["path"], n) for n in (
         "layer_cov_eigenvalues_W2", "layer_cov_eigenvalues_W2_theory", "layer_mode_curvature_W2"))
-    assert np.all(np.abs(w2 / w2_theory - 1) < 0.08), (w2, w2_theory)
+    assert np.all(np.abs(w2 / w2_theory - 1) < 0.12), (w2, w2_theory)
     assert abs(w2[-1] / s["joint_eigenvalue_theory"] - 1) > 0.5
     # variance grows with curvature along the W2 modes (the inverse variance–flatness relation), and
     # ψ fitted to the measured spectrum agrees with the same fit of the theory spectrum

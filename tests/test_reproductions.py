@@ -71,14 +71,18 @@ def test_liu2021_momentum_restores_a_stationary_state_beyond_lr_k_2(tmp_path):
 
 def test_gross2024_detailed_balance_fails_near_p_equal_n(tmp_path):
     """Fig. 5b,c: near P ≈ N the detailed-balance eigenvalues miss the exact ones by a large factor
-    (smallest mode), while the simulated spectrum follows the exact theory; Q is not small."""
+    (smallest mode), while the simulated spectrum follows the exact theory; Q is not small.
+
+    Over 9 data sets (STREAM_VERSION 3–11), 64 replicas: the worst eigenvalue 2.4–9.6 % from the exact
+    one, the leading |eig Q| within 3.1 %, detailed balance's smallest mode 0.04–0.44 of
+    the exact one. (16 replicas gave up to 25 % on a data set with slow modes.)"""
     (attrs,) = _run("gross2024_spectrum", tmp_path, grid__samples_per_param=1.5, dynamics__steps=60000,
-                    dynamics__replicas=16)
+                    dynamics__replicas=64)
     path = store.point_path(tmp_path, attrs["point_hash"])
     measured, exact, balance = (store.read_array(path, n) for n in (
         "weight_cov_eigenvalues", "weight_cov_eigenvalues_theory", "weight_cov_eigenvalues_theory_detailed_balance"))
-    assert np.max(np.abs(measured / exact - 1)) < 0.15  # measured 6 % (16 replicas)
-    assert balance[-1] / exact[-1] < 0.5  # measured 0.23
+    assert np.max(np.abs(measured / exact - 1)) < 0.15
+    assert balance[-1] / exact[-1] < 0.6
     q, q_exact = store.read_array(path, "q_eigenvalues")[0], store.read_array(path, "q_eigenvalues_theory")[0]
     assert abs(q / q_exact - 1) < 0.1
 
@@ -105,14 +109,20 @@ def test_liu2021_loss_follows_thm5_with_non_commuting_noise(tmp_path):
     assert hi / lo > 1.3  # the discrete correction: the loss per unit λ grows with λ
 
 
-def test_gross2024_variance_falls_with_n_at_fixed_p(tmp_path):
-    """Fig. 5a: at P = 200 the weight variance falls from N = 10 to N = 40 and follows the exact theory."""
+def test_gross2024_variance_against_n_at_fixed_p_follows_the_exact_theory(tmp_path):
+    """Fig. 5a: at P = 200 the weight variance at N = 10 and N = 40, and their ratio, follow the exact
+    theory. The ratio depends on the data set: over 9 data sets (STREAM_VERSION 3–11) the exact one
+    is 0.70–1.06 (measured with 8 replicas: 0.71–1.03), so the fall with N in Fig. 5a is a trend over data
+    sets, not a property of each; the test asks for what holds on every one."""
     rows = _run("gross2024_variance", tmp_path, grid__n_inputs=[10, 40], grid__samples_per_param=[20.0, 5.0],
-                dynamics__steps=20000, dynamics__replicas=8)
+                dynamics__steps=20000, dynamics__replicas=16)
     for attrs in rows:
         s = attrs["summary"]
         assert abs(s["weight_var"] - s["weight_var_theory"]) < 4 * s["weight_var_se"], s
-    assert rows[1]["summary"]["weight_var"] < 0.9 * rows[0]["summary"]["weight_var"]
+    (a, b) = (r["summary"] for r in rows)
+    ratio, ratio_theory = b["weight_var"] / a["weight_var"], b["weight_var_theory"] / a["weight_var_theory"]
+    ratio_se = ratio * np.hypot(a["weight_var_se"] / a["weight_var"], b["weight_var_se"] / b["weight_var"])
+    assert abs(ratio - ratio_theory) < 4 * ratio_se, (ratio, ratio_theory, ratio_se)
 
 
 def test_han2021_fdr_white_noise_and_broken_symmetry_on_digits(tmp_path):
@@ -178,12 +188,13 @@ def test_gross2024_two_layers_have_the_inverse_variance_flatness_relation(tmp_pa
 
 def test_gross2024_one_layer_has_no_inverse_variance_flatness_relation(tmp_path):
     """Fig. 6b: one layer, anisotropic covariance, yet the curvature along its modes does not follow
-    the variance (r² ≈ 0), and the exact theory's ψ is near 0 at P/N = 50."""
+    the variance (r² ≈ 0), and the exact theory's ψ is small at P/N = 50. Over 9 data sets
+    (STREAM_VERSION 3–11): r² 0.00–0.16, theory ψ −0.37 … 0.57 (two layers: ψ > 1.2)."""
     ds, fits = _ensemble("gross2024_flatness_one_layer", tmp_path, grid__samples_per_param=50,
                          dynamics__steps=30000, dynamics__burn_in=9000, dynamics__replicas=8)
     ds.close()
     (res,) = fits["flatness"]
-    assert res["r_squared"] < 0.3 and abs(res["params"]["psi"]["theory"]) < 0.3, res
+    assert res["r_squared"] < 0.3 and abs(res["params"]["psi"]["theory"]) < 0.9, res
     assert res["variance_spread"] > 1.5  # anisotropic all the same
 
 
