@@ -151,16 +151,18 @@ def test_linear_regression_test_loss_and_fluctuation_dissipation_residual(tmp_pa
     """E[test loss] = test_loss(ŵ) + ½Tr(Σ_pop M); the papers' FDR leaves the residual
     ‖λE[AMA]‖/‖λD(0)‖ (0.018 at λ = 0.1, 0.096 at λ = 0.5), not 0.
 
-    Over 8 seeds (STREAM_VERSION 3–10): test loss within 1.6 SE; the theory without the
-    fluctuation term 9.5–12.6 SE away; the residual within 2.2 jackknife SE at λ = 0.1 and 3.3
-    at λ = 0.5 (a norm: its z has heavier tails than a mean's), and 37–49 SE from 0 at λ = 0.5."""
+    Over 14 data sets (STREAM_VERSION 3–16): test loss within 1.7 SE; the residual within 2.0
+    jackknife SE (3.3 once over 8 stream seeds of one data set: a norm's z has heavier tails than
+    a mean's), and 29–120 SE from 0 at λ = 0.5. The theory without the fluctuation term is 23–181
+    SE away at λ = 0.5 but only 3.3 at λ = 0.1 on one data set, so it is rejected at λ = 0.5."""
     res = run({**LINEAR, "dynamics": {"steps": 30000, "replicas": 64, "observe": {"gradient_noise": True}},
                "grid": {"lr": [0.1, 0.5], "batch_size": 8, "samples_per_param": 4.0}}, tmp_path)
     for r in res:
         s = r["summary"]
         assert abs(z(s, s["test_loss_theory"], "test_loss")) < 3
-        without_fluctuations = s["test_loss_theory"] - 0.5 * s["weight_var_theory"]  # Σ_pop = I/N
-        assert abs(z(s, without_fluctuations, "test_loss")) > 5
+        if r["params"]["lr"] == 0.5:
+            without_fluctuations = s["test_loss_theory"] - 0.5 * s["weight_var_theory"]  # Σ_pop = I/N
+            assert abs(z(s, without_fluctuations, "test_loss")) > 5
         assert abs(z(s, s["fdr_residual_theory"], "fdr_residual")) < 4, s
     # the papers' relation (residual 0) fails at λ = 0.5
     assert abs(z(res[1]["summary"], 0.0, "fdr_residual")) > 10
