@@ -33,8 +33,10 @@ up to floating-point rounding; ``tests/test_fused.py`` checks that for every ker
 
 from __future__ import annotations
 
+import hashlib
 import os
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numba
 import numpy as np
@@ -46,6 +48,13 @@ from .noise import MODE, STUDENT_NU, cholesky_psd, draw_normals, matched_by_cova
 from .observables import feed_noise_lane
 from .vecmath import exp
 
+#: The modules whose compiled functions and constants are built into this module's cached
+#: kernels, and the SHA-256 (16 hex digits, :func:`dependency_digest`) of their sources. Numba's
+#: cache checks only the stamp of this file, so a change there alone would leave stale machine
+#: code in every checkout that pulls it; ``tests/test_fused.py`` fails until the digest is
+#: updated here, and that edit makes Numba compile the kernels again.
+COMPILED_DEPENDENCIES = ("noise.py", "observables.py", "vecmath.py")
+DEPENDENCY_DIGEST = "ed5f0982d8119e91"
 #: Environment variable: threads the fused kernel may use in one process (default 1: a
 #: sweep's parallelism is its Dask workers, one per core; set it for in-process runs).
 THREADS_ENV = "SGDSWEEP_THREADS"
@@ -61,6 +70,14 @@ DELTA_BUFFER = 16
 #: Inputs from which :func:`_plain_grad` takes rows eight at a time (below, four: on short rows
 #: eight accumulators cost more than they save; measured 1.06–1.18× at N = 100).
 EIGHT_ROWS_MIN = 32
+
+
+def dependency_digest() -> str:
+    """SHA-256 (16 hex digits) of the sources of :data:`COMPILED_DEPENDENCIES`, in that order."""
+    digest = hashlib.sha256()
+    for name in COMPILED_DEPENDENCIES:
+        digest.update((Path(__file__).parent / name).read_text(encoding="utf-8").replace("\r\n", "\n").encode())
+    return digest.hexdigest()[:16]
 
 
 def supports(problem, noise: str, dynamics_kind: str, noise_lags: list[int], escape: bool) -> bool:

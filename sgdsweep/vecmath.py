@@ -15,8 +15,8 @@ vectorising a loop. A NaN argument gives NaN (``min``/``max`` keep it), so a div
 still shows as one.
 
 Numba caches a compiled caller with this function built in and checks only the caller's own
-source file: after editing this module, clear ``sgdsweep/__pycache__/*.nb[ic]`` (or touch
-``fused.py``) before measuring.
+source file: after editing this module, update ``fused.DEPENDENCY_DIGEST`` (``tests/test_fused.py``
+says to), which makes Numba compile the kernels again.
 """
 
 from __future__ import annotations

@@ -366,3 +366,26 @@ def test_vectorisable_exp_is_within_two_ulp():
     each(np.array([-1000.0, 1000.0]), beyond)
     each(np.array([-708.0, 709.0]), ends)
     np.testing.assert_array_equal(beyond, ends)
+
+
+def test_cached_kernels_are_rebuilt_when_their_dependencies_change():
+    """Numba's cache of fused.py checks only fused.py: every module whose compiled functions or
+    numeric constants it imports is listed in COMPILED_DEPENDENCIES, and their sources hash to
+    DEPENDENCY_DIGEST (updating it edits fused.py, so the cached kernels are compiled again)."""
+    import ast
+    from importlib import import_module
+    from pathlib import Path
+
+    tree = ast.parse(Path(fused.__file__).read_text())
+    needed = set()
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            module = import_module(f"sgdsweep.{node.module}")
+            for alias in node.names:
+                obj = getattr(module, alias.name)
+                if isinstance(obj, (numba.core.registry.CPUDispatcher, int, float)) or hasattr(obj, "_defn"):
+                    needed.add(Path(module.__file__).name)
+    assert needed == set(fused.COMPILED_DEPENDENCIES), needed
+    assert fused.dependency_digest() == fused.DEPENDENCY_DIGEST, (
+        f"{', '.join(fused.COMPILED_DEPENDENCIES)} changed: set DEPENDENCY_DIGEST = "
+        f"{fused.dependency_digest()!r} in sgdsweep/fused.py (that edit makes Numba compile its cached kernels again)")
