@@ -15,7 +15,8 @@ from typing import Any, Mapping
 
 #: Bump when a change of the simulation code changes stored results; every point then reruns
 #: (on the same random streams: see STREAM_VERSION). 4: the thesis landscape's matched noise is
-#: drawn from its 2 × 2 covariance. 5: the summary gains fdr_residual_se.
+#: drawn from its 2 × 2 covariance. 5: the summary gains fdr_residual_se; the thesis landscape's
+#: minima are polished to a zero gradient.
 SIMULATION_VERSION = 5
 #: The version the random numbers are keyed by (:func:`stream_hash`: replicas' streams and data
 #: sets). Fixed apart from SIMULATION_VERSION, so that rerunning points does not reseed them —

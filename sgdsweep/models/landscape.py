@@ -101,8 +101,11 @@ class Thesis(Problem):
         self.layers = (Layer("w", 0, 1, 2),)
         full = lambda v: self.grad(np.asarray(v, float)[None])[0]  # noqa: E731
         lossf = lambda v: float(self.loss(np.asarray(v, float)[None])[0])  # noqa: E731
-        real = scipy.optimize.minimize(lossf, [1.0, 5.0], jac=full, method="BFGS", options={"gtol": 1e-10}).x
-        spur = scipy.optimize.minimize(lossf, [-5.6, 3.0], jac=full, method="BFGS", options={"gtol": 1e-10}).x
+        # BFGS finds each basin's minimum, but on some data sets stops with a gradient of 1e-6 (its
+        # line search loses precision); a root of the gradient started there polishes it to rounding
+        real, spur = (scipy.optimize.root(full, scipy.optimize.minimize(
+            lossf, start_at, jac=full, method="BFGS", options={"gtol": 1e-10}).x, tol=1e-14).x
+            for start_at in ([1.0, 5.0], [-5.6, 3.0]))
         saddle = scipy.optimize.root(full, [-0.30, 0.16], tol=1e-12).x
         self.minima = {"real": real, "spurious": spur}
         self.saddle_point = saddle
