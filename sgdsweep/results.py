@@ -153,16 +153,9 @@ def jackknife_se(statistic: Callable[..., float], per_replica: Sequence[np.ndarr
     g = min(r, max_groups)
     if g < 2:
         return math.nan
-    labels = np.arange(r) % g
-    counts = np.bincount(labels, minlength=g).astype(float)
     totals = [a.sum(axis=0) for a in per_replica]
-    group_sums = []
-    for a in per_replica:
-        sums = np.zeros((g,) + a.shape[1:])
-        np.add.at(sums, labels, a)
-        group_sums.append(sums)
-    theta = np.array([statistic(*[(t - s[k]) / (r - counts[k]) for t, s in zip(totals, group_sums)])
-                      for k in range(g)])
+    theta = np.array([statistic(*[(t - a[k::g].sum(axis=0)) / (r - len(range(k, r, g)))
+                                  for t, a in zip(totals, per_replica)]) for k in range(g)])
     return float(np.sqrt((g - 1) / g * np.sum((theta - theta.mean()) ** 2)))
 
 
@@ -195,9 +188,10 @@ def fluctuation_dissipation(problem, lanes: Mapping[str, np.ndarray], ok: np.nda
     sww_r = lanes["sum_gram"][ok] / n[:, None, None]
     sww = sww_r.mean(axis=0)
     pairs = np.array([np.maximum(n - m, 1) for m in lags]).T  # (R, lags)
-    dm = (lanes["noise_lag"][ok] / pairs[:, :, None, None]).mean(axis=0)
+    dm_r = lanes["noise_lag"][ok] / pairs[:, :, None, None]
+    dm = dm_r.mean(axis=0)
     d0 = dm[0]
-    d0_r = lanes["noise_lag"][ok][:, 0] / pairs[:, 0, None, None]
+    d0_r = dm_r[:, 0]
     norms = [np.linalg.norm(dm[j]) / np.linalg.norm(d0) for j in range(1, len(lags))]
     residual_se = jackknife_se(lambda s, d: fdr.fdr_residual(problem.sxx, s, d, lr), (sww_r, d0_r))
     summary = {"fdr_residual": finite_or_none(fdr.fdr_residual(problem.sxx, sww, d0, lr)),
