@@ -9,8 +9,9 @@ gradients, two passes over all P samples (4·P·d); the ratio is
 S = 10, minibatch (linreg-ref). Every case runs a fused kernel (:mod:`sgdsweep.fused`).
 
 The lanes' generators are timed (:class:`TimedGenerator`), so each case also says what share
-of its time went to drawing random numbers (one thread) and how the rest,
-the compiled loop, compares per flop with the reference's compiled loop: noise matched to the
+of its time went to drawing random numbers outside the compiled loop (one thread; the normals —
+the kernels draw the uniforms of sample selection themselves) and how the rest, the compiled
+loop, compares per flop with the reference's compiled loop: noise matched to the
 per-sample gradients draws P normals per step (3.3 ns each here) against a gradient of 4·P·d
 flops, so drawing is a large share of those cases' time.
 
@@ -96,11 +97,17 @@ CASES: dict[str, tuple[dict[str, Any], Callable[[Any, int], float]]] = {
 
 class TimedGenerator:
     """A lane's generator that adds the seconds spent drawing to ``clock[0]``: its uniforms
-    (the engine calls ``random(out=)`` once per lane and block) and, through :meth:`normals`,
-    which stands in for :func:`sgdsweep.noise.draw_normals` during a run, its normals."""
+    where the numpy engine draws them (``random(out=)``, once per lane and block) and, through
+    :meth:`normals`, which stands in for :func:`sgdsweep.noise.draw_normals` during a run, its
+    normals. The kernels draw uniforms themselves from the PCG64 state (``bit_generator``), so
+    there their cost is part of the compiled loop's."""
 
     def __init__(self, gen: np.random.Generator, clock: list[float]):
         self.gen, self.clock = gen, clock
+
+    @property
+    def bit_generator(self) -> np.random.BitGenerator:
+        return self.gen.bit_generator
 
     def random(self, out: np.ndarray) -> None:
         t = time.perf_counter()

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import fused
+from . import fused, pcg64
 from . import observables as obs
 from .models.base import ADDED_NOISE, Problem
 from .noise import (
@@ -118,7 +118,11 @@ def run_lanes(problem: Problem, *, noise: str, batch_size: int, steps: int, lr: 
                                       else np.full(n_lanes, observe.autocorr_stride), dtype=np.int64))
 
     def stop(mask: np.ndarray) -> None:
-        nonlocal out, ids, w, mom, perm_view, pos_view, lr_v, mu_v, step_v, burn_v, bound_v, stride_v, gu, gz
+        nonlocal out, ids, w, mom, perm_view, pos_view, lr_v, mu_v, step_v, burn_v, bound_v, stride_v, gu, gz, ust
+        if ust is not None:  # the stopping lanes' generators continue where their kernel stopped
+            if n_u:
+                pcg64.store([g for g, m in zip(gu, mask) if m], ust[mask])
+            ust = ust[~mask]
         if out is None:
             if ids.size == n_lanes and mask.all():  # every lane stops here, none stopped before
                 out = {**acc.arrays, "w_final": w}
@@ -148,7 +152,9 @@ def run_lanes(problem: Problem, *, noise: str, batch_size: int, steps: int, lr: 
     gu = [s[0] for s in streams]  # the working lanes' uniform and normal generators
     gz = [s[1] for s in streams]
     per_step = max(1, n_u + n_z)
-    use_fused = fused.supports(problem, noise, dynamics.kind, noise_lags, observe.escape)
+    use_fused = fused.supports(problem, noise, dynamics.kind, noise_lags, observe.escape) and (
+        n_u == 0 or all(pcg64.is_pcg64(g) for g in gu))  # the kernels draw uniforms from PCG64 states
+    ust = None  # the working lanes' PCG64 states (pcg64.states) while kernels draw their uniforms
     if use_fused:
         omega = (obs.sketch_matrix(d, acc.arrays["sketch"].shape[2]) if "sketch" in acc.arrays
                  else np.zeros((0, 0)))
@@ -156,11 +162,12 @@ def run_lanes(problem: Problem, *, noise: str, batch_size: int, steps: int, lr: 
                                             n_batches if noise in MODE else 1, omega, observe.loss,
                                             observe.test_loss, observe.escape, noise_lags)
         n_threads = fused.threads()
+        ust = pcg64.states(gu) if n_u else np.zeros((n_lanes, 4), np.uint64)
     t0 = 0
-    while use_fused and t0 < steps and ids.size:  # compiled blocks; random numbers drawn per lane chunk
-        nb = int(max(1, min(steps - t0, BLOCK_STEPS, BLOCK_RANDOM_NUMBERS // (fused.CHUNK_LANES * per_step))))
-        stopping = fused.advance(kernel, shared, t0, nb, gu, gz, n_u, n_z, w, mom, step_v, mu_v, burn_v, bound_v,
-                                 stride_v, perm_view, pos_view, acc.arrays, n_threads)
+    while use_fused and t0 < steps and ids.size:  # compiled blocks; normals drawn per lane chunk
+        nb = int(max(1, min(steps - t0, BLOCK_STEPS, BLOCK_RANDOM_NUMBERS // (fused.CHUNK_LANES * max(1, n_z)))))
+        stopping = fused.advance(kernel, shared, t0, nb, ust, gz, n_u, n_z, w, mom, step_v, mu_v, burn_v,
+                                 bound_v, stride_v, perm_view, pos_view, acc.arrays, n_threads)
         if stopping.any():
             stop(stopping)
         t0 += nb

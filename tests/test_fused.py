@@ -277,6 +277,24 @@ def test_wrong_update_is_caught(monkeypatch):
     assert not np.allclose(a["sum_dd"], b["sum_dd"], rtol=1e-3)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_uniform_generators_continue_after_the_kernels(threads, monkeypatch):
+    """The kernels draw the uniforms from copies of the generators' PCG64 states; afterwards
+    each generator that ran every step (across several blocks and chunks) stands where it
+    would after the numpy engine's draws: steps × S numbers on."""
+    problem = _problem(CASES["linear minibatch"][0])
+    n, steps, s = 40, engine.BLOCK_STEPS + 100, 5
+    streams = [g[:2] for g in replica_streams(3, "00112233445566778899aabbccddeeff", n)]
+    twins = [g[0] for g in replica_streams(3, "00112233445566778899aabbccddeeff", n)]
+    monkeypatch.setenv(fused.THREADS_ENV, str(threads))
+    engine.run_lanes(problem, noise="minibatch", batch_size=s, steps=steps, lr=np.full(n, 0.1),
+                     momentum=np.zeros(n), burn_in=np.zeros(n), bound=np.full(n, 1e6 * problem.divergence_scale()),
+                     w0=np.zeros((n, problem.dim)), streams=streams, observe=ObserveSpec(autocorr_lags=8))
+    for (gen, _), twin in zip(streams, twins):
+        twin.random(steps * s)
+        assert gen.bit_generator.state == twin.bit_generator.state
+
+
 @pytest.mark.parametrize("n_in", [7, fused.EIGHT_ROWS_MIN])
 @pytest.mark.parametrize("has_label", [False, True])
 def test_plain_gradient_every_batch_size(has_label, n_in):
@@ -287,10 +305,11 @@ def test_plain_gradient_every_batch_size(has_label, n_in):
     x, y, wm = rng.standard_normal((30, n_in)), rng.standard_normal((30, 3)), rng.standard_normal((3, n_in))
     for s in range(1, 18):
         idx = rng.integers(0, 30, s)
-        weight, zl = rng.random(s), rng.standard_normal((s, 3))
+        weight, z = rng.random(s), rng.standard_normal((2, 3, s * 3))  # normals of 2 lanes × 3 steps
+        zl = z[1, 2].reshape(s, 3)  # lane 1's at step 2, the ones used
         for o in range(3):
             g = np.full((3, n_in), np.nan)
-            fused._plain_grad(wm.ravel(), x, y, o, idx, weight, 0.3, zl.ravel(), has_label, g.ravel())
+            fused._plain_grad(wm.ravel(), x, y, o, idx, weight, 0.3, z, 1, 2, has_label, g.ravel())
             resid = x[idx] @ wm[o] - y[idx, o] - (0.3 * zl[:, o] if has_label else 0.0)
             np.testing.assert_allclose(g[o], (weight * resid) @ x[idx], rtol=1e-12, atol=1e-12)
             assert np.isnan(np.delete(g, o, axis=0)).all()  # the other outputs' entries untouched
@@ -310,9 +329,10 @@ def test_affine_gradient_is_the_formula(extras, has_label):
     # a non-symmetric one here pins down the side the kernel applies it on
     metric = rng.standard_normal((n_out, n_out)) if extras in ("metric", "both") else np.zeros((0, 0))
     offsets = rng.standard_normal((p, n_out * n_in)) if extras in ("offsets", "both") else np.zeros((0, 0))
-    idx, weight, zl = rng.integers(0, p, s), rng.random(s), rng.standard_normal((s, n_out))
+    idx, weight, z = rng.integers(0, p, s), rng.random(s), rng.standard_normal((3, 2, s * n_out))
+    zl = z[2, 1].reshape(s, n_out)  # lane 2's normals at step 1, the ones used
     g = np.empty(n_out * n_in)
-    fused._affine_grad(wm.ravel(), x, y, idx, weight, metric, offsets, 0.4, zl.ravel(), has_label,
+    fused._affine_grad(wm.ravel(), x, y, idx, weight, metric, offsets, 0.4, z, 2, 1, has_label,
                        np.empty(n_out * n_in), g)
     want = np.zeros((n_out, n_in))
     for k in range(s):
@@ -328,17 +348,18 @@ def test_affine_gradient_is_the_formula(extras, has_label):
 @pytest.mark.parametrize("d", [1, 2, 5, 10, 40, 77])
 def test_second_moment_flush_is_the_rank_k_update(d):
     """The flush of the δ buffer, a partial buffer included, adds the lower triangle of
-    Σ_b δ_b δ_bᵀ and leaves the upper triangle alone (odd d: the blocked loop's last row;
+    Σ_b δ_b δ_bᵀ to its lane's sum and leaves the upper triangle and the other lanes alone (odd d: the blocked loop's last row;
     fewer than four steps: its remainder loop)."""
     rng = np.random.default_rng(d)
     for nbuf in (1, 3, 4, 5, fused.DELTA_BUFFER):
         dbuf = rng.standard_normal((fused.DELTA_BUFFER, d))  # δ_b, one row per buffered step
-        before = rng.standard_normal((d, d))
+        before = rng.standard_normal((3, d, d))  # three lanes' sums; the middle one is flushed
         out = before.copy()
-        fused._flush(dbuf, nbuf, out)
-        want = before + dbuf[:nbuf].T @ dbuf[:nbuf]
-        np.testing.assert_allclose(np.tril(out), np.tril(want), rtol=1e-12, atol=1e-12)
-        np.testing.assert_array_equal(np.triu(out, 1), np.triu(before, 1))
+        fused._flush(dbuf, nbuf, out, 1)
+        want = before[1] + dbuf[:nbuf].T @ dbuf[:nbuf]
+        np.testing.assert_allclose(np.tril(out[1]), np.tril(want), rtol=1e-12, atol=1e-12)
+        np.testing.assert_array_equal(np.triu(out[1], 1), np.triu(before[1], 1))
+        np.testing.assert_array_equal(out[[0, 2]], before[[0, 2]])
 
 
 def test_threads_env_is_checked(monkeypatch):
