@@ -283,11 +283,10 @@ def _advance_affine(t0, n_steps, n_u, ust, z, w, mom, lr, mu, burn, bound, strid
                 if want_test:
                     val = test_c
                     for o in range(n_out):
-                        wo = wl[o * n_in:(o + 1) * n_in]
-                        bo = test_b[o * n_in:(o + 1) * n_in]
-                        _sym_times(test_a, wo, tmp)
+                        lo = o * n_in
+                        _sym_times(test_a, wl, lo, tmp)
                         for i in range(n_in):
-                            val += wo[i] * (0.5 * tmp[i] - bo[i])
+                            val += wl[lo + i] * (0.5 * tmp[i] - test_b[lo + i])
                     sum_test_loss[lane] += val
                 loss_count[lane] += 1
         ust[lane, 0] = st_hi  # the lane's generator continues from here
@@ -921,17 +920,16 @@ def _flush(dbuf, nbuf, out, lane):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
-def _sym_times(a, u, out):  # pragma: no cover - compiled
-    """out[:n] = A u for a symmetric n × n A, as a sum of A's rows scaled by u (vector loops
-    without a reduction per element)."""
-    n = u.shape[0]
+def _sym_times(a, u, lo, out):  # pragma: no cover - compiled
+    """out[:n] = A u[lo:lo + n] for a symmetric n × n A, as a sum of A's rows scaled by u (vector
+    loops without a reduction per element)."""
+    n = a.shape[0]
     for i in range(n):
         out[i] = 0.0
     for j in range(n):
-        uj = u[j]
-        row = a[j]
+        uj = u[lo + j]
         for i in range(n):
-            out[i] += uj * row[i]
+            out[i] += uj * a[j, i]
 
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
@@ -940,7 +938,7 @@ def _metric_form(delta, sxx, metric, n_out, n_in, tmp):  # pragma: no cover - co
     ``tmp``: scratch of n_in."""
     total = 0.0
     for q in range(n_out):
-        _sym_times(sxx, delta[q * n_in:(q + 1) * n_in], tmp)  # Σxx δ_q
+        _sym_times(sxx, delta, q * n_in, tmp)  # Σxx δ_q
         for o in range(n_out):
             if metric.shape[0] > 0:
                 m = metric[o, q]
