@@ -32,7 +32,8 @@ normal streams, the same partial Fisher–Yates shuffle), so both paths give the
 up to floating-point rounding; ``tests/test_fused.py`` checks that for every kernel. The kernels
 draw the uniforms themselves, from the lanes' PCG64 states (:mod:`sgdsweep.pcg64`); helpers
 that are called once per step are inlined, and index arrays rather than take row views (a view
-costs an atomic reference-count update): together 1.3× on small models."""
+costs an atomic reference-count update): together 1.05–1.35× on the small-model shard of
+``benchmarks/kernel_shard.py``, 1.7× on the thesis landscape at S = 1."""
 
 from __future__ import annotations
 
@@ -176,8 +177,8 @@ def advance(kernel, shared: tuple, t0: int, n_steps: int, states: np.ndarray, no
     leaves advanced; the normals from ``normals[i]``, its generator, here for up to
     :data:`CHUNK_LANES` lanes at a time (fewer where that gives each of ``n_threads`` threads a
     chunk), used while they are still in cache. With ``n_threads`` > 1 chunks are drawn and
-    advanced in parallel (NumPy's generators and the kernels release the GIL). ``step`` is the per-lane step
-    size (λ, or dt for the SDE); ``acc`` the working accumulators of
+    advanced in parallel (NumPy's generators and the kernels release the GIL). ``step`` is the
+    per-lane step size (λ, or dt for the SDE); ``acc`` the working accumulators of
     :class:`sgdsweep.observables.Accumulators`. A lane that diverges gets ``diverged_step``, one
     that escapes ``escape_step``; both stop advancing. Returns the mask of lanes that stopped.
     """
