@@ -204,10 +204,13 @@ def _feed_autocorr(loss, mask, buf, head, lag, count):  # pragma: no cover - com
         if n < k:
             head[lane, n] = v
         top = min(n + 1, k)
-        for m in range(min(top, pos + 1)):  # the ring buffer in two pieces: no modulo per lag
-            lag[lane, m] += v * buf[lane, pos - m]
-        for m in range(pos + 1, top):
-            lag[lane, m] += v * buf[lane, pos - m + k]
+        # the ring buffer in two pieces (no modulo per lag), unsigned indices (no wraparound
+        # check per element: the loops vectorise)
+        last, end = np.uint64(pos), np.uint64(pos + k)
+        for m in range(np.uint64(min(top, pos + 1))):
+            lag[lane, m] += v * buf[lane, last - m]
+        for m in range(np.uint64(pos + 1), np.uint64(top)):
+            lag[lane, m] += v * buf[lane, end - m]
 
 
 def update_noise(acc: Accumulators, b: np.ndarray, delta_mat: np.ndarray, sel: np.ndarray | None,
