@@ -128,6 +128,8 @@ def model_arrays(problem, noise: str, batch_size: int, noise_scale: float, mode:
         offsets = problem.offsets.reshape(problem.n_samples, -1) if problem.offsets is not None else empty2
         if problem.test_quadratic is not None:
             test_a, test_b, test_c = problem.test_quadratic
+            if np.count_nonzero(test_a - np.diag(np.diag(test_a))) == 0:  # isotropic inputs: A = I/N
+                test_a = np.ascontiguousarray(np.diag(test_a)).reshape(1, -1)  # its diagonal, a row
         else:
             test_a, test_b, test_c = empty2, np.zeros((0, 0)), 0.0
         return _advance_affine, (problem.x, problem.y, metric, offsets, float(problem.label_noise), mode, n_batches, added, noise_amp, np.ascontiguousarray(problem.syx),
@@ -281,13 +283,18 @@ def _advance_affine(t0, n_steps, n_u, ust, z, w, mom, lr, mu, burn, bound, strid
                 if want_loss:
                     _feed_loss(lane, loss_min + 0.5 * _metric_form(delta, sxx, metric, n_out, n_in, tmp),
                                loss_count, sum_loss, loss_buf, loss_lag, loss_head)
-                if want_test:
+                if want_test:  # c + Σ_o w_oᵀ (½ A w_o − b_o); A given by its diagonal when a row
                     val = test_c
                     for o in range(n_out):
                         lo = o * n_in
-                        _sym_times(test_a, wl, lo, tmp)
-                        for i in range(n_in):
-                            val += wl[lo + i] * (0.5 * tmp[i] - test_b[lo + i])
+                        if test_a.shape[0] == 1:
+                            for i in range(n_in):
+                                wi = wl[lo + i]
+                                val += wi * (0.5 * test_a[0, i] * wi - test_b[lo + i])
+                        else:
+                            _sym_times(test_a, wl, lo, tmp)
+                            for i in range(n_in):
+                                val += wl[lo + i] * (0.5 * tmp[i] - test_b[lo + i])
                     sum_test_loss[lane] += val
                 loss_count[lane] += 1
         ust[lane, 0] = st_hi  # the lane's generator continues from here

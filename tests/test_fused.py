@@ -64,6 +64,9 @@ CASES = {
                      [0.1, 0.5, 1.0, 9.0], [0.0, 0.3, 0.0, 0.0]),
     "linear replace": ({"kind": "linear", "n_inputs": 12, "samples_per_param": 5}, "minibatch_replace",
                        [0.1, 0.5, 1.0, 9.0], [0.0, 0.0, 0.6, 0.0]),
+    # correlated inputs: the test loss's quadratic form is a full matrix (isotropic: its diagonal)
+    "linear wishart inputs": ({"kind": "linear", "n_inputs": 12, "samples_per_param": 5, "inputs": "wishart",
+                               "wishart_ratio": 2.0}, "minibatch", [0.1, 0.5, 1.0, 9.0], [0.0, 0.3, 0.0, 0.0]),
     "linear label, two outputs": ({"kind": "linear", "n_inputs": 8, "n_outputs": 2, "samples_per_param": 5,
                                    "label_noise": 0.3}, "label", [0.1, 0.5, 1.0, 9.0], [0.0, 0.2, 0.0, 0.0]),
     "matrix (metric, offsets)": ({"kind": "matrix", "targets": [1.0, 0.5, 0.25], "injected_noise": 0.3},
