@@ -189,7 +189,7 @@ def advance(kernel, shared: tuple, t0: int, n_steps: int, states: np.ndarray, no
     e1, e2, e3 = np.zeros(0), np.zeros((0, 0)), np.zeros((0, 0, 0))
     k_lags = acc["loss_buf"].shape[1] if "loss_buf" in acc else 0
     # per-lane arrays (sliced per chunk); empty ones stay as they are
-    lanes = [states, w, mom if mom is not None else e2, step, mu, burn, bound, stride,
+    lanes = [w, mom if mom is not None else e2, step, mu, burn, bound, stride,
              perm if perm is not None else np.zeros((0, 0), np.int64),
              pos if pos is not None else np.zeros(0, np.int64),
              acc["n"], acc["sum_d"], acc.get("sum_dd", e3), acc.get("sum_d2", e2), acc.get("sketch", e3),
@@ -208,8 +208,7 @@ def advance(kernel, shared: tuple, t0: int, n_steps: int, states: np.ndarray, no
         if n_z:
             for i in range(lo, hi):
                 draw_normals(normals[i], z[i - lo])
-        chunk_lanes = [a[lo:hi] if a.shape[0] else a for a in lanes]
-        kernel(t0, n_steps, n_u, chunk_lanes[0], z, *chunk_lanes[1:], *shared)
+        kernel(t0, n_steps, n_u, states[lo:hi], z, *[a[lo:hi] if a.shape[0] else a for a in lanes], *shared)
 
     starts = range(0, n_lanes, chunk)
     if n_threads <= 1 or len(starts) == 1:

@@ -16,7 +16,7 @@ import numba
 import numpy as np
 import pytest
 
-from sgdsweep import engine, fused
+from sgdsweep import engine, fused, pcg64
 from sgdsweep.config import build_sweep
 from sgdsweep.models import get_model
 from sgdsweep.observables import ObserveSpec
@@ -289,6 +289,7 @@ def test_uniform_generators_continue_after_the_kernels(threads, monkeypatch):
     n, steps, s = 40, engine.BLOCK_STEPS + 100, 5
     streams = [g[:2] for g in replica_streams(3, "00112233445566778899aabbccddeeff", n)]
     twins = [g[0] for g in replica_streams(3, "00112233445566778899aabbccddeeff", n)]
+    assert fused.supports(problem, "minibatch", "sgd", [], False) and all(pcg64.is_pcg64(g) for g, _ in streams)
     monkeypatch.setenv(fused.THREADS_ENV, str(threads))
     engine.run_lanes(problem, noise="minibatch", batch_size=s, steps=steps, lr=np.full(n, 0.1),
                      momentum=np.zeros(n), burn_in=np.zeros(n), bound=np.full(n, 1e6 * problem.divergence_scale()),
