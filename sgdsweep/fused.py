@@ -220,8 +220,9 @@ def advance(kernel, shared: tuple, t0: int, n_steps: int, states: np.ndarray, no
     return stopped
 
 
-#: Leading arguments of :func:`_advance_affine` that are per lane or per block (t0 … stopped).
-AFFINE_LANE_ARGS = 32
+#: Leading arguments of :func:`_advance_affine` that are per lane or per block (t0 … stopped),
+#: and the position among them of ``sum_dd``, the full second moment (empty when not kept).
+AFFINE_LANE_ARGS, SUM_DD_ARG = 32, 16
 
 
 def _advance_affine(*args) -> None:
@@ -233,7 +234,7 @@ def _advance_affine(*args) -> None:
     tuples, the lanes' and the problem's: CPython passes a call of more than 30 arguments as
     ``*args``, which Numba does not inline."""
     lanes, shared = args[:AFFINE_LANE_ARGS], args[AFFINE_LANE_ARGS:]
-    (_affine_full if lanes[16].shape[0] > 0 else _affine_diagonal)(lanes, shared)
+    (_affine_full if lanes[SUM_DD_ARG].shape[0] > 0 else _affine_diagonal)(lanes, shared)
 
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
