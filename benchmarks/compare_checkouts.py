@@ -7,12 +7,14 @@ then reports its best of ``--repeat`` runs. Printed: every process's figure per 
 the best of each, and the ratio new/old of the bests and of the medians.
 
     git worktree add /tmp/old <commit>      # or: git archive <commit> | tar -x -C /tmp/old
-    python benchmarks/compare_checkouts.py /tmp/old . [--bench shard|linreg] [--threads 2] [--rounds 3]
+    python benchmarks/compare_checkouts.py /tmp/old . [--bench shard|linreg|points] [--threads 2] [--rounds 3]
 
 Benchmarks (replica-steps/s, float64): ``shard`` — :func:`kernel_shard.engine_rate`, the
 small-model shard of 100 points × 16 replicas (N = 10) with the default observables, 3,000
 steps; ``linreg`` — :func:`kernel_linreg.sgdsweep_kernel`, linreg-ref at R = 1,024, bare steps,
-1,500 steps.
+1,500 steps; ``points`` — the small-model shard as a worker runs it, 1,000 steps:
+:func:`sgdsweep.simulate.simulate_points` with its exact theory, results and 100 point stores,
+written under a fresh temporary directory (``TMPDIR=/dev/shm`` keeps the disk's noise out).
 """
 
 from __future__ import annotations
@@ -40,8 +42,23 @@ data = linear.make_problem({{"n_inputs": kl.N, "n_outputs": 1, "n_samples": kl.P
 kl.sgdsweep_kernel(data, 64, 50, False, {threads})  # compile or load the cache
 print(max(kl.sgdsweep_kernel(data, 1024, {steps}, False, {threads}) for _ in range({repeat})))
 """,
+    "points": """
+import os, tempfile, time
+import kernel_shard as ks
+from sgdsweep.simulate import simulate_points
+os.environ["SGDSWEEP_THREADS"] = "{threads}"
+points = [p.spec() for p in ks.shard({steps})]
+simulate_points(points[:4], tempfile.mkdtemp())  # compile or load the cache; learn the store layout
+
+def rate():
+    t0 = time.perf_counter()
+    simulate_points(points, tempfile.mkdtemp())
+    return len(points) * ks.REPLICAS * {steps} / (time.perf_counter() - t0)
+
+print(max(rate() for _ in range({repeat})))
+""",
 }
-STEPS = {"shard": 3000, "linreg": 1500}
+STEPS = {"shard": 3000, "linreg": 1500, "points": 1000}
 
 
 def run_once(checkout: Path, code: str) -> float:
