@@ -274,34 +274,38 @@ def loss_series_ends(acc_arrays, lane: int) -> tuple[np.ndarray, np.ndarray, int
     return acc_arrays["loss_head"][lane][:m], last, n
 
 
-def integrated_autocorr_time(lag_sums: np.ndarray, head: np.ndarray, last: np.ndarray, total: float,
-                             n: int, c: float = 5.0) -> tuple[float, bool]:
-    """Integrated autocorrelation time (in samples) from lagged product sums.
+def integrated_autocorr_times(acc_arrays, lanes: np.ndarray, c: float = 5.0) -> tuple[np.ndarray, np.ndarray]:
+    """Integrated autocorrelation time (in samples) of each lane's loss series, from its lagged
+    product sums, for the lanes ``lanes`` (indices) of the accumulators ``acc_arrays``, all at once.
 
-    ``lag_sums[m] = Σ_t L_t L_{t−m}`` over n samples, ``total = Σ_t L_t``, ``head``/``last`` the
-    first and last K samples: the autocovariance is centred exactly on the overall mean,
-    ``c(m) = [S(m) − μ(A_m + B_m)]/(n − m) + μ²`` with A_m, B_m the sums of samples m… and
-    …n−1−m. Uses Sokal's automatic window (the smallest W with W ≥ c·τ(W)). Returns
-    (τ, truncated): ``truncated`` is True when no such window exists within the stored lags (τ
-    is then a lower bound).
+    With ``S(m) = Σ_t L_t L_{t−m}`` over a lane's n samples, K lags and μ its mean, the
+    autocovariance is centred exactly on μ, ``c(m) = [S(m) − μ(A_m + B_m)]/(n − m) + μ²`` with
+    A_m, B_m the sums of samples m…n−1 and 0…n−1−m (from the first and last K samples); Sokal's
+    automatic window takes the smallest W with W ≥ c·τ(W), τ(W) = 1 + 2 Σ_{m=1..W} ρ(m).
+
+    Returns:
+        (τ, truncated), one entry per lane. τ is NaN, and truncated, where a lane has n ≤ 2K
+        samples or no positive variance; truncated where no window fits within the stored lags
+        (τ is then a lower bound, τ(K − 1)).
     """
-    k = lag_sums.size
-    if n <= 2 * k:
-        return float("nan"), True
-    mean = total / n
+    lag_sums = acc_arrays["loss_lag"][lanes]
+    n_lanes, k = lag_sums.shape
+    n = acc_arrays["loss_count"][lanes].astype(np.int64)
+    if k < 2:
+        return np.full(n_lanes, np.nan), np.ones(n_lanes, dtype=bool)
+    total = acc_arrays["sum_loss"][lanes]
     lags = np.arange(k)
-    head_cum = np.concatenate([[0.0], np.cumsum(head)[:-1]])  # Σ of the first m samples
-    tail_cum = np.concatenate([[0.0], np.cumsum(last[::-1])[:-1]])  # Σ of the last m samples
-    a_m = total - head_cum
-    b_m = total - tail_cum
-    pairs = n - lags
-    cov = (lag_sums - mean * (a_m + b_m)) / pairs + mean * mean
-    if not cov[0] > 0:
-        return float("nan"), True
-    rho = cov / cov[0]
-    tau = 1.0 + 2.0 * np.cumsum(rho[1:])
-    windows = np.arange(1, k)
-    ok = windows >= c * tau
-    if ok.any():
-        return float(tau[np.argmax(ok)]), False
-    return float(tau[-1]), True
+    head = acc_arrays["loss_head"][lanes]
+    last = np.take_along_axis(acc_arrays["loss_buf"][lanes], (n[:, None] - k + lags) % k, axis=1)  # time order
+    zero = np.zeros((n_lanes, 1))
+    a_m = total[:, None] - np.hstack([zero, np.cumsum(head, axis=1)[:, :-1]])  # less the first m samples
+    b_m = total[:, None] - np.hstack([zero, np.cumsum(last[:, ::-1], axis=1)[:, :-1]])  # less the last m
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = total / n
+        cov = (lag_sums - mean[:, None] * (a_m + b_m)) / (n[:, None] - lags) + (mean * mean)[:, None]
+        tau = 1.0 + 2.0 * np.cumsum(cov[:, 1:] / cov[:, :1], axis=1)
+    fits = np.arange(1, k) >= c * tau
+    found = fits.any(axis=1)
+    taus = tau[np.arange(n_lanes), np.where(found, np.argmax(fits, axis=1), k - 2)]
+    valid = (n > 2 * k) & (cov[:, 0] > 0)
+    return np.where(valid, taus, np.nan), ~valid | ~found

@@ -165,13 +165,10 @@ def autocorr_times(lanes: Mapping[str, np.ndarray], ok: np.ndarray, stride: int)
     if "loss_lag" not in lanes:
         return np.full(ok.size, np.nan), 0
     taus = np.full(ok.size, np.nan)
-    truncated = 0
-    for r in np.flatnonzero(ok):
-        head, last, n = obs.loss_series_ends(lanes, r)
-        tau, trunc = obs.integrated_autocorr_time(lanes["loss_lag"][r], head, last, lanes["sum_loss"][r], n)
-        taus[r] = tau * stride
-        truncated += int(trunc)
-    return taus, truncated
+    measured = np.flatnonzero(ok)
+    tau, truncated = obs.integrated_autocorr_times(lanes, measured)
+    taus[measured] = tau * stride
+    return taus, int(truncated.sum())
 
 
 def fluctuation_dissipation(problem, lanes: Mapping[str, np.ndarray], ok: np.ndarray, lr: float,

@@ -37,3 +37,33 @@ def test_lagged_products_head_and_tail_match_the_series():
         np.testing.assert_array_equal(head, x[:k])
         np.testing.assert_array_equal(last, x[-k:])
         assert acc.arrays["sum_loss"][lane] == pytest.approx(np.sum(x), rel=1e-12)
+
+
+def test_autocorr_times_of_all_lanes_match_the_direct_estimate():
+    """τ_int from the streaming sums, all lanes at once, against the autocovariance of each whole
+    series centred on its mean with Sokal's window; a lane with n ≤ 2K samples gives NaN."""
+    k, lengths = 16, [400, 1000, 250, 30]
+    rng = np.random.default_rng(3)
+    series = []
+    for n, phi in zip(lengths, [0.9, 0.5, -0.3, 0.7]):
+        x, v = np.empty(n), 0.0
+        for t in range(n):
+            v = phi * v + rng.normal()
+            x[t] = 2.0 + v
+        series.append(x)
+    acc = obs.Accumulators.create(len(lengths), _Problem(), obs.ObserveSpec(autocorr_lags=k, test_loss=False), False)
+    for t in range(max(lengths)):
+        sel = np.array([t < n for n in lengths])
+        obs.update_losses(acc, np.array([x[t] if t < x.size else 0.0 for x in series]), None, sel)
+    tau, truncated = obs.integrated_autocorr_times(acc.arrays, np.arange(len(lengths)))
+    for lane, x in enumerate(series):
+        if x.size <= 2 * k:
+            assert np.isnan(tau[lane]) and truncated[lane]
+            continue
+        d = x - x.mean()
+        cov = np.array([np.dot(d[m:], d[: d.size - m]) / (d.size - m) for m in range(k)])
+        direct = 1.0 + 2.0 * np.cumsum(cov[1:] / cov[0])
+        fits = np.flatnonzero(np.arange(1, k) >= 5.0 * direct)
+        assert truncated[lane] == (fits.size == 0)
+        assert tau[lane] == pytest.approx(direct[fits[0]] if fits.size else direct[-1], rel=1e-10)
+    assert 3.0 < tau[0] < 40.0 and tau[2] < 1.0  # AR(1): (1 + φ)/(1 − φ) = 19 and 0.54
