@@ -48,12 +48,14 @@ import kernel_shard as ks
 from sgdsweep.simulate import simulate_points
 os.environ["SGDSWEEP_THREADS"] = "{threads}"
 points = [p.spec() for p in ks.shard({steps})]
-simulate_points(points[:4], tempfile.mkdtemp())  # compile or load the cache; learn the store layout
+with tempfile.TemporaryDirectory() as out:
+    simulate_points(points[:4], out)  # compile or load the cache; learn the store layout
 
 def rate():
-    t0 = time.perf_counter()
-    simulate_points(points, tempfile.mkdtemp())
-    return len(points) * ks.REPLICAS * {steps} / (time.perf_counter() - t0)
+    with tempfile.TemporaryDirectory() as out:
+        t0 = time.perf_counter()
+        simulate_points(points, out)
+        return len(points) * ks.REPLICAS * {steps} / (time.perf_counter() - t0)
 
 print(max(rate() for _ in range({repeat})))
 """,

@@ -64,9 +64,10 @@ def engine_rate(points, steps: int, threads: int, use_fused: bool) -> float:
 
 def shard_rate(points, steps: int) -> float:
     os.environ[fused.THREADS_ENV] = "1"
-    t0 = time.perf_counter()
-    simulate_points([p.spec() for p in points], tempfile.mkdtemp())
-    return len(points) * REPLICAS * steps / (time.perf_counter() - t0)
+    with tempfile.TemporaryDirectory() as out:
+        t0 = time.perf_counter()
+        simulate_points([p.spec() for p in points], out)
+        return len(points) * REPLICAS * steps / (time.perf_counter() - t0)
 
 
 def main() -> None:

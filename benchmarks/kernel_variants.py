@@ -74,14 +74,15 @@ def capture(chunk: str) -> list:
 def load_variant(path: Path, number: int):
     """``path`` (a copy of ``sgdsweep/fused.py``) as module ``sgdsweep._variant<number>``, uncached."""
     source = path.read_text(encoding="utf-8").replace("cache=True", "cache=False")
-    copy = Path(tempfile.mkdtemp()) / path.name
-    copy.write_text(source, encoding="utf-8")
     name = f"sgdsweep._variant{number}"
-    spec = importlib.util.spec_from_file_location(name, copy)
-    module = importlib.util.module_from_spec(spec)
-    module.__package__ = "sgdsweep"  # its relative imports resolve in the installed package
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
+    with tempfile.TemporaryDirectory() as folder:  # compiled uncached: nothing is read back from it
+        copy = Path(folder) / path.name
+        copy.write_text(source, encoding="utf-8")
+        spec = importlib.util.spec_from_file_location(name, copy)
+        module = importlib.util.module_from_spec(spec)
+        module.__package__ = "sgdsweep"  # its relative imports resolve in the installed package
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
     return module
 
 

@@ -31,10 +31,11 @@ def point(n, r, t):
          "dynamics": {"steps": t, "replicas": r, "burn_in": min(100, t // 2)},
          "grid": {"lr": 0.1, "batch_size": 4, "samples_per_param": 4}}
     return build_sweep(c).points[0]
-simulate_points([point(n_inputs, 2, 20).spec()], tempfile.mkdtemp())  # compile, import, build the problem
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-simulate_points([point(n_inputs, replicas, steps).spec()], tempfile.mkdtemp())
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+with tempfile.TemporaryDirectory() as out:
+    simulate_points([point(n_inputs, 2, 20).spec()], out)  # compile, import, build the problem
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    simulate_points([point(n_inputs, replicas, steps).spec()], out)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print(json.dumps({"base_mib": base / 1024, "peak_mib": peak / 1024}))
 """
 

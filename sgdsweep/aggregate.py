@@ -19,6 +19,7 @@ import os
 import shutil
 import uuid
 import warnings
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ import numpy as np
 import xarray as xr
 
 from . import store
+from .errors import StoreError
 from .provenance import provenance
 
 #: (long_name, units, description) of every variable the ensemble may hold. Units: weights
@@ -226,16 +228,6 @@ _FIXED_DTYPES = {"bool": "?", "int8": "i1", "int16": "i2", "int32": "i4", "int64
 _ENDIAN = {"little": "<", "big": ">", None: "|"}
 
 
-def _ensemble_array_names(path: Path) -> list[str]:
-    """Names of the point-store arrays the ensemble may take from ``path``, in the order they
-    join it: :data:`REPLICA_ARRAYS`, :data:`VECTOR_ARRAYS`, then per-layer arrays (singular
-    values, layer vectors) as the directory lists them. Names may be absent from the store."""
-    prefixes = ("singular_values_",) + tuple(LAYER_VECTORS)
-    with os.scandir(path) as it:
-        extra = [e.name for e in it if e.name.startswith(prefixes)]
-    return list(dict.fromkeys([*REPLICA_ARRAYS, *VECTOR_ARRAYS, *extra]))
-
-
 def _single_chunk(meta: dict[str, Any]) -> tuple[np.dtype, tuple[int, ...], str] | None:
     """(dtype, shape, chunk key) of a Zarr v3 array stored as one uncompressed chunk.
 
@@ -273,8 +265,8 @@ def _layout(meta_text: bytes) -> tuple[np.dtype, tuple[int, ...], str] | None:
     return _single_chunk(meta) if isinstance(meta, dict) else None
 
 
-def _read_fast(array_dir: str, meta_text: bytes) -> np.ndarray | None:
-    """The array at ``array_dir`` decoded from its one uncompressed chunk file, or None when the
+def _read_fast(files: store.PointFiles, name: str, meta_text: bytes) -> np.ndarray | None:
+    """Array ``name`` of a point store decoded from its one uncompressed chunk, or None when the
     layout is another one (:func:`_single_chunk`), the chunk is absent (Zarr then reads the fill
     value) or its size is wrong (Zarr then reports the error)."""
     layout = _layout(meta_text)
@@ -282,38 +274,43 @@ def _read_fast(array_dir: str, meta_text: bytes) -> np.ndarray | None:
         return None
     dtype, shape, key = layout
     try:
-        with open(os.path.join(array_dir, key), "rb") as f:
-            raw = f.read()
-    except OSError:
+        raw = files.read(f"{name}/{key}")
+    except (KeyError, OSError, zipfile.BadZipFile):
         return None
     if len(raw) != dtype.itemsize * math.prod(shape):
         return None
     return np.frombuffer(raw, dtype=dtype).astype(dtype.newbyteorder("="), copy=True).reshape(shape)
 
 
-def read_point_arrays(path: str | Path, names: list[str]) -> dict[str, np.ndarray]:
-    """The arrays ``names`` of the point store at ``path`` that it holds (absent ones are left
-    out), in the order of ``names``.
+def read_point_arrays(path: str | Path, names: list[str], prefixes: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+    """The arrays ``names`` of the point store at ``path`` (zip or directory) that it holds
+    (absent ones are left out), in the order of ``names``, then every other array whose name
+    starts with one of ``prefixes``, in name order.
 
     Zarr 3 spends milliseconds of Python per array opened, which makes reading thousands of
     point stores the bulk of an aggregation. Arrays in the layout point stores are written in
-    (:func:`_single_chunk`) are therefore decoded straight from their chunk file; any other
+    (:func:`_single_chunk`) are therefore decoded straight from their chunk; any other
     layout, a missing chunk or a damaged file goes through Zarr (:func:`sgdsweep.store.read_array`),
     which gives the same values or raises the same :class:`~sgdsweep.errors.StoreError`.
     """
-    root = os.fspath(path)
     out: dict[str, np.ndarray] = {}
-    for name in names:
-        array_dir = os.path.join(root, name)
-        try:
-            with open(os.path.join(array_dir, "zarr.json"), "rb") as f:
-                meta_text = f.read()
-        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-            continue  # not an array of this store
-        except OSError:
-            meta_text = b""  # unreadable: Zarr raises the error
-        arr = _read_fast(array_dir, meta_text)
-        out[name] = arr if arr is not None else np.asarray(store.read_array(path, name))
+    try:
+        files = store.PointFiles(path)
+    except FileNotFoundError:
+        return out
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise StoreError(f"point store {path} is unreadable ({exc}); delete it and rerun the workflow") from None
+    with files:
+        arrays = {key.split("/")[0] for key in files.keys() if key.endswith("/zarr.json")}
+        for name in dict.fromkeys([*names, *sorted(a for a in arrays if a.startswith(prefixes))]):
+            try:
+                meta_text = files.read(f"{name}/zarr.json")
+            except KeyError:
+                continue  # not an array of this store
+            except (OSError, zipfile.BadZipFile):
+                meta_text = b""  # unreadable: Zarr raises the error
+            arr = _read_fast(files, name, meta_text)
+            out[name] = arr if arr is not None else np.asarray(store.read_array(path, name))
     return out
 
 
@@ -349,7 +346,8 @@ def build_ensemble(sweep_spec: dict[str, Any]) -> xr.Dataset:
         for c in coords:
             coords[c].append(attrs["params"].get(c))
         seconds.append(attrs.get("simulation_seconds", np.nan))
-        arrays = read_point_arrays(path, _ensemble_array_names(path) + ([] if lag_values is not None else ["lag"]))
+        arrays = read_point_arrays(path, [*REPLICA_ARRAYS, *VECTOR_ARRAYS, *([] if lag_values is not None else ["lag"])],
+                                   prefixes=("singular_values_", *LAYER_VECTORS))
         if "lag" in arrays:
             lag_values = arrays.pop("lag")
         for name, arr in arrays.items():

@@ -4,7 +4,8 @@ An export is a zip file that is at the same time a Zarr (format 3) store: its ro
 ensemble, so ``xarray.open_zarr(zarr.storage.ZipStore(path, mode="r"))`` opens it directly. It
 also holds
 
-- ``points/<hash>.zarr/…`` — every point store, so that an imported sweep re-runs its fits and
+- ``points/<hash>.zarr/…`` — every point store's files (Zarr keys under the point's name; an
+  import places each as its ``<hash>.zarr.zip``), so that an imported sweep re-runs its fits and
   report (or the whole workflow) without simulating anything;
 - ``fits.json`` — the fits (also in the root group's ``fits`` attribute);
 - ``README.txt`` — how to open and verify the file;
@@ -18,6 +19,7 @@ pickle anywhere: JSON and Zarr only.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import shutil
@@ -29,6 +31,7 @@ from typing import Any, Iterable
 
 import yaml
 
+from . import store
 from .errors import SgdsweepError, UsageError
 
 SCHEMA_VERSION = "sgdsweep-export/1"
@@ -87,11 +90,11 @@ def _sweep_parts(sweep_dir: Path) -> tuple[dict[str, Any], dict[str, Any], list[
     return report_spec, fits, points
 
 
-def _write_zip(dest: Path, members: dict[str, bytes | Path], manifest_base: dict[str, Any]) -> None:
-    """Write members (bytes or files) plus manifest and README into ``dest`` (stored, not deflated)."""
+def _write_zip(dest: Path, members: Iterable[tuple[str, bytes | Path]], manifest_base: dict[str, Any]) -> None:
+    """Write members (name, bytes or file) plus manifest and README into ``dest`` (stored, not deflated)."""
     table: dict[str, dict[str, Any]] = {}
     with zipfile.ZipFile(dest, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
-        for name, src in members.items():
+        for name, src in members:
             data = src.read_bytes() if isinstance(src, Path) else src
             zf.writestr(name, data)
             table[name] = {"sha256": _sha256_bytes(data), "size": len(data)}
@@ -161,11 +164,9 @@ def export_sweep(sweep_dir: str | Path, dest: str) -> dict[str, Any]:
     members = _ensemble_members(sweep_dir / "ensemble.zarr", fits)
     points_dir = sweep_dir / "points"
     for h in points:
-        store = points_dir / f"{h}.zarr"
-        if not (store / "zarr.json").is_file():
-            raise UsageError(f"point store {store} is missing; re-run the workflow before exporting")
-        for path in _files_under(store):
-            members[f"points/{h}.zarr/{path.relative_to(store).as_posix()}"] = path
+        if not store.is_complete(store.point_path(points_dir, h)):
+            raise UsageError(f"point store {store.point_path(points_dir, h)} is missing or incomplete; re-run the "
+                             "workflow before exporting")
     members["fits.json"] = json.dumps(fits, indent=1, sort_keys=True).encode()
     provenance = {k: ens_attrs.get(k) for k in ("code_version", "host", "python", "created_utc", "sweep_hash")}
     provenance["package_versions"] = json.loads(ens_attrs.get("package_versions", "{}"))
@@ -173,9 +174,17 @@ def export_sweep(sweep_dir: str | Path, dest: str) -> dict[str, Any]:
             "config_hash": report_spec["config_hash"], "provenance": provenance, "points": points}
     with tempfile.TemporaryDirectory() as tmp:
         local = Path(tmp) / (Path(dest).name if "://" not in dest else "export.zip")
-        _write_zip(local, members, base)
+        _write_zip(local, itertools.chain(members.items(), _point_members(points_dir, points)), base)
         _upload(local, dest)
     return verify(dest)
+
+
+def _point_members(points_dir: Path, hashes: list[str]) -> Iterable[tuple[str, bytes]]:
+    """Every point store's files as export members ``points/<hash>.zarr/<key>``, one store open at a time."""
+    for h in hashes:
+        with store.PointFiles(store.point_path(points_dir, h)) as files:
+            for key in files.keys():
+                yield f"points/{h}.zarr/{key}", files.read(key)
 
 
 def verify(src: str | Path) -> dict[str, Any]:
@@ -245,15 +254,23 @@ def import_sweep(src: str | Path, results_dir: str | Path = "results") -> Path:
         with tempfile.TemporaryDirectory() as tmp:
             path = _download(str(src), Path(tmp))
             with zipfile.ZipFile(path) as zf:
+                point_keys: dict[str, list[str]] = {}  # point hash → its store's members
                 for name in manifest["members"]:
                     if name in ("README.txt", "fits.json"):
                         continue
                     rel = Path(name)
                     if rel.is_absolute() or ".." in rel.parts:
                         raise ShareError(f"{src}: member {name!r} would escape the results directory")
+                    if rel.parts[0] == "points" and len(rel.parts) > 2 and rel.parts[1].endswith(".zarr"):
+                        point_keys.setdefault(rel.parts[1][:-len(".zarr")], []).append(name)
+                        continue
                     out = staging / (rel if rel.parts[0] == "points" else Path("ensemble.zarr") / rel)
                     out.parent.mkdir(parents=True, exist_ok=True)
                     out.write_bytes(zf.read(name))
+                for h, names in point_keys.items():  # each point as one zip store
+                    prefix = f"points/{h}.zarr/"
+                    store.place_point(store.point_path(staging / "points", h),
+                                      {name[len(prefix):]: zf.read(name) for name in names})
                 (staging / "fits.json").write_bytes(zf.read("fits.json"))
         config = dict(manifest["config"])
         config["results_dir"] = str(results_dir)
@@ -351,6 +368,6 @@ def merge_exports(sources: list[str], dest: str) -> dict[str, Any]:
                 "points": [str(h) for h in merged["point"].values]}
         members["fits.json"] = json.dumps(fits, indent=1, sort_keys=True).encode()
         local = tmp / "merged.zip"
-        _write_zip(local, members, base)
+        _write_zip(local, members.items(), base)
         _upload(local, dest)
     return verify(dest)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import zipfile
 
 import numpy as np
 import pytest
@@ -35,27 +36,48 @@ def test_point_arrays_match_zarr(tmp_path):
         assert got[name].dtype == store.read_array(path, name).dtype and got[name].flags.writeable
 
 
+def _as_directory_store(path):
+    """The zip store at ``path`` unpacked as a directory store ``<hash>.zarr`` (layout 1)."""
+    directory = path.with_name(path.name[: -len(".zip")])
+    with zipfile.ZipFile(path) as zf:
+        zf.extractall(directory)
+    path.unlink()
+    return directory
+
+
 def test_other_layouts_go_through_zarr(tmp_path):
-    """Big-endian chunks are decoded directly; compressed or multi-chunk arrays are read by Zarr."""
-    path, _ = _point(tmp_path)
+    """Big-endian chunks are decoded directly; compressed or multi-chunk arrays are read by Zarr
+    (in a directory store, and in a zip store)."""
+    path = _as_directory_store(_point(tmp_path)[0])
     big = zarr.create_array(str(path / "big"), shape=(4,), dtype=">f8", chunks=(4,),
                             serializer=BytesCodec(endian="big"), compressors=None)
     big[...] = np.arange(4.0)
     packed = zarr.create_array(str(path / "packed"), shape=(10,), dtype="f8", chunks=(3,))  # default compressor
     packed[...] = np.linspace(0, 1, 10)
     assert aggregate._single_chunk(zarr.open_array(str(path / "packed")).metadata.to_dict()) is None
-    got = aggregate.read_point_arrays(path, ["big", "packed"])
-    np.testing.assert_array_equal(got["big"], np.arange(4.0))
-    np.testing.assert_array_equal(got["packed"], np.linspace(0, 1, 10))
+    zipped = store.point_path(tmp_path / "zipped", "p0")
+    with store.PointFiles(path) as files:
+        store.place_point(zipped, {key: files.read(key) for key in files.keys()})
+    for where in (path, zipped):
+        got = aggregate.read_point_arrays(where, ["big", "packed"])
+        np.testing.assert_array_equal(got["big"], np.arange(4.0))
+        np.testing.assert_array_equal(got["packed"], np.linspace(0, 1, 10))
 
 
-def test_point_stores_have_one_directory_per_array_and_the_earlier_layout_still_reads(tmp_path):
-    """Chunk keys ``c.0.0`` (one directory per array); stores written before with ``c/0/0``
-    (Zarr's default separator) read the same, directly and through Zarr."""
+def test_point_stores_have_one_entry_per_array_file_and_earlier_layouts_still_read(tmp_path):
+    """A point store is one zip whose keys are ``<array>/zarr.json`` and ``<array>/c.0.0``;
+    directory stores of earlier versions read the same, with chunk keys ``c.0.0`` and with
+    Zarr's default ``c/0/0``, directly and through Zarr."""
     path, arrays = _point(tmp_path)
-    assert sorted(p.name for p in (path / "singular_values_W").iterdir()) == ["c.0.0", "zarr.json"]
-    assert not any(p.is_dir() for a in path.iterdir() if a.is_dir() for p in a.iterdir())
-    for name in arrays:  # rewrite as the earlier layout
+    with zipfile.ZipFile(path) as zf:
+        assert sorted(n for n in zf.namelist() if n.startswith("singular_values_W/")) == [
+            "singular_values_W/c.0.0", "singular_values_W/zarr.json"]
+    path = _as_directory_store(path)
+    assert store.point_path(tmp_path, "p0") == path
+    got = aggregate.read_point_arrays(path, list(arrays))
+    for name, want in arrays.items():
+        np.testing.assert_array_equal(got[name], want)
+    for name in arrays:  # rewrite as the earliest layout
         meta_path, chunk = path / name / "zarr.json", path / name / ("c." + ".".join("0" * arrays[name].ndim))
         meta = json.loads(meta_path.read_text())
         meta["chunk_key_encoding"] = {"name": "default", "configuration": {"separator": "/"}}
@@ -72,9 +94,17 @@ def test_point_stores_have_one_directory_per_array_and_the_earlier_layout_still_
 
 def test_damaged_chunk_raises_store_error(tmp_path):
     path, _ = _point(tmp_path)
-    (path / "weight_var_replica" / "c.0").write_bytes(b"\0" * 5)  # truncated
+    with store.PointFiles(path) as files:
+        damaged = {key: files.read(key) for key in files.keys()}
+    damaged["weight_var_replica/c.0"] = b"\0" * 5  # truncated
+    path.unlink()
+    store.place_point(path, damaged)
     with pytest.raises(StoreError, match="weight_var_replica"):
         aggregate.read_point_arrays(path, ["weight_var_replica"])
+    (path.parent / "garbage.zarr.zip").write_bytes(b"not a zip")
+    with pytest.raises(StoreError, match="unreadable"):
+        aggregate.read_point_arrays(path.parent / "garbage.zarr.zip", ["weight_var_replica"])
+    assert aggregate.read_point_arrays(path.parent / "absent.zarr.zip", ["weight_var_replica"]) == {}
 
 
 def _sweep(tmp_path, n=3):

@@ -103,11 +103,12 @@ def test_point_store_arrays_are_described(tmp_path):
     path = store.point_path(tmp_path, sweep.points[0].hash)
     import zarr
 
-    group = zarr.open_group(str(path), mode="r")
-    names = list(group.array_keys())
-    assert {"sigma_ww", "noise_cov_lag", "weight_var_diag", "weight_cov_eigenvectors"} <= set(names)
-    for name in names:
-        assert {"long_name", "units", "description"} <= set(group[name].attrs), name
+    with zarr.storage.ZipStore(path, mode="r") as zipped:
+        group = zarr.open_group(zipped, mode="r")
+        names = list(group.array_keys())
+        assert {"sigma_ww", "noise_cov_lag", "weight_var_diag", "weight_cov_eigenvectors"} <= set(names)
+        for name in names:
+            assert {"long_name", "units", "description"} <= set(group[name].attrs), name
 
 
 def test_a_batch_never_mixes_shards(tmp_path):

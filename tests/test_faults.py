@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -16,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xarray as xr
+
+from sgdsweep import store
 
 from conftest import REPO, run_cli, run_snakemake, tiny_config, write_yaml
 
@@ -44,9 +45,8 @@ def _wait_for(predicate, timeout=180.0, what="condition"):
 
 
 def _stores(sweep: Path) -> dict[str, int]:
-    """Complete point stores → inode of their zarr.json (changes if a store is rewritten)."""
-    return {p.name: (p / "zarr.json").stat().st_ino for p in (sweep / "points").glob("*.zarr")
-            if (p / "zarr.json").exists()}
+    """Point stores → inode of their file (changes if a store is rewritten)."""
+    return {p.name: p.stat().st_ino for p in (sweep / "points").glob("*.zarr.zip")}
 
 
 def _ensemble(sweep: Path) -> xr.Dataset:
@@ -129,12 +129,15 @@ def test_corrupted_point_store_is_recomputed(tmp_path):
     assert run_snakemake(tmp_path, cfg).returncode == 0
     sweep = tmp_path / "results" / "tiny"
     before = _ensemble(sweep)
-    stores = sorted((sweep / "points").glob("*.zarr"))
-    (stores[0] / "zarr.json").write_text('{"truncated')  # corrupt metadata
-    shutil.rmtree(stores[1] / "weight_var_replica")  # a store missing an array...
-    meta = json.loads((stores[1] / "zarr.json").read_text())
+    stores = sorted((sweep / "points").glob("*.zarr.zip"))
+    stores[0].write_bytes(stores[0].read_bytes()[:500])  # truncated
+    with store.PointFiles(stores[1]) as files:  # a store missing an array...
+        kept = {k: files.read(k) for k in files.keys() if not k.startswith("weight_var_replica/")}
+    meta = json.loads(kept["zarr.json"])
     meta["attributes"]["sgdsweep_complete"] = False  # ...and no longer marked complete
-    (stores[1] / "zarr.json").write_text(json.dumps(meta))
+    kept["zarr.json"] = json.dumps(meta).encode()
+    stores[1].unlink()
+    store.place_point(stores[1], kept)
     plan = run_cli("plan", str(cfg), cwd=tmp_path)
     assert plan.returncode == 0 and "2 to simulate (2 corrupt)" in plan.stdout, plan.stdout
     proc = run_snakemake(tmp_path, cfg)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import zipfile
 
 import numpy as np
 import pytest
 import xarray as xr
+import zarr
 
-from sgdsweep import store
+from sgdsweep import aggregate, store
 from sgdsweep.aggregate import build_ensemble, open_ensemble, write_ensemble
 from sgdsweep.config import build_sweep
 from sgdsweep.errors import StoreError
@@ -31,24 +33,74 @@ def test_point_store_round_trip_and_atomicity(tmp_path):
     # an existing complete store is kept, not overwritten
     assert not store.write_point(path, {"x": (("replica",), np.zeros(4))}, {"summary": {}})
     np.testing.assert_array_equal(store.read_array(path, "x"), np.arange(4.0))
-    ds = xr.open_zarr(path, consolidated=False)  # point stores open with plain xarray too
+    assert os.listdir(tmp_path) == ["abc123.zarr.zip"]  # one file per point
+    with zarr.storage.ZipStore(path, mode="r") as zipped:  # point stores open with plain xarray too
+        ds = xr.open_zarr(zipped, consolidated=False).load()
     assert ds["m"].dims == ("param", "param_t")
+    np.testing.assert_array_equal(ds["x"].values, np.arange(4.0))
+    assert store.has_array(path, "m") and not store.has_array(path, "absent")
+    with pytest.raises(ValueError, match=r"\.zarr\.zip"):
+        store.write_point(tmp_path / "abc123.zarr", arrays, {})
 
 
 def test_incomplete_or_corrupt_store_is_detected(tmp_path):
     path = store.point_path(tmp_path, "dead")
-    path.mkdir()
-    assert not store.is_complete(path)
-    (path / "zarr.json").write_text("{not json")
+    path.write_bytes(b"PK\x03\x04 truncated")
     assert not store.is_complete(path)
     with pytest.raises(StoreError, match="rerun the workflow"):
         store.read_attrs(path)
-    (path / "zarr.json").write_text(json.dumps({"zarr_format": 3, "node_type": "group", "attributes": {}}))
+    files = {"zarr.json": json.dumps({"zarr_format": 3, "node_type": "group", "attributes": {}}).encode()}
+    path.unlink()
+    assert store.place_point(path, files)
     with pytest.raises(StoreError, match="incomplete"):
         store.read_attrs(path)
-    # a rewrite replaces the incomplete leftover
+    # a rewrite replaces the incomplete store
     assert store.write_point(path, {"x": (("replica",), np.ones(2))}, {"summary": {}})
     assert store.is_complete(path)
+    # the group's metadata is read from the first member's local header; a zip written otherwise
+    # (zarr.json not first) is read through its central directory, and a damaged one is refused
+    meta = path.read_bytes()
+    other = store.point_path(tmp_path, "other")
+    with zipfile.ZipFile(path) as zf, zipfile.ZipFile(other, "w") as out:
+        for name in sorted(zf.namelist(), reverse=True):
+            out.writestr(name, zf.read(name))
+    assert store.read_attrs(other) == store.read_attrs(path)
+    at = meta.index(b'"sgdsweep_complete": true')
+    path.write_bytes(meta[:at] + meta[at:].replace(b"true", b"TRUE", 1))  # the CRC no longer matches
+    with pytest.raises(StoreError, match="unreadable"):
+        store.read_attrs(path)
+
+
+def _as_directory_store(path):
+    """The zip store at ``path`` unpacked as a directory store ``<hash>.zarr`` (layout 1); the zip removed."""
+    directory = path.with_name(path.name[: -len(".zip")])
+    with zipfile.ZipFile(path) as zf:
+        zf.extractall(directory)
+    path.unlink()
+    return directory
+
+
+def test_directory_stores_of_layout_1_are_read_and_kept(tmp_path):
+    """Stores written by earlier sgdsweep versions (a directory per point) are found, read and
+    never overwritten; an incomplete one is replaced by a zip store."""
+    arrays = {"x": (("replica",), np.arange(3.0)), "m": (("i", "j"), np.eye(2))}
+    for h in ("old", "broken"):
+        store.write_point(store.point_path(tmp_path, h), arrays, {"summary": {"h": h}})
+        _as_directory_store(store.point_path(tmp_path, h))
+    old, broken = store.point_path(tmp_path, "old"), store.point_path(tmp_path, "broken")
+    assert old.is_dir() and old.name == "old.zarr"
+    (broken / "zarr.json").write_text("{")
+    assert store.complete_points(tmp_path, ["old", "broken", "absent"]) == {"old"}
+    assert store.read_attrs(old)["summary"] == {"h": "old"} and store.has_array(old, "m")
+    np.testing.assert_array_equal(store.read_array(old, "x"), np.arange(3.0))
+    np.testing.assert_array_equal(aggregate.read_point_arrays(old, ["m"])["m"], np.eye(2))
+    with store.PointFiles(old) as files:
+        assert files.keys() == ["m/c.0.0", "m/zarr.json", "x/c.0", "x/zarr.json", "zarr.json"]
+    zipped = tmp_path / "old.zarr.zip"
+    assert not store.write_point(zipped, {"x": (("replica",), np.zeros(3))}, {})  # the same point: kept
+    assert not zipped.exists()
+    assert store.write_point(tmp_path / "broken.zarr.zip", arrays, {"summary": {"h": "new"}})
+    assert not broken.exists() and store.read_attrs(store.point_path(tmp_path, "broken"))["summary"] == {"h": "new"}
 
 
 def test_simulate_aggregate_round_trip(tmp_path):
@@ -84,7 +136,6 @@ def test_simulate_aggregate_round_trip(tmp_path):
 def test_repeated_signatures_write_the_same_stores_as_zarr(tmp_path):
     """Arrays whose signature was seen before reuse Zarr's metadata with their own bytes; Zarr
     (and xarray) read them back exactly, including 0-d, integer, big-endian and empty arrays."""
-    import zarr
 
     def arrays(seed):
         rng = np.random.default_rng(seed)
@@ -96,15 +147,16 @@ def test_repeated_signatures_write_the_same_stores_as_zarr(tmp_path):
                 "e": (("mode",), np.zeros(0)),
                 "z": (("replica",), np.zeros(5))}  # all fill value: Zarr writes no chunk
     for seed in range(3):
-        path = tmp_path / f"p{seed}.zarr"
+        path = store.point_path(tmp_path, f"p{seed}")
         assert store.write_point(path, arrays(seed), {"seed": seed, "x": [1.5, None]})
-        group = zarr.open_group(str(path), mode="r")
-        for name, (dims, data, *_) in arrays(seed).items():
-            np.testing.assert_array_equal(group[name][...], data)
-            assert list(group[name].metadata.dimension_names or ()) == list(dims)
-        assert group["v"].attrs["units"] == "1"
+        with zarr.storage.ZipStore(path, mode="r") as zipped:
+            group = zarr.open_group(zipped, mode="r")
+            for name, (dims, data, *_) in arrays(seed).items():
+                np.testing.assert_array_equal(group[name][...], data)
+                assert list(group[name].metadata.dimension_names or ()) == list(dims)
+            assert group["v"].attrs["units"] == "1"
+            ds = xr.open_zarr(zipped, consolidated=False).load()
         assert store.read_attrs(path)["seed"] == seed
-        ds = xr.open_zarr(path, consolidated=False)
         np.testing.assert_array_equal(ds["m"].values, arrays(seed)["m"][1])
     learnt = {key[0] for key in store._TEMPLATES}
     assert {"v", "m", "s", "k", "e"} <= learnt and "b" not in learnt  # the fast path ran, and only there
@@ -126,7 +178,7 @@ def test_stores_assembled_without_zarr_are_byte_identical_to_zarrs(tmp_path, mon
                 "inf": float("inf")}
 
     encode = store._encode
-    store.write_point(tmp_path / "first.zarr", arrays(0), attrs(0))
+    store.write_point(store.point_path(tmp_path, "first"), arrays(0), attrs(0))
     assert store._GROUP_JSON_CHECKED[0]
     monkeypatch.setattr(store, "_encode", None)  # any call to Zarr fails
     fast = store._point_files(arrays(1), attrs(1))

@@ -42,7 +42,7 @@ class _Html(HTMLParser):
 
 
 def _stores(sweep_dir: Path) -> set[str]:
-    return {p.name[:-5] for p in (sweep_dir / "points").glob("*.zarr")}
+    return {p.name[: -len(".zarr.zip")] for p in (sweep_dir / "points").glob("*.zarr.zip")}
 
 
 def _simulated(sweep_dir: Path) -> list[str]:
