@@ -131,23 +131,25 @@ def _fluctuation_matrix(data: AffineProblem, batch_size: int, noise: str) -> np.
     return eama - hh
 
 
-def _deterministic_terms(data: AffineProblem, lr: float, momentum: float) -> list[tuple[float, np.ndarray, np.ndarray]]:
-    """The terms (c, X, Y) of the noiseless part of the stationarity equation for M alone,
-    L₀(M) = Σ c X M Yᵀ (see :func:`stationary_second_moment`)."""
+def _deterministic_terms(data: AffineProblem, lr: float,
+                         momentum: float) -> tuple[float, list[tuple[float, np.ndarray, np.ndarray]]]:
+    """The noiseless part of the stationarity equation for M alone, L₀(M) = g M + Σ c X M Yᵀ,
+    as (g, [(c, X, Y), …]) (see :func:`stationary_second_moment`)."""
     n = data.n_inputs
     eye = np.eye(n)
     a = (1.0 + momentum) * eye - lr * data.sxx
     if momentum == 0.0:
-        return [(1.0, eye, eye), (-1.0, a, a)]
+        return 1.0, [(-1.0, a, a)]
     g = 1.0 - momentum * momentum
     a2 = a @ a
-    return [(g, eye, eye), (-(1.0 + momentum * momentum) / g, a, a), (momentum / g, a2, eye), (momentum / g, eye, a2)]
+    return g, [(-(1.0 + momentum * momentum) / g, a, a), (momentum / g, a2, eye), (momentum / g, eye, a2)]
 
 
-def _solve_symmetric(terms: list[tuple[float, np.ndarray, np.ndarray]], fl: np.ndarray, rhs: np.ndarray) -> np.ndarray:
-    """The symmetric solution M (n × n) of ``Σ c X M Yᵀ − F(M) = R`` for the ``terms`` (c, X, Y),
-    F the n²×n² matrix ``fl`` acting on row-major vec(M), R = ``rhs`` symmetric (the left side
-    maps symmetric M to symmetric matrices).
+def _solve_symmetric(g: float, terms: list[tuple[float, np.ndarray, np.ndarray]], fl: np.ndarray,
+                     rhs: np.ndarray) -> np.ndarray:
+    """The symmetric solution M (n × n) of ``g M + Σ c X M Yᵀ − F(M) = R`` for the ``terms``
+    (c, X, Y), F the n²×n² matrix ``fl`` acting on row-major vec(M), R = ``rhs`` symmetric (the
+    left side maps symmetric M to symmetric matrices).
 
     Solved densely on the n(n+1)/2 entries i ≥ j, never forming the n²×n² system: the unknown
     (c, e) stands for M_ce = M_ec, so its coefficient in equation (a, b) from X M Yᵀ is
@@ -157,7 +159,7 @@ def _solve_symmetric(terms: list[tuple[float, np.ndarray, np.ndarray]], fl: np.n
     n = rhs.shape[0]
     i, j = np.tril_indices(n)
     off = (i != j).astype(float)
-    op = np.zeros((i.size, i.size))
+    op = np.diag(np.full(i.size, g))
     for c, x, y in terms:
         xi, yj = x[i], y[j]
         op += c * (xi[:, i] * yj[:, j] + off * (xi[:, j] * yj[:, i]))
@@ -197,15 +199,15 @@ def stationary_second_moment(data: AffineProblem, lr: float, batch_size: int, mo
     n = data.n_inputs
     scale = lr * lr * noise_gain
     rhs = scale * noise_covariance(data, batch_size, noise)
-    terms = _deterministic_terms(data, lr, momentum)
+    g, terms = _deterministic_terms(data, lr, momentum)
     if n * n <= DIRECT_MAX_UNKNOWNS:
-        m = _solve_symmetric(terms, scale * _fluctuation_matrix(data, batch_size, noise), rhs)
+        m = _solve_symmetric(g, terms, scale * _fluctuation_matrix(data, batch_size, noise), rhs)
     else:
         fl_op = _fluctuation_op(data, batch_size, noise)
 
         def matvec(v: np.ndarray) -> np.ndarray:
             mm = v.reshape(n, n)
-            out = sum(c * x @ mm @ y.T for c, x, y in terms) - scale * fl_op(mm)
+            out = g * mm + sum(c * x @ mm @ y.T for c, x, y in terms) - scale * fl_op(mm)
             return out.ravel()
 
         lin = spla.LinearOperator((n * n, n * n), matvec=matvec, dtype=float)
