@@ -124,7 +124,7 @@ def _write_zip(path: Path, files: Mapping[str, bytes]) -> None:
 
 
 def _write_file(path: Path, data: bytes) -> None:
-    """Create ``path`` holding ``data`` (``os`` calls: a store is ~40 small files)."""
+    """Create (or truncate) ``path`` holding ``data``, with ``os`` calls."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
     try:
         view = memoryview(data)
