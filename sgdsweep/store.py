@@ -261,8 +261,8 @@ class PointFiles:
         self.close()
 
 
-#: Bytes read from the start of a zip store to find its first member, the group's ``zarr.json``.
-_HEAD_BYTES = 16384
+#: Bytes first read from the start of a zip store to find its first member, the group's ``zarr.json``.
+_HEAD_BYTES = 4096
 
 
 def _group_meta(path: Path) -> bytes:
@@ -271,18 +271,22 @@ def _group_meta(path: Path) -> bytes:
     file (checked: name, stored, CRC-32) without parsing the central directory, which costs
     ~0.2 ms a store (planning checks every store of a sweep); any other zip is read by
     :mod:`zipfile`."""
-    if path.is_dir():
+    try:
+        f = open(path, "rb")
+    except IsADirectoryError:
         return (path / "zarr.json").read_bytes()
-    with open(path, "rb") as f:
+    with f:
         head = f.read(_HEAD_BYTES)
-    if len(head) >= 30 and head[:4] == b"PK\x03\x04":
-        flags, method, _, _, crc, size, raw_size, name_len, extra_len = struct.unpack("<HHHHIIIHH", head[6:30])
-        start = 30 + name_len + extra_len
-        if (method == zipfile.ZIP_STORED and not flags & 0x08 and size == raw_size
-                and head[30:30 + name_len] == b"zarr.json" and start + size <= len(head)):
-            data = head[start:start + size]
-            if zlib.crc32(data) == crc:
-                return data
+        if len(head) >= 30 and head[:4] == b"PK\x03\x04":
+            flags, method, _, _, crc, size, raw_size, name_len, extra_len = struct.unpack("<HHHHIIIHH", head[6:30])
+            start = 30 + name_len + extra_len
+            if method == zipfile.ZIP_STORED and not flags & 0x08 and size == raw_size \
+                    and head[30:30 + name_len] == b"zarr.json":
+                if start + size > len(head):
+                    head += f.read(start + size - len(head))
+                data = head[start:start + size]
+                if len(data) == size and zlib.crc32(data) == crc:
+                    return data
     with PointFiles(path) as files:
         return files.read("zarr.json")
 
@@ -336,8 +340,14 @@ def complete_points(points_dir: str | Path, hashes: Iterable[str]) -> set[str]:
         present = set(os.listdir(points_dir))
     except FileNotFoundError:
         return set()
-    return {h for h in hashes if (f"{h}{POINT_SUFFIX}" in present or f"{h}{DIRECTORY_SUFFIX}" in present)
-            and is_complete(point_path(points_dir, h))}
+    done = set()
+    for h in hashes:
+        for name in (f"{h}{POINT_SUFFIX}", f"{h}{DIRECTORY_SUFFIX}"):  # as point_path prefers them
+            if name in present:
+                if is_complete(Path(points_dir) / name):
+                    done.add(h)
+                break
+    return done
 
 
 def has_array(path: str | Path, name: str) -> bool:
