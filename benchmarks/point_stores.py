@@ -39,7 +39,7 @@ def store_files(points) -> list[tuple[str, dict[str, bytes]]]:
         result = []
         for p in points:
             with store.PointFiles(store.point_path(out, p.hash)) as files:
-                result.append((p.hash, {k: files.read(k) for k in files.keys()}))
+                result.append((p.hash, dict(files)))
     return result
 
 

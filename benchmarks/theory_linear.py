@@ -62,9 +62,9 @@ def main() -> None:
             new = th.stationary_second_moment(data, 0.1, 10, mu)
             diff = float(np.abs(new - base).max() / np.abs(base).max())
             number = max(3, int(200 / n))
-            t_base = min(timeit.repeat(lambda: z_system_moment(data, 0.1, 10, mu), number=number,
+            t_base = min(timeit.repeat(lambda data=data, mu=mu: z_system_moment(data, 0.1, 10, mu), number=number,
                                        repeat=args.repeat)) / number
-            t_new = min(timeit.repeat(lambda: th.stationary_second_moment(data, 0.1, 10, mu), number=number,
+            t_new = min(timeit.repeat(lambda data=data, mu=mu: th.stationary_second_moment(data, 0.1, 10, mu), number=number,
                                       repeat=args.repeat)) / number
             print(f"{n:<3d}{mu:9.1f}  {t_base * 1e3:16.2f} ms  {t_new * 1e3:15.2f} ms  {t_base / t_new:5.1f}  {diff:.1e}")
 

@@ -274,7 +274,7 @@ def _read_fast(files: store.PointFiles, name: str, meta_text: bytes) -> np.ndarr
         return None
     dtype, shape, key = layout
     try:
-        raw = files.read(f"{name}/{key}")
+        raw = files[f"{name}/{key}"]
     except (KeyError, OSError, zipfile.BadZipFile):
         return None
     if len(raw) != dtype.itemsize * math.prod(shape):
@@ -301,10 +301,10 @@ def read_point_arrays(path: str | Path, names: list[str], prefixes: tuple[str, .
     except (OSError, zipfile.BadZipFile) as exc:
         raise StoreError(f"point store {path} is unreadable ({exc}); delete it and rerun the workflow") from None
     with files:
-        arrays = {key.split("/")[0] for key in files.keys() if key.endswith("/zarr.json")}
+        arrays = {key.split("/")[0] for key in files if key.endswith("/zarr.json")}
         for name in dict.fromkeys([*names, *sorted(a for a in arrays if a.startswith(prefixes))]):
             try:
-                meta_text = files.read(f"{name}/zarr.json")
+                meta_text = files[f"{name}/zarr.json"]
             except KeyError:
                 continue  # not an array of this store
             except (OSError, zipfile.BadZipFile):

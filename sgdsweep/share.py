@@ -26,8 +26,9 @@ import shutil
 import tempfile
 import uuid
 import zipfile
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import yaml
 
@@ -183,8 +184,8 @@ def _point_members(points_dir: Path, hashes: list[str]) -> Iterable[tuple[str, b
     """Every point store's files as export members ``points/<hash>.zarr/<key>``, one store open at a time."""
     for h in hashes:
         with store.PointFiles(store.point_path(points_dir, h)) as files:
-            for key in files.keys():
-                yield f"points/{h}.zarr/{key}", files.read(key)
+            for key, data in files.items():
+                yield f"points/{h}.zarr/{key}", data
 
 
 def verify(src: str | Path) -> dict[str, Any]:

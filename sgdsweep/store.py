@@ -25,8 +25,9 @@ import struct
 import uuid
 import zipfile
 import zlib
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 import zarr
@@ -218,20 +219,20 @@ async def _encode(arrays: Mapping[str, tuple], group_attrs: dict[str, Any]) -> d
     return files
 
 
-class PointFiles:
-    """The files of one point store by Zarr key (``zarr.json``, ``<array>/zarr.json``,
-    ``<array>/c.0``), from a zip store or a directory store alike. A context manager.
+class PointFiles(Mapping[str, bytes]):
+    """The files of one point store as a read-only mapping, Zarr key (``zarr.json``,
+    ``<array>/zarr.json``, ``<array>/c.0``) → bytes, from a zip store or a directory store
+    alike; keys iterate sorted. A context manager (it holds the zip open).
 
-    Raises (on opening): OSError when the store is missing, zipfile.BadZipFile when damaged.
+    Raises: OSError on opening a missing store, zipfile.BadZipFile a damaged one; KeyError for
+    a key the store lacks; OSError or zipfile.BadZipFile when a file cannot be read.
     """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._zip = None if self.path.is_dir() else zipfile.ZipFile(self.path)
 
-    def read(self, key: str) -> bytes:
-        """The bytes of ``key``. Raises KeyError when the store has no such key, OSError or
-        zipfile.BadZipFile when it is unreadable."""
+    def __getitem__(self, key: str) -> bytes:
         if self._zip is not None:
             return self._zip.read(key)
         try:
@@ -239,22 +240,24 @@ class PointFiles:
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             raise KeyError(key) from None
 
-    def __contains__(self, key: str) -> bool:
+    def __contains__(self, key: object) -> bool:
         if self._zip is not None:
             return key in self._zip.NameToInfo
-        return (self.path / key).is_file()
+        return isinstance(key, str) and (self.path / key).is_file()
 
-    def keys(self) -> list[str]:
-        """Every key, sorted."""
+    def __iter__(self) -> Iterator[str]:
         if self._zip is not None:
-            return sorted(self._zip.namelist())
-        return sorted(f.relative_to(self.path).as_posix() for f in self.path.rglob("*") if f.is_file())
+            return iter(sorted(self._zip.namelist()))
+        return iter(sorted(f.relative_to(self.path).as_posix() for f in self.path.rglob("*") if f.is_file()))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
     def close(self) -> None:
         if self._zip is not None:
             self._zip.close()
 
-    def __enter__(self) -> PointFiles:
+    def __enter__(self) -> PointFiles:  # noqa: PYI034 - Python 3.10 has no typing.Self
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -272,23 +275,22 @@ def _group_meta(path: Path) -> bytes:
     ~0.2 ms a store (planning checks every store of a sweep); any other zip is read by
     :mod:`zipfile`."""
     try:
-        f = open(path, "rb")
+        with open(path, "rb") as f:
+            head = f.read(_HEAD_BYTES)
+            if len(head) >= 30 and head[:4] == b"PK\x03\x04":
+                flags, method, _, _, crc, size, raw_size, name_len, extra_len = struct.unpack("<HHHHIIIHH", head[6:30])
+                start = 30 + name_len + extra_len
+                if method == zipfile.ZIP_STORED and not flags & 0x08 and size == raw_size \
+                        and head[30:30 + name_len] == b"zarr.json":
+                    if start + size > len(head):
+                        head += f.read(start + size - len(head))
+                    data = head[start:start + size]
+                    if len(data) == size and zlib.crc32(data) == crc:
+                        return data
     except IsADirectoryError:
         return (path / "zarr.json").read_bytes()
-    with f:
-        head = f.read(_HEAD_BYTES)
-        if len(head) >= 30 and head[:4] == b"PK\x03\x04":
-            flags, method, _, _, crc, size, raw_size, name_len, extra_len = struct.unpack("<HHHHIIIHH", head[6:30])
-            start = 30 + name_len + extra_len
-            if method == zipfile.ZIP_STORED and not flags & 0x08 and size == raw_size \
-                    and head[30:30 + name_len] == b"zarr.json":
-                if start + size > len(head):
-                    head += f.read(start + size - len(head))
-                data = head[start:start + size]
-                if len(data) == size and zlib.crc32(data) == crc:
-                    return data
     with PointFiles(path) as files:
-        return files.read("zarr.json")
+        return files["zarr.json"]
 
 
 def read_attrs(path: str | Path) -> dict[str, Any]:

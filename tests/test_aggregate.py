@@ -57,7 +57,7 @@ def test_other_layouts_go_through_zarr(tmp_path):
     assert aggregate._single_chunk(zarr.open_array(str(path / "packed")).metadata.to_dict()) is None
     zipped = store.point_path(tmp_path / "zipped", "p0")
     with store.PointFiles(path) as files:
-        store.place_point(zipped, {key: files.read(key) for key in files.keys()})
+        store.place_point(zipped, dict(files))
     for where in (path, zipped):
         got = aggregate.read_point_arrays(where, ["big", "packed"])
         np.testing.assert_array_equal(got["big"], np.arange(4.0))
@@ -95,7 +95,7 @@ def test_point_stores_have_one_entry_per_array_file_and_earlier_layouts_still_re
 def test_damaged_chunk_raises_store_error(tmp_path):
     path, _ = _point(tmp_path)
     with store.PointFiles(path) as files:
-        damaged = {key: files.read(key) for key in files.keys()}
+        damaged = dict(files)
     damaged["weight_var_replica/c.0"] = b"\0" * 5  # truncated
     path.unlink()
     store.place_point(path, damaged)
