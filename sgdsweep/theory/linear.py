@@ -159,12 +159,24 @@ def _solve_symmetric(g: float, terms: list[tuple[float, np.ndarray, np.ndarray]]
     n = rhs.shape[0]
     i, j = np.tril_indices(n)
     off = (i != j).astype(float)
-    op = np.diag(np.full(i.size, g))
+    # built in place from F on, with two scratch arrays: at N = 50 each (unknowns)² array is
+    # 13 MB, and the shard's peak RSS (4,096 replicas) was 24 MB higher with temporaries
+    vec, swap = i * n + j, j * n + i
+    op = fl[np.ix_(vec, swap)]
+    op *= off
+    op += fl[np.ix_(vec, vec)]
+    op *= -1.0
+    op[np.diag_indices_from(op)] += g
+    first, second = np.empty_like(op), np.empty_like(op)  # reused by every term
     for c, x, y in terms:
         xi, yj = x[i], y[j]
-        op += c * (xi[:, i] * yj[:, j] + off * (xi[:, j] * yj[:, i]))
-    rows = fl[i * n + j]
-    op -= rows[:, i * n + j] + off * rows[:, j * n + i]
+        for cols_x, cols_y, weight in ((i, j, c), (j, i, c * off)):  # X_ac Y_be, then X_ae Y_bc
+            np.take(xi, cols_x, axis=1, out=first)
+            np.take(yj, cols_y, axis=1, out=second)
+            first *= second
+            first *= weight
+            op += first
+    del first, second
     m = np.empty((n, n))
     m[i, j] = m[j, i] = np.linalg.solve(op, rhs[i, j])
     return m
