@@ -241,9 +241,15 @@ class PointFiles(Mapping[str, bytes]):
             raise KeyError(key) from None
 
     def __contains__(self, key: object) -> bool:
+        if not isinstance(key, str):
+            return False
         if self._zip is not None:
-            return key in self._zip.NameToInfo
-        return isinstance(key, str) and (self.path / key).is_file()
+            try:
+                self._zip.getinfo(key)
+            except KeyError:
+                return False
+            return True
+        return (self.path / key).is_file()
 
     def __iter__(self) -> Iterator[str]:
         if self._zip is not None:

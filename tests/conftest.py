@@ -6,6 +6,7 @@ import copy
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,16 @@ def tiny_config(**sections: Any) -> dict[str, Any]:
         else:
             cfg[key] = value
     return cfg
+
+
+def as_directory_store(path: Path) -> Path:
+    """The zip point store at ``path`` unpacked as a directory store ``<hash>.zarr`` (the layout
+    sgdsweep wrote before zip stores); the zip removed. Returns the directory."""
+    directory = path.with_name(path.name[: -len(".zip")])
+    with zipfile.ZipFile(path) as zf:
+        zf.extractall(directory)
+    path.unlink()
+    return directory
 
 
 def write_yaml(path: Path, data: Any) -> Path:

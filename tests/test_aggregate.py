@@ -14,6 +14,8 @@ from zarr.codecs import BytesCodec
 from sgdsweep import aggregate, store
 from sgdsweep.errors import StoreError
 
+from conftest import as_directory_store
+
 
 def _point(tmp_path, name="p0"):
     arrays = {"weight_var_replica": (("replica",), np.array([0.1, np.nan, 0.3])),
@@ -36,19 +38,10 @@ def test_point_arrays_match_zarr(tmp_path):
         assert got[name].dtype == store.read_array(path, name).dtype and got[name].flags.writeable
 
 
-def _as_directory_store(path):
-    """The zip store at ``path`` unpacked as a directory store ``<hash>.zarr`` (layout 1)."""
-    directory = path.with_name(path.name[: -len(".zip")])
-    with zipfile.ZipFile(path) as zf:
-        zf.extractall(directory)
-    path.unlink()
-    return directory
-
-
 def test_other_layouts_go_through_zarr(tmp_path):
     """Big-endian chunks are decoded directly; compressed or multi-chunk arrays are read by Zarr
     (in a directory store, and in a zip store)."""
-    path = _as_directory_store(_point(tmp_path)[0])
+    path = as_directory_store(_point(tmp_path)[0])
     big = zarr.create_array(str(path / "big"), shape=(4,), dtype=">f8", chunks=(4,),
                             serializer=BytesCodec(endian="big"), compressors=None)
     big[...] = np.arange(4.0)
@@ -72,7 +65,7 @@ def test_point_stores_have_one_entry_per_array_file_and_earlier_layouts_still_re
     with zipfile.ZipFile(path) as zf:
         assert sorted(n for n in zf.namelist() if n.startswith("singular_values_W/")) == [
             "singular_values_W/c.0.0", "singular_values_W/zarr.json"]
-    path = _as_directory_store(path)
+    path = as_directory_store(path)
     assert store.point_path(tmp_path, "p0") == path
     got = aggregate.read_point_arrays(path, list(arrays))
     for name, want in arrays.items():

@@ -19,7 +19,7 @@ from sgdsweep.execute import make_batches
 from sgdsweep.plan import write_plan
 from sgdsweep.simulate import simulate_points
 
-from conftest import tiny_config
+from conftest import as_directory_store, tiny_config
 
 
 def test_point_store_round_trip_and_atomicity(tmp_path):
@@ -76,22 +76,13 @@ def test_incomplete_or_corrupt_store_is_detected(tmp_path):
         store.read_attrs(path)
 
 
-def _as_directory_store(path):
-    """The zip store at ``path`` unpacked as a directory store ``<hash>.zarr`` (layout 1); the zip removed."""
-    directory = path.with_name(path.name[: -len(".zip")])
-    with zipfile.ZipFile(path) as zf:
-        zf.extractall(directory)
-    path.unlink()
-    return directory
-
-
 def test_directory_stores_of_layout_1_are_read_and_kept(tmp_path):
     """Stores written by earlier sgdsweep versions (a directory per point) are found, read and
     never overwritten; an incomplete one is replaced by a zip store."""
     arrays = {"x": (("replica",), np.arange(3.0)), "m": (("i", "j"), np.eye(2))}
     for h in ("old", "broken"):
         store.write_point(store.point_path(tmp_path, h), arrays, {"summary": {"h": h}})
-        _as_directory_store(store.point_path(tmp_path, h))
+        as_directory_store(store.point_path(tmp_path, h))
     old, broken = store.point_path(tmp_path, "old"), store.point_path(tmp_path, "broken")
     assert old.is_dir() and old.name == "old.zarr"
     (broken / "zarr.json").write_text("{")
