@@ -264,14 +264,13 @@ def feed_noise_lane(lane, b, delta, lags, count, buf, lag_sums, gram):  # pragma
                 g[i, k] += di * delta[o * n_in + k]
 
 
-def loss_series_ends(acc_arrays, lane: int) -> tuple[np.ndarray, np.ndarray, int]:
-    """(first K, last K in time order, n) loss samples of one lane from its buffers."""
+def loss_series_ends(acc_arrays, lanes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(first K, last K in time order, n) loss samples of the lanes ``lanes`` (indices) from their
+    buffers, shapes (lanes, K), (lanes, K), (lanes,); the K-sample rows are meaningful where n ≥ K."""
     k = acc_arrays["loss_buf"].shape[1]
-    n = int(acc_arrays["loss_count"][lane])
-    buf = acc_arrays["loss_buf"][lane]
-    m = min(n, k)
-    last = buf[(np.arange(n - m, n)) % k]
-    return acc_arrays["loss_head"][lane][:m], last, n
+    n = acc_arrays["loss_count"][lanes].astype(np.int64)
+    last = np.take_along_axis(acc_arrays["loss_buf"][lanes], (n[:, None] - k + np.arange(k)) % k, axis=1)
+    return acc_arrays["loss_head"][lanes], last, n
 
 
 def integrated_autocorr_times(acc_arrays, lanes: np.ndarray, c: float = 5.0) -> tuple[np.ndarray, np.ndarray]:
@@ -290,13 +289,11 @@ def integrated_autocorr_times(acc_arrays, lanes: np.ndarray, c: float = 5.0) -> 
     """
     lag_sums = acc_arrays["loss_lag"][lanes]
     n_lanes, k = lag_sums.shape
-    n = acc_arrays["loss_count"][lanes].astype(np.int64)
+    head, last, n = loss_series_ends(acc_arrays, lanes)
     if k < 2:
         return np.full(n_lanes, np.nan), np.ones(n_lanes, dtype=bool)
     total = acc_arrays["sum_loss"][lanes]
     lags = np.arange(k)
-    head = acc_arrays["loss_head"][lanes]
-    last = np.take_along_axis(acc_arrays["loss_buf"][lanes], (n[:, None] - k + lags) % k, axis=1)  # time order
     zero = np.zeros((n_lanes, 1))
     a_m = total[:, None] - np.hstack([zero, np.cumsum(head, axis=1)[:, :-1]])  # less the first m samples
     b_m = total[:, None] - np.hstack([zero, np.cumsum(last[:, ::-1], axis=1)[:, :-1]])  # less the last m

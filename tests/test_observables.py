@@ -32,10 +32,10 @@ def test_lagged_products_head_and_tail_match_the_series():
         x = series[lane, : fed[lane]]
         direct = [np.dot(x[m:], x[: x.size - m]) for m in range(k)]
         np.testing.assert_allclose(acc.arrays["loss_lag"][lane], direct, rtol=1e-12)
-        head, last, count = obs.loss_series_ends(acc.arrays, lane)
-        assert count == x.size
-        np.testing.assert_array_equal(head, x[:k])
-        np.testing.assert_array_equal(last, x[-k:])
+        head, last, count = obs.loss_series_ends(acc.arrays, np.array([lane]))
+        assert count[0] == x.size
+        np.testing.assert_array_equal(head[0], x[:k])
+        np.testing.assert_array_equal(last[0], x[-k:])
         assert acc.arrays["sum_loss"][lane] == pytest.approx(np.sum(x), rel=1e-12)
 
 
