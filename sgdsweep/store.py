@@ -82,11 +82,16 @@ def write_point(path: str | Path, arrays: Mapping[str, tuple[tuple[str, ...], np
     return place_point(path, _point_files(arrays, group_attrs))
 
 
-def _placed(path: Path) -> bool:
-    """Whether a complete store of the point whose zip store is ``path`` exists (zip or directory)."""
+def _directory_store(path: Path) -> Path:
+    """The layout-1 directory store ``<hash>.zarr`` of the point whose zip store is ``path``."""
     if not path.name.endswith(POINT_SUFFIX):
         raise ValueError(f"point store path {path}: must end in {POINT_SUFFIX!r} (use sgdsweep.store.point_path)")
-    directory = path.with_name(path.name[:-len(".zip")])
+    return path.with_name(path.name[:-len(POINT_SUFFIX)] + DIRECTORY_SUFFIX)
+
+
+def _placed(path: Path) -> bool:
+    """Whether a complete store of the point whose zip store is ``path`` exists (zip or directory)."""
+    directory = _directory_store(path)
     return is_complete(path) or (directory.is_dir() and is_complete(directory))
 
 
@@ -98,7 +103,7 @@ def place_point(path: str | Path, files: Mapping[str, bytes]) -> bool:
     if _placed(path):
         return False
     path.parent.mkdir(parents=True, exist_ok=True)
-    directory = path.with_name(path.name[:-len(".zip")])
+    directory = _directory_store(path)
     tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:8]}"
     try:
         _write_zip(tmp, files)
