@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 from .cluster import dask_client
 from .errors import SgdsweepError
 from .paths import atomic_write_text
-from .store import complete_points, failed_marker
+from .store import complete_points, failed_marker, remove_stale_temporaries
 
 log = logging.getLogger("sgdsweep.execute")
 
@@ -77,6 +77,10 @@ def run_shard(spec_path: Path, receipt_path: Path, execution: Mapping[str, Any],
     todo = [p for p in points if p["hash"] not in done]
     n_cached = len(points) - len(todo)
     log.info("shard %s: %d points, %d already stored, %d to simulate", shard, len(points), n_cached, len(todo))
+    stale = remove_stale_temporaries(points_dir, (p["hash"] for p in todo))
+    if stale:
+        log.info("shard %s: removed %d temporary file(s) that killed writes left, e.g. %s", shard, len(stale),
+                 stale[0].name)
     batches = make_batches(todo, int(execution.get("points_per_task", 8)))
     total = sum(_cost(b) for b in batches)
     done_steps = 0

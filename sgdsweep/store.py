@@ -22,6 +22,7 @@ import json
 import os
 import shutil
 import struct
+import time
 import uuid
 import zipfile
 import zlib
@@ -42,6 +43,11 @@ COMPLETE_ATTR = "sgdsweep_complete"
 STORE_VERSION = 2
 #: File name suffix of a point store, and of the directory stores of layout 1 (still read).
 POINT_SUFFIX, DIRECTORY_SUFFIX = ".zarr.zip", ".zarr"
+#: Age (seconds, by modification time) from which a point store's temporary file or directory
+#: (``.<hash>.zarr.zip.tmp-*``, or ``.<hash>.zarr.tmp-*`` of layout 1) is the leftover of a killed
+#: write: a live write fills and renames its file within a second, so ten minutes leave a wide
+#: margin for a stalled file system.
+STALE_TEMPORARY_SECONDS = 600.0
 #: Chunk keys ``c.0.0`` beside the array's ``zarr.json``: one directory per array, where the
 #: default ``c/0/0`` makes three (a point store is ~18 arrays of one chunk each, and a sweep
 #: writes thousands of stores: directories are most of their file-system cost).
@@ -117,6 +123,39 @@ def place_point(path: str | Path, files: Mapping[str, bytes]) -> bool:
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def remove_stale_temporaries(points_dir: str | Path, hashes: Iterable[str],
+                             older_than: float = STALE_TEMPORARY_SECONDS) -> list[Path]:
+    """Remove what killed writes of the points ``hashes`` left in ``points_dir``: their
+    temporary files (and layout-1 temporary directories) last modified ``older_than`` seconds
+    ago or earlier. Younger ones may belong to a write in progress and are kept. One directory
+    listing. Returns the paths removed."""
+    wanted = set(hashes)
+    cutoff = time.time() - older_than
+    removed = []
+    try:
+        entries = list(os.scandir(points_dir))
+    except FileNotFoundError:
+        return removed
+    for entry in entries:
+        name = entry.name
+        if not name.startswith(".") or ".tmp-" not in name:
+            continue
+        point, _, suffix = name[1:].partition(".")
+        if point not in wanted or not f".{suffix}".startswith((f"{POINT_SUFFIX}.tmp-", f"{DIRECTORY_SUFFIX}.tmp-")):
+            continue
+        try:
+            if entry.stat(follow_symlinks=False).st_mtime > cutoff:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
+        except FileNotFoundError:  # removed meanwhile (its write finished, or another cleaner)
+            continue
+        removed.append(Path(entry.path))
+    return removed
 
 
 def _write_zip(path: Path, files: Mapping[str, bytes]) -> None:

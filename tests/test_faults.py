@@ -138,12 +138,21 @@ def test_corrupted_point_store_is_recomputed(tmp_path):
     kept["zarr.json"] = json.dumps(meta).encode()
     stores[1].unlink()
     store.place_point(stores[1], kept)
+    # what a write killed long ago left beside the truncated store goes; a young one may be live
+    orphan = stores[0].with_name(f".{stores[0].name}.tmp-0badf00d")
+    young = stores[0].with_name(f".{stores[0].name}.tmp-live0001")
+    for path in (orphan, young):
+        path.write_bytes(b"PK partial")
+    past = time.time() - store.STALE_TEMPORARY_SECONDS - 60
+    os.utime(orphan, (past, past))
     plan = run_cli("plan", str(cfg), cwd=tmp_path)
     assert plan.returncode == 0 and "2 to simulate (2 corrupt)" in plan.stdout, plan.stdout
     proc = run_snakemake(tmp_path, cfg)
     assert proc.returncode == 0, proc.stderr[-3000:]
     log = next((sweep / "logs" / "simulate").glob("*.log")).read_text()
     assert "2 to simulate" in log
+    assert "removed 1 temporary file(s) that killed writes left" in log
+    assert not orphan.exists() and young.exists()
     _assert_same_results(_ensemble(sweep), before)
 
 

@@ -100,6 +100,37 @@ def test_directory_stores_of_layout_1_are_read_and_kept(tmp_path):
     assert not broken.exists() and store.read_attrs(store.point_path(tmp_path, "broken"))["summary"] == {"h": "new"}
 
 
+def test_stale_temporaries_of_killed_writes_are_removed(tmp_path):
+    """What a killed write left (a temporary zip, or a layout-1 temporary directory) is removed
+    once it is older than STALE_TEMPORARY_SECONDS, for the points asked about only; a younger
+    one may be a write in progress and stays, as do stores and other files."""
+    old = os.path.getmtime(tmp_path) - store.STALE_TEMPORARY_SECONDS - 60
+
+    def make(name: str, age: float | None = old, directory: bool = False):
+        path = tmp_path / name
+        if directory:
+            path.mkdir()
+            (path / "zarr.json").write_text("{}")
+        else:
+            path.write_bytes(b"PK partial")
+        if age is not None:
+            os.utime(path, (age, age))
+        return path
+
+    store.write_point(store.point_path(tmp_path, "a1"), {"x": (("replica",), np.ones(2))}, {})
+    stale = [make(".a1.zarr.zip.tmp-0badf00d"), make(".b2.zarr.tmp-12345678", directory=True)]
+    kept = [make(".a1.zarr.zip.tmp-live0001", age=None),  # young: possibly being written
+            make(".c3.zarr.zip.tmp-0badf00d"),  # not one of the points asked about
+            make(".a1.zarr.zip.old-0badf00d"),  # not a store's temporary
+            make("a1.zarr.zip.tmp-0badf00d")]
+    removed = store.remove_stale_temporaries(tmp_path, ["a1", "b2", "absent"])
+    assert sorted(removed) == sorted(stale)
+    assert not any(p.exists() for p in stale) and all(p.exists() for p in kept)
+    assert store.is_complete(store.point_path(tmp_path, "a1"))
+    assert store.remove_stale_temporaries(tmp_path, ["a1", "b2"]) == []
+    assert store.remove_stale_temporaries(tmp_path / "absent", ["a1"]) == []
+
+
 def test_simulate_aggregate_round_trip(tmp_path):
     cfg = tiny_config(results_dir=str(tmp_path / "results"), dynamics={"steps": 1500, "replicas": 4})
     sweep = build_sweep(cfg)
