@@ -225,12 +225,32 @@ def test_normalised_eigenvalues_order_and_inf():
     assert np.all(np.isinf(ly.normalised_eigenvalues(np.full((2, 2), np.inf), 0.2, 5, 0.5)))
 
 
+@pytest.mark.parametrize("n, seed", [(3, 0), (10, 1), (25, 2)])
+def test_leading_order_equals_independent_references(n, seed):
+    """The three theories of one call against the references above: the Kronecker solve, the
+    eigenvalues of (λ/2) H⁻¹ C, and |eig Q| with Q = (2/λ) H M − C from the Kronecker M."""
+    rng = np.random.default_rng(seed)
+    v = _rotation(seed, n)
+    h = v @ np.diag(np.geomspace(0.05, 2.0, n)) @ v.T
+    a = rng.normal(size=(n, n))
+    c = a @ a.T / n + 0.1 * np.eye(n)
+    got = ly.leading_order(h, c, LR)
+    m = _kron_continuous(h, c, LR)
+    assert _rel(got.continuous_covariance, m) < 1e-10
+    balanced = np.sort(np.linalg.eigvals(0.5 * LR * np.linalg.solve(h, c)).real)[::-1]
+    assert _rel(got.detailed_balance_eigenvalues, balanced) < 1e-10
+    q = (2.0 / LR) * h @ m - c
+    magnitudes = np.sort(np.abs(np.linalg.eigvals(0.5 * (q - q.T))))[::-1]
+    assert np.allclose(got.q_eigenvalue_magnitudes, magnitudes, rtol=1e-9, atol=1e-12 * magnitudes[0])
+    assert got.q_eigenvalue_magnitudes[0] > 0.05 * np.max(np.abs(c))  # [H, C] ≠ 0: Q is not small
+
+
 # ---------------------------------------------------------------- input validation
 
 
 @pytest.mark.parametrize("func", [ly.continuous_covariance, ly.discrete_additive_covariance,
                                   ly.detailed_balance_covariance, ly.broken_balance_covariance,
-                                  ly.detailed_balance_eigenvalues])
+                                  ly.detailed_balance_eigenvalues, ly.leading_order])
 def test_bad_inputs(func):
     with pytest.raises(ValueError, match=r"h must be a non-empty square.*\(2, 3\)"):
         func(np.ones((2, 3)), np.eye(2), LR)

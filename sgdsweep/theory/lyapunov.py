@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import math
 from numbers import Integral
+from typing import NamedTuple
 
 import numpy as np
 import scipy.linalg
@@ -239,6 +240,40 @@ def detailed_balance_eigenvalues(h: ArrayLike, c: ArrayLike, lr: float) -> np.nd
     hh, cc = _inputs(h, c)
     mu = scipy.linalg.eigh(cc, hh, eigvals_only=True)
     return np.sort(0.5 * _lr(lr) * mu)[::-1]
+
+
+class LeadingOrder(NamedTuple):
+    """The leading-order theories of one (H, C, λ), as :func:`leading_order` returns them."""
+
+    #: :func:`continuous_covariance` (w²), shape (N, N).
+    continuous_covariance: np.ndarray
+    #: :func:`detailed_balance_eigenvalues` (w²), descending, shape (N,).
+    detailed_balance_eigenvalues: np.ndarray
+    #: :func:`q_eigenvalue_magnitudes` (units of C), descending, shape (N,).
+    q_eigenvalue_magnitudes: np.ndarray
+
+
+def leading_order(h: ArrayLike, c: ArrayLike, lr: float) -> LeadingOrder:
+    """:func:`continuous_covariance`, :func:`detailed_balance_eigenvalues` and
+    :func:`q_eigenvalue_magnitudes` of the same inputs from one validation and one
+    eigendecomposition of H (what a point's theory reports next to the exact answer; the three
+    calls validate H and C three times, most of their cost at small N).
+
+    In H's eigenbasis: ``M̃_ij = λC̃_ij/(ω_i + ω_j)``; the generalised eigenvalues of (C, H) are
+    the eigenvalues of ``Ω^{-1/2} C̃ Ω^{-1/2}``; ``|eig Q|`` are the singular values of ``Q̃``
+    (V is orthogonal). Equal to the three functions to rounding. Raises ``ValueError`` for the
+    inputs they refuse.
+    """
+    hh, cc = _inputs(h, c)
+    lam = _lr(lr)
+    omega, v, ct = _eigenbasis(hh, cc)
+    total = omega[:, None] + omega[None, :]
+    m = v @ (lam * ct / total) @ v.T
+    scale = 1.0 / np.sqrt(omega)
+    balanced = np.linalg.eigvalsh(scale[:, None] * ct * scale[None, :])
+    q = (omega[:, None] - omega[None, :]) / total * ct
+    return LeadingOrder(0.5 * (m + m.T), np.sort(0.5 * lam * balanced)[::-1],
+                        np.linalg.svd(0.5 * (q - q.T), compute_uv=False))
 
 
 def isotropic_variance(lr: float, batch_size: int, noise_var: float) -> float:

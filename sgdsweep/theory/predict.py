@@ -153,10 +153,8 @@ def _approximations(params: Mapping[str, Any], pred: Prediction) -> None:
         return
     lr_eff = params["lr"] / (1 - params["momentum"])
     try:
-        pred.weight_cov_continuous = lyapunov.continuous_covariance(pred.hessian, pred.noise_cov, lr_eff)
-        pred.weight_cov_eigenvalues_detailed_balance = lyapunov.detailed_balance_eigenvalues(
-            pred.hessian, pred.noise_cov, lr_eff)
-        pred.q_eigenvalues_continuous = lyapunov.q_eigenvalue_magnitudes(pred.hessian, pred.noise_cov)
+        (pred.weight_cov_continuous, pred.weight_cov_eigenvalues_detailed_balance,
+         pred.q_eigenvalues_continuous) = lyapunov.leading_order(pred.hessian, pred.noise_cov, lr_eff)
     except (ValueError, np.linalg.LinAlgError) as exc:  # e.g. a singular Hessian (P ≤ N)
         for key in approx:
             pred.reasons[key] = f"{type(exc).__name__}: {exc}"
