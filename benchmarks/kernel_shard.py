@@ -6,9 +6,11 @@ observables (10×10 second moment, losses). Measured in the same run:
 
 - baseline: the numpy engine (one vectorised step of all lanes at a time; the fused kernels
   switched off), one thread;
-- ``sgdsweep``: the fused kernel on 1 and 2 threads (``SGDSWEEP_THREADS``);
+- ``sgdsweep``: the fused kernel on 1 and 2 threads (``SGDSWEEP_THREADS``) in this process, and
+  in two Dask worker processes of one thread each, half the points each, as a sweep's workers
+  run a shard (the rate: all replica-steps over the span from the first start to the last end);
 - the whole shard as a worker runs it: :func:`sgdsweep.simulate.simulate_points` (engine, exact
-  theory per point, 100 point stores), one thread.
+  theory per point, 100 point stores), one thread, and on two Dask workers, half the points each.
 
     python benchmarks/kernel_shard.py [--steps 10000]
 """
@@ -40,6 +42,14 @@ def shard(steps: int) -> list:
 
 
 def engine_rate(points, steps: int, threads: int, use_fused: bool) -> float:
+    """Replica-steps/s of one :func:`sgdsweep.engine.run_lanes` call on ``points`` (16 replicas each)."""
+    start, end = engine_span(points, steps, threads, use_fused)
+    return len(points) * REPLICAS * steps / (end - start)
+
+
+def engine_span(points, steps: int, threads: int, use_fused: bool) -> tuple[float, float]:
+    """Start and end (``time.monotonic``, the same clock in every process here) of one
+    :func:`sgdsweep.engine.run_lanes` call on ``points``; the replica streams are made before."""
     first = points[0].params
     model = get_model("linear")
     problem = model.make_problem(model.data_params(first))
@@ -50,24 +60,65 @@ def engine_rate(points, steps: int, threads: int, use_fused: bool) -> float:
     if not use_fused:
         fused.supports = lambda *a: False
     try:
-        t0 = time.perf_counter()
+        t0 = time.monotonic()
         run_lanes(problem, noise="minibatch", batch_size=10, steps=steps,
                   lr=np.array([p.params["lr"] for p, _ in lanes]),
                   momentum=np.array([p.params["momentum"] for p, _ in lanes]),
                   burn_in=np.array([p.burn_in for p, _ in lanes]), bound=np.full(n, 1e12),
                   w0=np.zeros((n, problem.dim)), streams=[g[:2] for _, g in lanes], observe=observe_spec(first),
                   loss_stride=np.array([loss_stride(problem, p.params, p.burn_in, 1) for p, _ in lanes]))
-        return n * steps / (time.perf_counter() - t0)
+        return t0, time.monotonic()
     finally:
         fused.supports = supports
 
 
-def shard_rate(points, steps: int) -> float:
+def kernel_span(points, steps: int) -> tuple[float, float]:
+    """:func:`engine_span` of the fused kernel on one thread."""
+    return engine_span(points, steps, 1, True)
+
+
+def shard_span(points, steps: int) -> tuple[float, float]:
+    """Start and end (``time.monotonic``) of :func:`sgdsweep.simulate.simulate_points` on
+    ``points`` on one thread — engine, exact theory, results and a store per point — writing
+    into a fresh temporary directory (removed after)."""
     os.environ[fused.THREADS_ENV] = "1"
     with tempfile.TemporaryDirectory() as out:
-        t0 = time.perf_counter()
+        t0 = time.monotonic()
         simulate_points([p.spec() for p in points], out)
-        return len(points) * REPLICAS * steps / (time.perf_counter() - t0)
+        return t0, time.monotonic()
+
+
+def shard_rate(points, steps: int) -> float:
+    """Replica-steps/s of :func:`shard_span`."""
+    start, end = shard_span(points, steps)
+    return len(points) * REPLICAS * steps / (end - start)
+
+
+def workers_rates(points, steps: int, spans=(kernel_span, shard_span), workers: int = 2) -> list[float]:
+    """Per function of ``spans``: replica-steps/s of ``points`` split into ``workers`` equal parts,
+    one per worker process of a local Dask cluster started here (one thread each, started as a
+    sweep's cluster starts them, with ``sgdsweep.warmup``), submitted at once: all replica-steps
+    over the span from the earliest start to the latest end of the parts."""
+    import sys
+
+    import cloudpickle
+    from distributed import Client, LocalCluster
+
+    if __name__ != "__main__":  # imported: the workers cannot import this file, so send it whole
+        cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    rates = []
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                      preload=["sgdsweep.warmup"]) as cluster, Client(cluster) as client:
+        addresses = list(client.scheduler_info()["workers"])
+        parts = [points[i::workers] for i in range(workers)]
+        for span in spans:
+            client.gather([client.submit(span, shard(200)[:4], 200, workers=[address], pure=False)
+                           for address in addresses])  # load the kernel's cache, learn the store layout
+            futures = [client.submit(span, part, steps, workers=[address], pure=False)
+                       for part, address in zip(parts, addresses)]
+            got = client.gather(futures)
+            rates.append(len(points) * REPLICAS * steps / (max(e for _, e in got) - min(s for s, _ in got)))
+    return rates
 
 
 def main() -> None:
@@ -79,12 +130,16 @@ def main() -> None:
     base = engine_rate(points, max(200, args.steps // 10), 1, False)
     one = max(engine_rate(points, args.steps, 1, True) for _ in range(2))
     two = max(engine_rate(points, args.steps, 2, True) for _ in range(2))
+    shard_rate(shard(200)[:4], 200)  # learn the store layout
     whole = shard_rate(points, args.steps)
+    procs, whole_procs = (max(r) for r in zip(*(workers_rates(points, args.steps) for _ in range(2))))
     print(f"100 points × {REPLICAS} replicas (linear N = 10, S = 10), {args.steps} steps, float64; replica-steps/s")
     print(f"  numpy engine, 1 thread (baseline):      {base:10.3g}")
     print(f"  fused kernel, 1 thread:                 {one:10.3g}   × {one / base:.1f}")
     print(f"  fused kernel, 2 threads:                {two:10.3g}   × {two / base:.1f}")
+    print(f"  fused kernel, 2 Dask workers × 1 thread: {procs:9.3g}   × {procs / base:.1f}")
     print(f"  whole shard (simulate_points), 1 thread: {whole:9.3g}   × {whole / base:.1f}")
+    print(f"  whole shard, 2 Dask workers × 1 thread:  {whole_procs:9.3g}   × {whole_procs / base:.1f}")
 
 
 if __name__ == "__main__":
