@@ -167,18 +167,20 @@ ADDITIVE = {
 
 
 @pytest.mark.parametrize("name", list(ADDITIVE))
-def test_additive_kernel_equals_numpy_engine(name, monkeypatch):
+@pytest.mark.parametrize("cov_max_dim", [64, 2], ids=["full", "diagonal beyond d = 2"])
+def test_additive_kernel_equals_numpy_engine(name, cov_max_dim, monkeypatch):
     model, noise, lr, mom, dyn = ADDITIVE[name]
     point = build_sweep({"sweep": "t", "model": model, "grid": {"lr": 0.1, "batch_size": 2, "noise": noise},
                          "dynamics": {"burn_in": 0}}).points[0]
     problem = get_model("quadratic").make_problem(get_model("quadratic").data_params(point.params))
-    observe = ObserveSpec(cov_max_dim=64, autocorr_lags=8, test_loss=False)
+    observe = ObserveSpec(cov_max_dim=cov_max_dim, n_eigenpairs=1, autocorr_lags=8, test_loss=False)
     kw = dict(lr=lr, momentum=mom, observe=observe, batch_size=2, dynamics=dyn, monkeypatch=monkeypatch)
     a = _run(problem, noise, use_fused=True, **kw)
     b = _run(problem, noise, use_fused=False, **kw)
     assert fused.supports(problem, noise, dyn.kind, [], False)
     assert (a["diverged_step"][-1] > 0) and (a["diverged_step"][:-1] == -1).all()
     assert a["n"][:-1].min() > 100
+    assert ("sum_dd" in a) == (problem.dim <= cov_max_dim) and ("sketch" in a) == (problem.dim > cov_max_dim)
     for k in a:
         np.testing.assert_allclose(a[k], b[k], rtol=1e-9, atol=1e-12 * np.nanmax(np.abs(b[k]), initial=1.0), err_msg=k)
 
