@@ -538,10 +538,10 @@ def _additive_lanes(full, lanes, shared):  # pragma: no cover - compiled
     well) and noise ``chol·z`` (``chol`` = the Cholesky factor of C/S), Student-t when
     ``student`` (the last STUDENT_NU normals make the χ²); escape when ``w_0 ≥ threshold``.
     ``full``: whether ``sum_dd`` is kept (a constant in each of the two kernels)."""
-    (t0, n_steps, n_u, ust, z, w, mom, step, mu, burn, bound, stride, perm, pos,
-     count, sum_d, sum_dd, sum_d2, sketch, loss_count, sum_loss, sum_test_loss,
-     loss_buf, loss_lag, loss_head, diverged_step, escape_step, reference, noise_buf, noise_lag,
-     sum_gram, stopped) = lanes
+    (t0, n_steps, _n_u, _ust, z, w, mom, step, mu, burn, bound, stride, _perm, _pos,
+     count, sum_d, sum_dd, sum_d2, sketch, loss_count, sum_loss, _sum_test_loss,
+     loss_buf, loss_lag, loss_head, diverged_step, escape_step, _reference, _noise_buf, _noise_lag,
+     _sum_gram, stopped) = lanes
     (a1, a2, a3, chol, student, noise_scale, threshold, ref, omega, want_loss) = shared
     n_lanes = w.shape[0]
     d = a1.shape[0]
