@@ -1,9 +1,9 @@
-"""Variants of the affine kernel timed on one captured chunk, against the checkout's own kernel.
+"""Variants of a kernel timed on one captured chunk, against the checkout's own kernel.
 
 The shard benchmarks drift by 20–40 % within minutes here, more than most single kernel
 changes gain or lose. This one takes a kernel change apart in one process: it runs the engine
-briefly, keeps the arguments of one chunk of the affine kernel (32 lanes × one block of
-steps), and then times ``_advance_affine`` of the checkout's ``sgdsweep/fused.py`` and of
+briefly, keeps the arguments of one chunk of a kernel (32 lanes × one block of steps), and
+then times that block loop (``KERNELS``) of the checkout's ``sgdsweep/fused.py`` and of
 each VARIANT — a copy of that file with a change — on copies of those arguments, round after
 round, keeping each one's best. Three cases of the same chunk: as captured, with every step a
 loss sample (stride 1), and in burn-in (nothing measured). Printed: ns per replica-step, the
@@ -12,10 +12,12 @@ it (0.0: the same numbers).
 
 Chunks (float64, one thread): ``shard`` — two points of the small-model shard of
 ``kernel_shard.py`` (N = 10, S = 10, lr 0.3125 and 0.3375, momentum 0.3, loss stride 5), after
-burn-in; ``linreg`` — linreg-ref (N = 100, S = 10), bare steps, so its three cases agree.
+burn-in; ``linreg`` — linreg-ref (N = 100, S = 10), bare steps, so its three cases agree;
+``double_well`` — 32 replicas of the double well (one parameter, gaussian noise, lr 0.05, loss
+stride 2) after burn-in, in the additive kernel (``_advance_additive``).
 
     cp sgdsweep/fused.py /tmp/v1.py   # edit /tmp/v1.py
-    python benchmarks/kernel_variants.py /tmp/v1.py [/tmp/v2.py ...] [--chunk shard|linreg] [--rounds 40]
+    python benchmarks/kernel_variants.py /tmp/v1.py [/tmp/v2.py ...] [--chunk shard|linreg|double_well] [--rounds 40]
 
 A variant is compiled without Numba's cache (its ``cache=True`` read as ``False``), so an
 edited copy never meets a stale cache entry. Each file is compiled as its own module: give two
@@ -38,14 +40,18 @@ import kernel_shard
 import numpy as np
 
 from sgdsweep import fused
+from sgdsweep.config import build_sweep
 from sgdsweep.models import linear
+from sgdsweep.simulate import simulate_points
 
-#: Positions of ``_advance_affine``'s arguments that the cases change (see its signature).
+#: Positions of the block loops' arguments that the cases change (see ``_advance_affine``).
 BURN, STRIDE = 9, 11
+#: The block loop each chunk runs.
+KERNELS = {"shard": "_advance_affine", "linreg": "_advance_affine", "double_well": "_advance_additive"}
 
 
 def capture(chunk: str) -> list:
-    """The arguments of one call of the affine kernel while the engine runs ``chunk``."""
+    """The arguments of one call of the chunk's kernel while the engine runs ``chunk``."""
     calls: list[tuple[int, list]] = []
     advance = fused.advance
 
@@ -57,6 +63,13 @@ def capture(chunk: str) -> list:
 
     fused.advance = keep
     try:
+        if chunk == "double_well":
+            point = build_sweep({"sweep": "dw", "model": {"kind": "landscape", "landscape": "double_well"},
+                                 "dynamics": {"steps": 2000, "replicas": 32, "burn_in": 100},
+                                 "grid": {"lr": 0.05, "batch_size": 1, "noise": "gaussian"}}).points[0]
+            with tempfile.TemporaryDirectory() as out:
+                simulate_points([point.spec()], out)
+            return next(args for t0, args in calls if t0 >= 512)  # after burn-in (100 steps)
         if chunk == "shard":
             points = [p for p in kernel_shard.shard(3000)
                       if p.params["lr"] >= 0.3 and p.params["momentum"] == 0.3][:2]
@@ -97,7 +110,7 @@ def timed(kernel, args: list) -> tuple[float, list]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("variants", type=Path, nargs="+", help="modified copies of sgdsweep/fused.py")
-    ap.add_argument("--chunk", choices=("shard", "linreg"), default="shard")
+    ap.add_argument("--chunk", choices=tuple(KERNELS), default="shard")
     ap.add_argument("--rounds", type=int, default=40, help="timed calls per kernel and case (the best is kept)")
     args = ap.parse_args()
     for path in args.variants:
@@ -108,8 +121,9 @@ def main() -> None:
     stride_one[STRIDE] = np.ones_like(captured[STRIDE])
     burn_in[BURN] = np.full_like(captured[BURN], np.iinfo(np.int64).max)
     cases = {"as captured": captured, "stride 1": stride_one, "burn-in": burn_in}
-    kernels = {"checkout": fused._advance_affine}
-    kernels.update({str(p): load_variant(p, i)._advance_affine for i, p in enumerate(args.variants)})
+    name = KERNELS[args.chunk]
+    kernels = {"checkout": getattr(fused, name)}
+    kernels.update({f"{i + 1}: {p}": getattr(load_variant(p, i), name) for i, p in enumerate(args.variants)})
     for kernel in kernels.values():  # compile
         for case in cases.values():
             timed(kernel, case)
