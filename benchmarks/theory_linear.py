@@ -8,6 +8,11 @@ half of Z, N(2N+1) unknowns with momentum (the same as M's without). Printed per
 times (best of --repeat), their ratio and the largest relative difference of M. Isotropic
 teacher data, P = 10N, λ = 0.1, S = 10, minibatch noise, one thread of BLAS as numpy has it.
 
+Then the leading-order theories a point reports next to the exact one (continuous-time
+covariance, detailed-balance eigenvalues, |eig Q|) for the same H and C:
+``sgdsweep.theory.lyapunov.leading_order`` against the three functions it replaced in
+``predict`` (each validating H and C itself), with the largest relative difference.
+
     python benchmarks/theory_linear.py [--n 10 20 25] [--repeat 3]
 """
 
@@ -20,6 +25,7 @@ import numpy as np
 
 from sgdsweep.models import linear
 from sgdsweep.theory import linear as th
+from sgdsweep.theory import lyapunov as ly
 
 
 def z_system_moment(data, lr: float, batch_size: int, momentum: float, noise: str = "minibatch") -> np.ndarray:
@@ -67,6 +73,23 @@ def main() -> None:
             t_new = min(timeit.repeat(lambda data=data, mu=mu: th.stationary_second_moment(data, 0.1, 10, mu), number=number,
                                       repeat=args.repeat)) / number
             print(f"{n:<3d}{mu:9.1f}  {t_base * 1e3:16.2f} ms  {t_new * 1e3:15.2f} ms  {t_base / t_new:5.1f}  {diff:.1e}")
+    print("\nN  three calls (baseline)  leading_order (sgdsweep)  ratio  max relative difference")
+    for n in args.n:
+        data = linear.make_problem({"n_inputs": n, "n_outputs": 1, "n_samples": 10 * n, "label_noise": 0.5,
+                                    "inputs": "isotropic", "wishart_ratio": None, "labels": "teacher",
+                                    "noiseless": False, "seed": 0})
+        h, c = data.sxx, th.noise_covariance(data, 10, "minibatch")
+
+        def three(h=h, c=c):
+            return (ly.continuous_covariance(h, c, 0.1), ly.detailed_balance_eigenvalues(h, c, 0.1),
+                    ly.q_eigenvalue_magnitudes(h, c))
+
+        diff = max(float(np.abs(a - b).max() / np.abs(b).max()) for a, b in zip(ly.leading_order(h, c, 0.1), three()))
+        number = max(10, int(2000 / n))
+        t_base = min(timeit.repeat(three, number=number, repeat=args.repeat)) / number
+        t_new = min(timeit.repeat(lambda h=h, c=c: ly.leading_order(h, c, 0.1), number=number,
+                                  repeat=args.repeat)) / number
+        print(f"{n:<3d}{t_base * 1e3:19.3f} ms  {t_new * 1e3:21.3f} ms  {t_base / t_new:5.1f}  {diff:.1e}")
 
 
 if __name__ == "__main__":
