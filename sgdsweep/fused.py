@@ -59,7 +59,7 @@ from .vecmath import exp
 #: code in every checkout that pulls it; ``tests/test_fused.py`` fails until the digest is
 #: updated here, and that edit makes Numba compile the kernels again.
 COMPILED_DEPENDENCIES = ("noise.py", "observables.py", "pcg64.py", "vecmath.py")
-DEPENDENCY_DIGEST = "7bb3f25d80f54711"
+DEPENDENCY_DIGEST = "382c38905c299c87"
 #: Environment variable: threads the fused kernel may use in one process (default 1: a
 #: sweep's parallelism is its Dask workers, one per core; set it for in-process runs).
 THREADS_ENV = "SGDSWEEP_THREADS"
@@ -533,11 +533,11 @@ def _additive_diagonal(lanes, shared):  # pragma: no cover - compiled
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"}, inline="always")
 def _additive_lanes(full, lanes, shared):  # pragma: no cover - compiled
-    """Additive-noise problems with a per-coordinate
-    polynomial gradient ``g_i = a1_i w_i + a2_i w_i² + a3_i w_i³`` (``quadratic``, the double
-    well) and noise ``chol·z`` (``chol`` = the Cholesky factor of C/S), Student-t when
-    ``student`` (the last STUDENT_NU normals make the χ²); escape when ``w_0 ≥ threshold``.
-    ``full``: whether ``sum_dd`` is kept (a constant in each of the two kernels)."""
+    """Additive-noise problems with a per-coordinate polynomial gradient ``g_i = a1_i w_i +
+    a2_i w_i² + a3_i w_i³`` (``quadratic``, the double well) and noise ``chol·z`` (``chol`` = the
+    Cholesky factor of C/S), Student-t when ``student`` (the last STUDENT_NU normals make the
+    χ²); escape when ``w_0 ≥ threshold``. ``full``: whether ``sum_dd`` is kept (a constant in
+    each of the two kernels)."""
     (t0, n_steps, _n_u, _ust, z, w, mom, step, mu, burn, bound, stride, _perm, _pos,
      count, sum_d, sum_dd, sum_d2, sketch, loss_count, sum_loss, _sum_test_loss,
      loss_buf, loss_lag, loss_head, diverged_step, escape_step, _reference, _noise_buf, _noise_lag,

@@ -6,8 +6,9 @@ What is accumulated after a lane's burn-in, per lane (``L`` lanes, ``d`` paramet
   Σδ² (the diagonal) beyond, with δ = w − reference (the unique minimiser, or for models whose
   minima form a manifold the lane's weights at its first measured step — centred at the end);
 - ``sum_loss``, ``sum_test_loss``, ``loss_count``: Σ L(w), Σ L_test(w) over the measured steps
-  that are multiples of ``stride`` (an eighth of the slowest relaxation time of the mean
-  dynamics, :func:`sgdsweep.simulate.loss_stride`: thinning that costs almost no information), and their number;
+  that are multiples of ``stride`` (:func:`sgdsweep.simulate.loss_stride`: an eighth of the
+  slowest relaxation time of the mean dynamics, a thinning that costs almost no information),
+  and their number;
 - ``loss_lag``: Σ L_t L_{t−m·stride} for m = 0 … K−1 (ring buffer of K values), for the
   integrated autocorrelation time;
 - ``noise_lag``: Σ b_tᵀ b_{t−m} (n_in × n_in per lag) of the gradient noise at the minimum

@@ -187,9 +187,13 @@ def q_matrix(h: ArrayLike, c: ArrayLike) -> np.ndarray:
     """
     hh, cc = _inputs(h, c)
     omega, v, ct = _eigenbasis(hh, cc)
-    ratio = (omega[:, None] - omega[None, :]) / (omega[:, None] + omega[None, :])
-    q = v @ (ratio * ct) @ v.T
+    q = v @ _q_eigenbasis(omega, ct) @ v.T
     return 0.5 * (q - q.T)
+
+
+def _q_eigenbasis(omega: np.ndarray, ct: np.ndarray) -> np.ndarray:
+    """``Q̃_ij = (ω_i − ω_j)/(ω_i + ω_j) C̃_ij``: Q in H's eigenbasis (units of C)."""
+    return (omega[:, None] - omega[None, :]) / (omega[:, None] + omega[None, :]) * ct
 
 
 def q_eigenvalue_magnitudes(h: ArrayLike, c: ArrayLike) -> np.ndarray:
@@ -267,11 +271,10 @@ def leading_order(h: ArrayLike, c: ArrayLike, lr: float) -> LeadingOrder:
     hh, cc = _inputs(h, c)
     lam = _lr(lr)
     omega, v, ct = _eigenbasis(hh, cc)
-    total = omega[:, None] + omega[None, :]
-    m = v @ (lam * ct / total) @ v.T
+    m = v @ (lam * ct / (omega[:, None] + omega[None, :])) @ v.T
     scale = 1.0 / np.sqrt(omega)
     balanced = np.linalg.eigvalsh(scale[:, None] * ct * scale[None, :])
-    q = (omega[:, None] - omega[None, :]) / total * ct
+    q = _q_eigenbasis(omega, ct)
     return LeadingOrder(0.5 * (m + m.T), np.sort(0.5 * lam * balanced)[::-1],
                         np.linalg.svd(0.5 * (q - q.T), compute_uv=False))
 
