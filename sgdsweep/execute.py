@@ -77,7 +77,7 @@ def run_shard(spec_path: Path, receipt_path: Path, execution: Mapping[str, Any],
     todo = [p for p in points if p["hash"] not in done]
     n_cached = len(points) - len(todo)
     log.info("shard %s: %d points, %d already stored, %d to simulate", shard, len(points), n_cached, len(todo))
-    stale = remove_stale_temporaries(points_dir, (p["hash"] for p in todo))
+    stale = remove_stale_temporaries(points_dir, (p["hash"] for p in points))
     if stale:
         log.info("shard %s: removed %d temporary file(s) that killed writes left, e.g. %s", shard, len(stale),
                  stale[0].name)
