@@ -14,10 +14,12 @@ Chunks (float64, one thread): ``shard`` — two points of the small-model shard 
 ``kernel_shard.py`` (N = 10, S = 10, lr 0.3125 and 0.3375, momentum 0.3, loss stride 5), after
 burn-in; ``linreg`` — linreg-ref (N = 100, S = 10), bare steps, so its three cases agree;
 ``double_well`` — 32 replicas of the double well (one parameter, gaussian noise, lr 0.05, loss
-stride 2) after burn-in, in the additive kernel (``_advance_additive``).
+stride 2) after burn-in, in the additive kernel (``_advance_additive``); ``thesis`` — 32 replicas
+of ``config/sweeps/vescovi_escape.yaml`` at lr 2.5e-3 (minibatch noise, S = 1, every step
+measured, no loss series: its stride-1 case is the same), in ``_advance_thesis``.
 
     cp sgdsweep/fused.py /tmp/v1.py   # edit /tmp/v1.py
-    python benchmarks/kernel_variants.py /tmp/v1.py [/tmp/v2.py ...] [--chunk shard|linreg|double_well] [--rounds 40]
+    python benchmarks/kernel_variants.py /tmp/v1.py [/tmp/v2.py ...] [--chunk shard|linreg|double_well|thesis] [--rounds 40]
 
 A variant is compiled without Numba's cache (its ``cache=True`` read as ``False``), so an
 edited copy never meets a stale cache entry. Each file is compiled as its own module: give two
@@ -38,16 +40,20 @@ from pathlib import Path
 import kernel_linreg
 import kernel_shard
 import numpy as np
+import yaml
 
 from sgdsweep import fused
 from sgdsweep.config import build_sweep
 from sgdsweep.models import linear
 from sgdsweep.simulate import simulate_points
 
+#: The repository's root (its ``config/``).
+ROOT = Path(__file__).resolve().parent.parent
 #: Positions of the block loops' arguments that the cases change (see ``_advance_affine``).
 BURN, STRIDE = 9, 11
 #: The block loop each chunk runs.
-KERNELS = {"shard": "_advance_affine", "linreg": "_advance_affine", "double_well": "_advance_additive"}
+KERNELS = {"shard": "_advance_affine", "linreg": "_advance_affine", "double_well": "_advance_additive",
+           "thesis": "_advance_thesis"}
 
 
 def capture(chunk: str) -> list:
@@ -63,13 +69,19 @@ def capture(chunk: str) -> list:
 
     fused.advance = keep
     try:
-        if chunk == "double_well":
-            point = build_sweep({"sweep": "dw", "model": {"kind": "landscape", "landscape": "double_well"},
-                                 "dynamics": {"steps": 2000, "replicas": 32, "burn_in": 100},
-                                 "grid": {"lr": 0.05, "batch_size": 1, "noise": "gaussian"}}).points[0]
+        if chunk in ("double_well", "thesis"):
+            if chunk == "double_well":
+                config = {"sweep": "dw", "model": {"kind": "landscape", "landscape": "double_well"},
+                          "dynamics": {"steps": 2000, "replicas": 32, "burn_in": 100},
+                          "grid": {"lr": 0.05, "batch_size": 1, "noise": "gaussian"}}
+            else:
+                config = yaml.safe_load((ROOT / "config" / "sweeps" / "vescovi_escape.yaml").read_text())
+                config["grid"]["lr"] = [2.5e-3]
+                config["dynamics"].update(steps=2000, replicas=32)
+            point = build_sweep(config).points[0]
             with tempfile.TemporaryDirectory() as out:
                 simulate_points([point.spec()], out)
-            return next(args for t0, args in calls if t0 >= 512)  # after burn-in (100 steps)
+            return next(args for t0, args in calls if t0 >= 512)  # after burn-in (100 steps, or none)
         if chunk == "shard":
             points = [p for p in kernel_shard.shard(3000)
                       if p.params["lr"] >= 0.3 and p.params["momentum"] == 0.3][:2]

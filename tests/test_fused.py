@@ -203,14 +203,16 @@ def test_double_well_escapes_stop_lanes(monkeypatch):
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered in exp")  # the diverging lane, numpy path
-@pytest.mark.parametrize("noise", ["minibatch", "minibatch_replace", "epoch"])
-def test_thesis_kernel_equals_numpy_engine(noise, monkeypatch):
-    """The thesis landscape from its spurious minimum: escapes, momentum, a diverging lane."""
+@pytest.mark.parametrize("noise, cov_max_dim", [("minibatch", 64), ("minibatch_replace", 64), ("epoch", 64),
+                                                ("minibatch", 1)])
+def test_thesis_kernel_equals_numpy_engine(noise, cov_max_dim, monkeypatch):
+    """The thesis landscape from its spurious minimum: escapes, momentum, a diverging lane; with
+    the full second moment and (cov_max_dim 1 < d = 2) its diagonal and the sketch."""
     point = build_sweep({"sweep": "t", "model": {"kind": "landscape", "landscape": "thesis", "start": "spurious"},
                          "grid": {"lr": 3e-3, "batch_size": 3, "noise": noise}, "dynamics": {"burn_in": 0}}).points[0]
     m = get_model("landscape")
     problem = m.make_problem(m.data_params(point.params))
-    observe = ObserveSpec(cov_max_dim=64, autocorr_lags=8, escape=True)
+    observe = ObserveSpec(cov_max_dim=cov_max_dim, n_eigenpairs=1, autocorr_lags=8, escape=True)
     lr = [3e-3, 4e-3, 5e-3, 3e-3, 0.5]
     kw = dict(lr=lr, momentum=[0.0, 0.0, 0.0, 0.5, 0.0], observe=observe, batch_size=3, steps=1500,
               w0=problem.w_min, monkeypatch=monkeypatch)
@@ -218,6 +220,7 @@ def test_thesis_kernel_equals_numpy_engine(noise, monkeypatch):
     b = _run(problem, noise, use_fused=False, **kw)
     assert fused.supports(problem, noise, "sgd", [], True)
     assert (a["escape_step"] >= 0).any() and (a["escape_step"] < 0).any() and a["diverged_step"][-1] >= 0
+    assert ("sum_dd" in a) == (cov_max_dim >= 2) and ("sketch" in a) == (cov_max_dim < 2)
     for k in a:
         np.testing.assert_allclose(a[k], b[k], rtol=1e-9, atol=1e-12 * np.nanmax(np.abs(b[k]), initial=1.0), err_msg=k)
 
