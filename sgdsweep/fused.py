@@ -590,7 +590,7 @@ def _advance_thesis(*args) -> None:
     """The block loop of :func:`advance` for the thesis landscape (:func:`_thesis_lanes`),
     compiled twice as :func:`_advance_affine` is: with Σδδᵀ (:func:`_thesis_full`, its usual
     case: d = 2) and with Σδ² and the sketch (:func:`_thesis_diagonal`). On measured steps
-    without a loss sample (an escape run that observes no loss) 1.27× against one loop for both."""
+    without a loss sample (an escape run that observes no loss) 1.29–1.30× against one loop for both."""
     lanes, shared = args[:LANE_ARGS], args[LANE_ARGS:]
     (_thesis_full if lanes[SUM_DD_ARG].shape[0] > 0 else _thesis_diagonal)(lanes, shared)
 
