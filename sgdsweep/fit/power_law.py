@@ -31,10 +31,11 @@ LEADING_ORDER = {"a": 1.0, "b": -1.0}
 
 
 def _chi2_pvalue(chi2: float, dof: int) -> float | None:
-    """P(χ²_dof ≥ chi2): the goodness of fit (None without degrees of freedom)."""
-    from scipy import stats
+    """P(χ²_dof ≥ chi2): the goodness of fit (None without degrees of freedom; scipy.special's
+    ``chdtrc``, which ``scipy.stats.chi2.sf`` calls: see :mod:`sgdsweep.fit.common`)."""
+    from scipy import special
 
-    return float(stats.chi2.sf(chi2, dof)) if dof > 0 else None
+    return float(special.chdtrc(dof, chi2)) if dof > 0 else None
 
 
 def fit_power_law(lr: np.ndarray, batch_size: np.ndarray, value: np.ndarray, se: np.ndarray,
