@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import xarray as xr
+from scipy import stats
 
 from sgdsweep.fit import fit_ensemble, fit_power_law
 
@@ -59,6 +60,11 @@ def test_misspecified_model_widens_intervals():
     wide = fit_power_law(lr, s, curved, se)
     assert wide["chi2_reduced"] > 10
     assert wide["params"]["a"]["stderr"] > 3 * tight["params"]["a"]["stderr"]
+    # the goodness of fit is the upper tail P(χ²_dof ≥ χ²): tiny for the wrong model
+    assert wide["chi2_pvalue"] < 1e-100
+    dof = tight["dof"]
+    assert tight["chi2_pvalue"] == pytest.approx(stats.chi2.sf(tight["chi2_reduced"] * dof, dof), rel=1e-12)
+    assert tight["chi2_pvalue"] > 1e-3
 
 
 def test_single_valued_axis_and_too_few_points():
