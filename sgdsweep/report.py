@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import html
-import io
 import json
 import multiprocessing
 import threading
@@ -62,10 +61,7 @@ def _png(make: Callable[..., Any], args: tuple[Any, ...]) -> bytes | None:
     if fig is None:
         return None
     try:
-        figures.plain_log_labels(fig)
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
-        return buf.getvalue()
+        return figures.tight_png(figures.plain_log_labels(fig), dpi=100)
     finally:
         figures.plt.close(fig)
 

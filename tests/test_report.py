@@ -150,3 +150,43 @@ def test_figure_workers_are_forked_only_from_a_single_threaded_process():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["fork", "3"]
     assert figure_pool(1) is None
+
+
+def _ink(png: bytes) -> tuple[np.ndarray, tuple[int, int, int, int]]:
+    """Pixels of ``png`` that are not white, and their margins to the image's edges (left, top,
+    right, bottom) in pixels."""
+    import io
+
+    from PIL import Image
+
+    ink = np.asarray(Image.open(io.BytesIO(png)).convert("L")) < 250
+    rows, cols = np.flatnonzero(ink.any(axis=1)), np.flatnonzero(ink.any(axis=0))
+    return ink, (cols[0], rows[0], ink.shape[1] - 1 - cols[-1], ink.shape[0] - 1 - rows[-1])
+
+
+def test_tight_png_is_what_savefig_tight_gives():
+    """Drawn once and cut, or drawn again where a legend reaches out of the figure: the same
+    image size, the same ink and the same margins around it (±2 px at 100 dpi, ±2 % of the ink)
+    as ``savefig(bbox_inches="tight")``, which draws twice."""
+    import io
+
+    from sgdsweep.figures import plt, tight_png
+
+    for outside in (False, True):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        fig.subplots_adjust(left=0.3, bottom=0.4, right=0.95 if outside else 0.7, top=0.85)
+        ax.plot([1, 2, 3], [3, 1, 2], label="a line")
+        ax.set_title("a title")
+        ax.set_xlabel("λ")
+        ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5) if outside else None)
+        draws = []
+        fig.canvas.mpl_connect("draw_event", draws.append)
+        ink, margins = _ink(tight_png(fig, dpi=100))
+        assert len(draws) == (2 if outside else 1)
+        reference = io.BytesIO()
+        fig.savefig(reference, format="png", dpi=100, bbox_inches="tight")
+        ink_ref, margins_ref = _ink(reference.getvalue())
+        plt.close(fig)
+        assert abs(ink.shape[0] - ink_ref.shape[0]) <= 2 and abs(ink.shape[1] - ink_ref.shape[1]) <= 2
+        assert abs(ink.sum() - ink_ref.sum()) <= 0.02 * ink_ref.sum()
+        assert np.all(np.abs(np.array(margins) - np.array(margins_ref)) <= 2), (outside, margins, margins_ref)
