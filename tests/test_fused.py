@@ -60,6 +60,11 @@ CASES = {
         [0.0, 0.5, 0.0, 0.0]),
     "linear momentum": ({"kind": "linear", "n_inputs": 12, "samples_per_param": 5}, "minibatch",
                         [0.1, 0.3, 0.2, 9.0], [0.0, 0.5, 0.9, 0.5]),
+    # inputs padded to a multiple of fused.PAD_INPUTS in the gradient
+    "linear N = 10, padded": ({"kind": "linear", "n_inputs": 10, "samples_per_param": 5}, "minibatch",
+                              [0.1, 0.3, 0.2, 9.0], [0.0, 0.5, 0.9, 0.5]),
+    "linear label, N = 7, padded": ({"kind": "linear", "n_inputs": 7, "samples_per_param": 5, "label_noise": 0.3},
+                                    "label", [0.1, 0.5, 0.3, 9.0], [0.0, 0.0, 0.6, 0.0]),
     "linear epoch": ({"kind": "linear", "n_inputs": 12, "samples_per_param": 5.25}, "epoch",
                      [0.1, 0.5, 1.0, 9.0], [0.0, 0.3, 0.0, 0.0]),
     "linear replace": ({"kind": "linear", "n_inputs": 12, "samples_per_param": 5}, "minibatch_replace",
@@ -82,6 +87,8 @@ def test_fused_equals_numpy_engine(name, monkeypatch):
     a = _run(problem, noise, lr=lr, momentum=mom, observe=observe, use_fused=True, monkeypatch=monkeypatch)
     b = _run(problem, noise, lr=lr, momentum=mom, observe=observe, use_fused=False, monkeypatch=monkeypatch)
     assert fused.supports(problem, noise, "sgd", [], False)
+    x_pad = fused.model_arrays(problem, noise, 5, 1.0, 0, 1, np.zeros((0, 0)), True, False, False)[1][-1]
+    assert (x_pad.size > 0) == name.endswith("padded")  # the padded gradient runs where it should
     assert a.keys() == b.keys()
     assert (a["diverged_step"][-1] > 0) and (a["diverged_step"][:-1] == -1).all()  # the last lane diverges
     assert a["n"][:-1].min() > 100 and a["loss_count"][:-1].min() > 30
