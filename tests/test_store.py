@@ -76,6 +76,32 @@ def test_incomplete_or_corrupt_store_is_detected(tmp_path):
         store.read_attrs(path)
 
 
+
+def test_point_files_slice_stored_members_and_check_them(tmp_path):
+    """A zip store's members are sliced from its bytes at their local headers (not through
+    zipfile.ZipFile.read); a flipped byte fails the CRC-32 and is reported as zipfile reports
+    it; compressed members (a zip sgdsweep did not write) are read by zipfile."""
+    path = store.point_path(tmp_path, "p")
+    values = np.arange(4.0)
+    store.write_point(path, {"x": (("replica",), values)}, {"summary": {}})
+    with store.PointFiles(path) as files, pytest.MonkeyPatch.context() as mp:
+        mp.setattr(zipfile.ZipFile, "read", None)
+        np.testing.assert_array_equal(np.frombuffer(files["x/c.0"]), values)
+        members = {key: files[key] for key in files}
+        with pytest.raises(KeyError):
+            files["y/c.0"]
+    deflated = store.point_path(tmp_path, "deflated")
+    with zipfile.ZipFile(deflated, "w", zipfile.ZIP_DEFLATED) as out:
+        for key, data in members.items():
+            out.writestr(key, data)
+    with store.PointFiles(deflated) as files:
+        assert {key: files[key] for key in files} == members
+    raw = path.read_bytes()
+    at = raw.index(values.tobytes())
+    path.write_bytes(raw[:at] + bytes([raw[at] ^ 1]) + raw[at + 1:])
+    with store.PointFiles(path) as files, pytest.raises(zipfile.BadZipFile, match="CRC"):
+        files["x/c.0"]
+
 def test_directory_stores_of_layout_1_are_read_and_kept(tmp_path):
     """Stores written by earlier sgdsweep versions (a directory per point) are found, read and
     never overwritten; an incomplete one is replaced by a zip store."""
