@@ -280,8 +280,10 @@ class PointFiles(Mapping[str, bytes]):
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self._raw = b"" if self.path.is_dir() else self.path.read_bytes()
-        self._zip = None if self.path.is_dir() else zipfile.ZipFile(io.BytesIO(self._raw))
+        self._raw, self._zip = b"", None
+        if not self.path.is_dir():
+            self._raw = self.path.read_bytes()
+            self._zip = zipfile.ZipFile(io.BytesIO(self._raw))
 
     def __getitem__(self, key: str) -> bytes:
         if self._zip is not None:
