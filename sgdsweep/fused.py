@@ -254,8 +254,15 @@ def _advance_affine(*args) -> None:
     (N = 10, full Σδδᵀ) 1.15–1.20× against one loop for both. The arguments travel as two
     tuples, the lanes' and the problem's: CPython passes a call of more than 30 arguments as
     ``*args``, which Numba does not inline."""
+    _run_by_moment(args, _affine_full, _affine_diagonal)
+
+
+def _run_by_moment(args: tuple, full, diagonal) -> None:
+    """Run a block loop compiled twice: ``full(lanes, shared)`` where the lanes keep Σδδᵀ
+    (``sum_dd`` not empty), else ``diagonal(lanes, shared)``, ``args`` split into the lanes' and
+    the problem's arguments."""
     lanes, shared = args[:LANE_ARGS], args[LANE_ARGS:]
-    (_affine_full if lanes[SUM_DD_ARG].shape[0] > 0 else _affine_diagonal)(lanes, shared)
+    (full if lanes[SUM_DD_ARG].shape[0] > 0 else diagonal)(lanes, shared)
 
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
@@ -543,8 +550,7 @@ def _advance_additive(*args) -> None:
     compiled twice as :func:`_advance_affine` is: with Σδδᵀ (:func:`_additive_full`) and with Σδ²
     and the sketch (:func:`_additive_diagonal`). On the double well's measured steps 1.11–1.20×
     against one loop for both, where the choice was made on every step."""
-    lanes, shared = args[:LANE_ARGS], args[LANE_ARGS:]
-    (_additive_full if lanes[SUM_DD_ARG].shape[0] > 0 else _additive_diagonal)(lanes, shared)
+    _run_by_moment(args, _additive_full, _additive_diagonal)
 
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
@@ -619,8 +625,7 @@ def _advance_thesis(*args) -> None:
     compiled twice as :func:`_advance_affine` is: with Σδδᵀ (:func:`_thesis_full`, its usual
     case: d = 2) and with Σδ² and the sketch (:func:`_thesis_diagonal`). On measured steps
     without a loss sample (an escape run that observes no loss) 1.29–1.30× against one loop for both."""
-    lanes, shared = args[:LANE_ARGS], args[LANE_ARGS:]
-    (_thesis_full if lanes[SUM_DD_ARG].shape[0] > 0 else _thesis_diagonal)(lanes, shared)
+    _run_by_moment(args, _thesis_full, _thesis_diagonal)
 
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"}, error_model="numpy")
