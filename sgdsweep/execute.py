@@ -119,6 +119,13 @@ def run_shard(spec_path: Path, receipt_path: Path, execution: Mapping[str, Any],
     if missing:
         raise SgdsweepError(f"shard {shard}: {len(missing)} point store(s) are still missing after "
                             f"simulation (first: {missing[0]}); see the log above")
+    # every point is stored: a temporary of one of them, whatever its age, is from a write that
+    # did not finish (a lost worker's; its task was retried) — a writer that is still running
+    # finds the store complete and places nothing
+    lost = remove_stale_temporaries(points_dir, (p["hash"] for p in points), older_than=0.0)
+    if lost:
+        log.info("shard %s: removed %d temporary file(s) of writes that did not finish, e.g. %s", shard,
+                 len(lost), lost[0].name)
     seconds = time.perf_counter() - t0
     receipt = {"shard": shard, "points": [p["hash"] for p in points],
                "simulated": [p["hash"] for p in todo], "replica_steps": total, "seconds": seconds}
