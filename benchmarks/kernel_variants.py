@@ -20,6 +20,8 @@ measured, no loss series: its stride-1 case is the same), in ``_advance_thesis``
 
     cp sgdsweep/fused.py /tmp/v1.py   # edit /tmp/v1.py
     python benchmarks/kernel_variants.py /tmp/v1.py [/tmp/v2.py ...] [--chunk shard|linreg|double_well|thesis] [--rounds 40]
+    git show 919e33d:sgdsweep/fused.py > /tmp/old.py   # before the padded inputs: one problem argument fewer
+    python benchmarks/kernel_variants.py /tmp/old.py --drop-shared 1
 
 A variant is compiled without Numba's cache (its ``cache=True`` read as ``False``), so an
 edited copy never meets a stale cache entry. Each file is compiled as its own module: give two
@@ -124,6 +126,10 @@ def main() -> None:
     ap.add_argument("variants", type=Path, nargs="+", help="modified copies of sgdsweep/fused.py")
     ap.add_argument("--chunk", choices=tuple(KERNELS), default="shard")
     ap.add_argument("--rounds", type=int, default=40, help="timed calls per kernel and case (the best is kept)")
+    ap.add_argument("--drop-shared", type=int, default=0, metavar="K",
+                    help="give the variants the captured arguments without their last K (the problem's): for a "
+                         "copy of fused.py from before K problem arguments were added (1 for the affine kernel "
+                         "before session 15's padded inputs)")
     args = ap.parse_args()
     for path in args.variants:
         if not path.is_file():
@@ -135,7 +141,10 @@ def main() -> None:
     cases = {"as captured": captured, "stride 1": stride_one, "burn-in": burn_in}
     name = KERNELS[args.chunk]
     kernels = {"checkout": getattr(fused, name)}
-    kernels.update({f"{i + 1}: {p}": getattr(load_variant(p, i), name) for i, p in enumerate(args.variants)})
+    for i, path in enumerate(args.variants):
+        variant = getattr(load_variant(path, i), name)
+        kernels[f"{i + 1}: {path}"] = (lambda *a, v=variant: v(*a[:len(a) - args.drop_shared])) if args.drop_shared \
+            else variant
     for kernel in kernels.values():  # compile
         for case in cases.values():
             timed(kernel, case)

@@ -311,9 +311,12 @@ def _affine_lanes(full, lanes, shared):  # pragma: no cover - compiled
         nbuf = 0
         idx = np.arange(s)
         weight = np.full(s, 1.0 / s)
-        wl = np.zeros(d_grad)  # the lane's weights for the block (padded with zeros: they stay 0)
-        for i in range(d):
-            wl[i] = w[lane, i]
+        if padded:
+            wl = np.zeros(d_grad)  # the lane's weights for the block (padded with zeros: they stay 0)
+            for i in range(d):
+                wl[i] = w[lane, i]
+        else:
+            wl = w[lane]
         pl = idx if added else (perm[lane] if mode != 1 else perm[0])
         st_hi, st_lo, inc_hi, inc_lo = ust[lane, 0], ust[lane, 1], ust[lane, 2], ust[lane, 3]
         for step in range(n_steps):
@@ -359,8 +362,9 @@ def _affine_lanes(full, lanes, shared):  # pragma: no cover - compiled
                                 val += wl[lo + i] * (0.5 * tmp[i] - test_b[lo + i])
                     sum_test_loss[lane] += val
                 loss_count[lane] += 1
-        for i in range(d):
-            w[lane, i] = wl[i]
+        if padded:
+            for i in range(d):
+                w[lane, i] = wl[i]
         ust[lane, 0] = st_hi  # the lane's generator continues from here
         ust[lane, 1] = st_lo
         if full and nbuf > 0:
