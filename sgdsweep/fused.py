@@ -78,7 +78,7 @@ EIGHT_ROWS_MIN = 32
 #: Below :data:`EIGHT_ROWS_MIN` inputs, linear regression's gradient (one output, sampled noise,
 #: no metric or offsets) runs on the inputs padded with zero columns to a multiple of this, and
 #: on weights padded with zeros likewise (:func:`padded_inputs`): the compiled row loops then
-#: have no scalar remainder. At N = 10 a step is 1.05–1.13× faster in burn-in and 1.05–1.07×
+#: have no scalar remainder. At N = 10 a step is 1.05–1.13× faster in burn-in and 1.03–1.07×
 #: with the default observables (a captured chunk of the small-model shard).
 PAD_INPUTS = 4
 
