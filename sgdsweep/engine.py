@@ -238,7 +238,7 @@ def run_lanes(problem: Problem, *, noise: str, batch_size: int, steps: int, lr: 
     if ids.size or out is None:
         stop(np.ones(ids.size, dtype=bool))
     if "sum_dd" in out:
-        obs.symmetrize(out["sum_dd"])
+        obs.symmetrize(out["sum_dd"], out["n"])
     return out
 
 

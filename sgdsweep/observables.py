@@ -135,13 +135,19 @@ def _accumulate_full(delta, mask, count, sum_d, sum_dd):  # pragma: no cover - c
 
 
 @numba.njit(cache=True, nogil=True)
-def symmetrize(sum_dd: np.ndarray) -> None:  # pragma: no cover - compiled
-    """Fill the upper triangle of the accumulated Σδδᵀ (L, d, d) from its lower one, in place."""
+def symmetrize(sum_dd: np.ndarray, count: np.ndarray) -> None:  # pragma: no cover - compiled
+    """Fill the upper triangle of the accumulated Σδδᵀ (L, d, d) from its lower one, in place,
+    for the lanes that measured a step (``count`` > 0). A lane that measured none keeps its
+    zeros untouched: in a run without measured steps (all burn-in) the L·d² doubles are then
+    never written, so the pages of the freshly allocated array are never faulted in (at
+    L = 1024, d = 100: 82 MB, up to 0.18 s on first touch here)."""
+    d = sum_dd.shape[1]
     for lane in range(sum_dd.shape[0]):
-        m = sum_dd[lane]
-        for i in range(m.shape[0]):
+        if count[lane] == 0:
+            continue
+        for i in range(d):
             for j in range(i):
-                m[j, i] = m[i, j]
+                sum_dd[lane, j, i] = sum_dd[lane, i, j]
 
 
 def sketch_width(spec: ObserveSpec, d: int) -> int:

@@ -1,4 +1,4 @@
-"""The streaming loss accumulators against direct sums over the whole series."""
+"""The streaming accumulators against direct sums over the whole series, and the mirroring of Σδδᵀ."""
 
 from __future__ import annotations
 
@@ -67,3 +67,16 @@ def test_autocorr_times_of_all_lanes_match_the_direct_estimate():
         assert truncated[lane] == (fits.size == 0)
         assert tau[lane] == pytest.approx(direct[fits[0]] if fits.size else direct[-1], rel=1e-10)
     assert 3.0 < tau[0] < 40.0 and tau[2] < 1.0  # AR(1): (1 + φ)/(1 − φ) = 19 and 0.54
+
+
+def test_symmetrize_mirrors_the_lanes_that_measured_and_leaves_the_others_untouched():
+    """The upper triangle of Σδδᵀ is the lower one mirrored, for every lane with a measured step;
+    a lane with none keeps its array as it was (all zeros in a run: never written, so a run
+    without measured steps never pages in the L·d² doubles)."""
+    rng = np.random.default_rng(3)
+    lower = np.tril(rng.standard_normal((3, 5, 5)))
+    sum_dd = lower.copy()
+    obs.symmetrize(sum_dd, np.array([4, 0, 1]))
+    for lane in (0, 2):
+        np.testing.assert_array_equal(sum_dd[lane], lower[lane] + np.tril(lower[lane], -1).T)
+    np.testing.assert_array_equal(sum_dd[1], lower[1])
