@@ -16,12 +16,12 @@ from typing import Any, Mapping
 from . import grid as gridmod
 from .errors import ConfigError
 from .identity import content_hash
-from .models import get_model
+from .models import get_model, noise_types
 from .paths import sweep_dir
 from .schema import read_yaml, validate_and_fill
 
 #: Axes every sweep must set (in the grid or in every explicit point) when the model uses them.
-REQUIRED_AXES = ("lr", "batch_size", "samples_per_param")
+REQUIRED_AXES = ("lr", "batch_size", "samples_per_param", "hidden_width")
 #: Noise types the SDE integrator accepts (it is Gaussian by definition).
 SDE_NOISE = ("gaussian", "gaussian_matched")
 #: Keys that vary inside a shard; every other parameter is shared by a shard's points.
@@ -150,7 +150,7 @@ def build_sweep(raw: Mapping[str, Any]) -> Sweep:
     base = {"model": kind, "seed": cfg["seed"], **options}
     base.update({k: v for k, v in cfg["dynamics"].items() if k != "observe"})
     base["observe"] = _observe(cfg["dynamics"]["observe"], kind)
-    base.setdefault("noise", model.NOISE_TYPES[0])
+    base.setdefault("noise", noise_types(model, options)[0])
     points: list[Point] = []
     seen: dict[str, int] = {}
     for i, gp in enumerate(expanded):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import difflib
 import functools
+import math
 import re
 from pathlib import Path
 from typing import Any, Iterable
@@ -149,31 +150,79 @@ def _to_config_error(error: ValidationError) -> ConfigError:
     return ConfigError(key, error.instance, allowed)
 
 
-#: Numeric keys whose values YAML 1.1 (PyYAML, Snakemake) may hand over as strings: ``1e-1`` has
-#: no dot, so PyYAML reads it as the string "1e-1". YAML 1.2 and every physicist read a number.
-NUMBER_KEYS = frozenset({"lr", "momentum", "samples_per_param", "label_noise", "burn_in_relaxations",
-                         "divergence_threshold", "confidence"})
 _EXPONENT_FLOAT = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)[eE][-+]?\d+$")
 
 
+def _takes_numbers(schema: Any, defs: dict[str, Any]) -> bool:
+    """Whether a value of ``schema`` (a number, or a list or nesting of them) may be a number."""
+    if not isinstance(schema, dict):
+        return False
+    if "$ref" in schema:
+        return _takes_numbers(defs[schema["$ref"].rsplit("/", 1)[-1]], defs)
+    types = schema.get("type", [])
+    if "number" in (types if isinstance(types, list) else [types]):
+        return True
+    return _takes_numbers(schema.get("items"), defs) or any(_takes_numbers(b, defs) for b in schema.get("oneOf", []))
+
+
+@functools.lru_cache(maxsize=1)
+def number_keys() -> frozenset[str]:
+    """The config keys whose values are numbers (or lists of them) somewhere in the schema.
+
+    Their values written like ``1e-1`` are read as numbers: YAML 1.1 (PyYAML, Snakemake) hands
+    them over as strings (no dot), while YAML 1.2 and every physicist read a number."""
+    schema = load_schema()
+    defs = schema.get("$defs", {})
+    found: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for name, sub in (node.get("properties") or {}).items():
+                if _takes_numbers(sub, defs):
+                    found.add(name)
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(schema)
+    return frozenset(found)
+
+
 def _as_number(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_as_number(v) for v in value]
     if isinstance(value, str) and _EXPONENT_FLOAT.match(value.strip()):
         return float(value)
     return value
 
 
 def normalise_numbers(node: Any) -> Any:
-    """Copy of ``node`` where numeric keys' values written like ``1e-1`` are floats."""
+    """Copy of ``node`` where the values of :func:`number_keys` written like ``1e-1`` are floats."""
     if isinstance(node, dict):
-        out = {}
-        for k, v in node.items():
-            if k in NUMBER_KEYS:
-                v = [_as_number(x) for x in v] if isinstance(v, list) else _as_number(v)
-            out[k] = normalise_numbers(v)
-        return out
+        return {k: normalise_numbers(_as_number(v) if k in number_keys() else v) for k, v in node.items()}
     if isinstance(node, list):
         return [normalise_numbers(v) for v in node]
     return node
+
+
+def check_keys_and_numbers(node: Any, path: tuple = ()) -> None:
+    """Raise :class:`ConfigError` for a key that is not a string or a number that is not finite
+    (YAML reads ``.nan``, ``.inf`` and numbers beyond ±1.8e308 as such), anywhere in ``node``."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if not isinstance(k, str):
+                raise ConfigError(key_path((*path, str(k))), k, "a key that is a name, such as 'lr'",
+                                  f"YAML read this key as {type(k).__name__}; check the indentation above it, "
+                                  "or quote it if it is meant as a name.")
+            check_keys_and_numbers(v, (*path, k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            check_keys_and_numbers(v, (*path, i))
+    elif isinstance(node, float) and not math.isfinite(node):
+        raise ConfigError(key_path(path), node, "a finite number",
+                          "YAML reads .nan, .inf and numbers beyond ±1.8e308 as not finite.")
 
 
 def validate_and_fill(raw: dict[str, Any]) -> dict[str, Any]:
@@ -185,6 +234,7 @@ def validate_and_fill(raw: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise ConfigError("<config>", raw, "a YAML mapping of keys to values (e.g. 'grid: {...}')")
     filled = normalise_numbers(copy.deepcopy(raw))
+    check_keys_and_numbers(filled)
     validator = _DefaultFillingValidator(load_schema())
     error = best_match(validator.iter_errors(filled))
     if error is not None:
@@ -192,15 +242,37 @@ def validate_and_fill(raw: dict[str, Any]) -> dict[str, Any]:
     return filled
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key repeated in one mapping (PyYAML keeps the last one
+    silently: a second ``sweep:`` would send the results to another sweep's directory)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, (str, int, float, bool)):  # an unhashable key fails in PyYAML itself
+                continue
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping", node.start_mark,
+                    f"found the key {key!r} twice (the second one is here)", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a YAML config file safely (``yaml.safe_load``), with clear errors."""
+    """Read a YAML config file safely (a ``yaml.SafeLoader`` that also refuses a repeated key),
+    with clear errors."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError("<config file>", str(path), "an existing YAML file",
                           "Check the path (it is relative to the working directory).")
     try:
         with open(p, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh)
+            data = yaml.load(fh, Loader=_UniqueKeyLoader)  # a SafeLoader: no Python tags
+    except UnicodeDecodeError as exc:
+        raise ConfigError("<config file>", str(path), "a UTF-8 encoded YAML file",
+                          f"Byte {exc.start} is not UTF-8 ({exc.reason}); save the file as UTF-8.") from None
     except yaml.YAMLError as exc:
         raise ConfigError("<config file>", str(path), "valid YAML", f"YAML parse error: {exc}") from None
     if data is None:

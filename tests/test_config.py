@@ -151,6 +151,19 @@ BAD_CONFIGS = [
     ("wigner_pair_of_three", {"fit.wigner.pair": [0, 1, 2]}, ["fit.wigner.pair", "[0, 1, 2]"]),
     ("wigner_pair_repeated", {"fit.wigner.pair": [1, 1]}, ["fit.wigner.pair", "[1, 1]", "two different"]),
     ("grid_not_a_mapping", {"grid": [0.1, 0.2]}, ["'grid'", "object"]),
+    ("lr_nan", {"grid.lr": [0.1, float("nan")]}, ["grid.lr[1]", "nan", "a finite number"]),
+    ("confidence_nan", {"fit.confidence": float("nan")}, ["fit.confidence", "nan", "a finite number"]),
+    ("divergence_threshold_inf", {"dynamics.divergence_threshold": float("inf")},
+     ["dynamics.divergence_threshold", "inf", "a finite number"]),
+    ("key_not_a_name", {"grid": {**TINY["grid"], 5: 1}}, ["grid.5", "a key that is a name", "int"]),
+    ("two_layer_without_hidden_width", {"model": {"kind": "two_layer"}},
+     ["grid.hidden_width", "None", "Every two_layer sweep sets 'hidden_width'"]),
+    ("wishart_ratio_below_one", {"model.inputs": "wishart", "model.wishart_ratio": 0.5},
+     ["model.wishart_ratio", "0.5", ">= 1"]),
+    ("quadratic_noise_cov_ragged", {"model": {"kind": "quadratic", "curvatures": [1.0, 2.0],
+                                              "noise_cov": [[1.0], [1.0, 2.0]]},
+                                    "grid.samples_per_param": _DELETE, "grid.noise": "gaussian"},
+     ["model.noise_cov", "2×2"]),
 ]
 
 
@@ -191,6 +204,47 @@ def test_config_is_not_mutated():
     before = yaml.safe_dump(cfg)
     build_sweep(cfg)
     assert yaml.safe_dump(cfg) == before
+
+
+def test_yaml_file_with_a_repeated_key_or_not_utf8_is_refused(tmp_path):
+    """PyYAML keeps the last of two equal keys silently; a second ``sweep:`` would send the results
+    to another sweep's directory. A file that is not UTF-8 is named as such."""
+    path = tmp_path / "c.yaml"
+    path.write_text("sweep: a\ngrid: {lr: 0.1, batch_size: 2}\nsweep: b\n")
+    with pytest.raises(ConfigError, match="found the key 'sweep' twice"):
+        load_sweep(path)
+    path.write_text("sweep: a\ngrid: {lr: 0.1, lr: 0.2}\n")
+    with pytest.raises(ConfigError, match="found the key 'lr' twice"):
+        load_sweep(path)
+    path.write_bytes(b"sweep: caf\xe9\n")  # Latin-1
+    with pytest.raises(ConfigError, match="UTF-8"):
+        load_sweep(path)
+
+
+def test_default_noise_is_one_the_model_options_allow():
+    """The double well (the landscape model's default) has no data set: its points default to
+    added Gaussian noise; the thesis landscape keeps minibatch sampling."""
+    cfg = {"sweep": "w", "model": {"kind": "landscape"}, "grid": {"lr": 0.1, "batch_size": 1}}
+    (point,) = build_sweep(cfg).points
+    assert point.params["noise"] == "gaussian"
+    thesis = {"sweep": "t", "model": {"kind": "landscape", "landscape": "thesis"}, "dynamics": {"steps": 100_000},
+              "grid": {"lr": 0.001, "batch_size": 1}}
+    (point,) = build_sweep(thesis).points
+    assert point.params["noise"] == "minibatch"
+
+
+def test_every_number_key_of_the_schema_reads_exponent_spellings(tmp_path):
+    """``5e-1`` (a string to YAML 1.1) is a number for every key the schema gives numbers, model
+    and dynamics keys included, derived from the schema rather than listed by hand."""
+    from sgdsweep.schema import number_keys
+
+    assert {"lr", "barrier", "dt_over_lr", "curvatures", "noise_cov", "wishart_ratio", "confidence"} <= number_keys()
+    assert not {"batch_size", "steps", "noise", "sweep"} & number_keys()
+    path = tmp_path / "c.yaml"
+    path.write_text("sweep: w\nmodel: {kind: landscape, barrier: 5e-1, curvature_min: 2e0}\n"
+                    "grid: {lr: 1e-1, batch_size: 1}\n")
+    (point,) = load_sweep(path).points
+    assert (point.params["barrier"], point.params["curvature_min"], point.params["lr"]) == (0.5, 2.0, 0.1)
 
 
 def test_float_spellings_in_yaml_are_one_value(tmp_path):

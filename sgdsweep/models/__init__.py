@@ -4,7 +4,8 @@ Every model module exposes the same small interface:
 
 - ``AXES``: the sweep axes it uses (any other axis is a config error listing these);
 - ``OPTIONS``: its ``model.*`` keys with their defaults;
-- ``NOISE_TYPES``: the ``noise`` values it supports;
+- ``NOISE_TYPES``: the ``noise`` values it supports; the first is the default, unless the
+  module also has ``noise_types(options)``: those its options allow (the first the default);
 - ``check_point(params, where)``: raise :class:`~sgdsweep.errors.ConfigError` if a point cannot
   be simulated (``where`` names the point in the message);
 - ``data_params(params)``: the parameters that determine the problem (points sharing them share
@@ -29,6 +30,14 @@ def get_model(kind: str) -> ModuleType:
         return MODELS[kind]
     except KeyError:
         raise ConfigError("model.kind", kind, "one of " + ", ".join(sorted(MODELS))) from None
+
+
+def noise_types(model: ModuleType, options) -> tuple[str, ...]:
+    """The noise types that a model's ``options`` allow, the first being the default noise: its
+    ``noise_types(options)`` where it has one (it narrows ``NOISE_TYPES`` by option), else
+    ``NOISE_TYPES``."""
+    narrowed = getattr(model, "noise_types", None)
+    return narrowed(options) if narrowed else model.NOISE_TYPES
 
 
 def make_problem(params):

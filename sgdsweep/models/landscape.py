@@ -180,11 +180,17 @@ def data_params(params: Mapping[str, Any]) -> dict[str, Any]:
     return {"model": "landscape", "landscape": "thesis", "start": params["start"], "seed": params["seed"]}
 
 
+def noise_types(options: Mapping[str, Any]) -> tuple[str, ...]:
+    """The noise types of the landscape that ``options["landscape"]`` names; the first is the
+    default (the double well has no data set, so only added noise)."""
+    return DoubleWell.noise_types if options["landscape"] == "double_well" else NOISE_TYPES
+
+
 def check_point(params: Mapping[str, Any], where: str) -> None:
     if params["landscape"] == "double_well":
-        if params["noise"] not in DoubleWell.noise_types:
+        if params["noise"] not in noise_types(params):
             raise ConfigError("grid.noise", params["noise"],
-                              "for landscape double_well: " + ", ".join(DoubleWell.noise_types),
+                              "for landscape double_well: " + ", ".join(noise_types(params)),
                               f"The 1-D well has no data set to sample from. At {where}.")
         if not params["curvature_saddle"] < params["curvature_min"]:
             raise ConfigError("model.curvature_saddle", params["curvature_saddle"],

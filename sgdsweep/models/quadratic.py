@@ -68,7 +68,10 @@ def check_point(params: Mapping[str, Any], where: str) -> None:
     if k.ndim != 1 or k.size == 0 or np.any(k <= 0):
         raise ConfigError("model.curvatures", params["curvatures"], "a non-empty list of positive numbers",
                           "These are the Hessian's eigenvalues k; the minimum must be strict.")
-    c = np.asarray(params["noise_cov"], dtype=float)
+    try:
+        c = np.asarray(params["noise_cov"], dtype=float)
+    except ValueError:  # rows of different lengths, or numbers mixed with rows
+        c = np.zeros(0)
     shape_ok = (c.ndim == 1 and c.size == k.size) or (c.ndim == 2 and c.shape == (k.size, k.size))
     if not shape_ok:
         raise ConfigError("model.noise_cov", params["noise_cov"],
