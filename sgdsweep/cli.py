@@ -46,6 +46,23 @@ def _read_json(path: str) -> dict:
         raise UsageError(f"{path} is not valid JSON ({exc})") from None
 
 
+def _read_ensemble(path: str):
+    """The ensemble at ``path`` (:func:`sgdsweep.aggregate.load_ensemble`), or a
+    :class:`UsageError` saying what is there instead."""
+    import zarr
+
+    from .aggregate import load_ensemble
+
+    if not Path(path).exists():
+        raise UsageError(f"ensemble not found: {path} (the aggregate step writes it: "
+                         f"'sgdsweep aggregate SWEEP_SPEC --out {path}')")
+    try:
+        return load_ensemble(path)
+    except zarr.errors.NodeNotFoundError:
+        raise UsageError(f"{path} is not an ensemble: no Zarr group there (give the ensemble.zarr that "
+                         "'sgdsweep aggregate' wrote)") from None
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from .config import load_sweep
 
@@ -141,11 +158,10 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
-    from .aggregate import load_ensemble
     from .fit import fit_ensemble
     from .paths import atomic_write_text
 
-    fits = fit_ensemble(load_ensemble(args.ensemble), _read_json(args.spec))
+    fits = fit_ensemble(_read_ensemble(args.ensemble), _read_json(args.spec))
     atomic_write_text(args.out, json.dumps(fits, indent=1) + "\n")
     for kind, results in fits.items():
         if kind in ("skipped", "settings"):
@@ -167,10 +183,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     pool = figure_pool(args.jobs)  # the workers boot while this process reads its inputs
     try:
-        from .aggregate import load_ensemble
         from .paths import atomic_write_text
 
-        text = build_report(load_ensemble(args.ensemble), _read_json(args.fits), _read_json(args.spec),
+        text = build_report(_read_ensemble(args.ensemble), _read_json(args.fits), _read_json(args.spec),
                             figures_dir=args.figures, pool=pool)
     finally:
         if pool is not None:

@@ -70,11 +70,25 @@ OTHER_BAD_INPUTS = [
     ("verify_foreign_zip", lambda t: ["verify", str(_zip(t / "foreign.zip"))], {}, ["not an sgdsweep export"]),
     ("import_not_a_zip", lambda t: ["import", str(_text(t / "fake.zip", "hello"))], {}, ["not a complete zip file"]),
     ("merge_single_file", lambda t: ["merge", str(t / "a.zip"), "--out", str(t / "b.zip")], {}, ["at least two"]),
+    ("config_not_utf8", lambda t: ["validate", str(_bytes(t / "c.yaml", b"sweep: caf\xe9\n"))], {},
+     ["c.yaml", "a UTF-8 encoded YAML file"]),
+    ("config_repeated_key", lambda t: ["validate", str(_text(t / "c.yaml", "sweep: a\nsweep: b\n"))], {},
+     ["found the key 'sweep' twice"]),
+    ("fit_missing_ensemble", lambda t: ["fit", str(t / "nope.zarr"), "--spec", str(_text(t / "s.json", "{}")),
+                                        "--out", str(t / "f.json")], {}, ["ensemble not found", "nope.zarr"]),
+    ("report_not_an_ensemble", lambda t: ["report", "--ensemble", str(_text(t / "e.txt", "x")), "--fits",
+                                          str(_text(t / "f.json", "{}")), "--spec", str(_text(t / "s.json", "{}")),
+                                          "--out", str(t / "r.html")], {}, ["e.txt is not an ensemble"]),
 ]
 
 
 def _text(path, text):
     path.write_text(text)
+    return path
+
+
+def _bytes(path, data):
+    path.write_bytes(data)
     return path
 
 
