@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+import numpy as np
+
 from . import grid as gridmod
 from .errors import ConfigError
 from .identity import content_hash
@@ -117,6 +119,21 @@ def _resolve_burn_in(params: Mapping[str, Any], problem, where: str) -> int:
     return burn
 
 
+def _checked_problem(model, params: Mapping[str, Any], where: str):
+    """The point's problem, after the model's own checks (``check_point``); a data set too
+    large for memory, or one numpy cannot factorise (a degenerate covariance), is a
+    :class:`ConfigError` naming the model's options."""
+    try:
+        model.check_point(params, where)
+        return model.make_problem(model.data_params(params))
+    except (MemoryError, np.linalg.LinAlgError) as exc:
+        options = {k: v for k, v in model.data_params(params).items() if k not in ("model", "seed")}
+        what = "does not fit in memory" if isinstance(exc, MemoryError) else f"is degenerate ({exc})"
+        raise ConfigError("model", options, "a problem whose data set can be built",
+                          f"At {where} the data set {what}; change samples_per_param or the model's "
+                          "sizes and scales.") from None
+
+
 def build_sweep(raw: Mapping[str, Any]) -> Sweep:
     """Validate a config mapping and build its :class:`Sweep`.
 
@@ -165,8 +182,7 @@ def build_sweep(raw: Mapping[str, Any]) -> Sweep:
                                   f"Every {kind} sweep sets '{axis}'; add it to grid (or to every point).")
         params = {k: gridmod.coerce(k, v) for k, v in {**base, **gp}.items()}
         _check_dynamics(params, model, where)
-        model.check_point(params, where)
-        problem = model.make_problem(model.data_params(params))
+        problem = _checked_problem(model, params, where)
         if params["init"] == "auto":  # hash the concrete start, so 'auto' and its meaning hash alike
             params["init"] = problem.auto_init
         burn = _resolve_burn_in(params, problem, where)

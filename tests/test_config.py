@@ -164,6 +164,10 @@ BAD_CONFIGS = [
                                               "noise_cov": [[1.0], [1.0, 2.0]]},
                                     "grid.samples_per_param": _DELETE, "grid.noise": "gaussian"},
      ["model.noise_cov", "2×2"]),
+    ("data_set_too_large", {"grid.samples_per_param": 1e12}, ["'model'", "'n_samples': 4000000000000",
+                                                              "does not fit in memory"]),
+    ("digits_degenerate", {"model": {"kind": "digits", "pixel_scale": 1e-300}, "grid.samples_per_param": _DELETE},
+     ["'model'", "'pixel_scale': 1e-300", "degenerate"]),
 ]
 
 
