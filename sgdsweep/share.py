@@ -22,10 +22,12 @@ import hashlib
 import itertools
 import json
 import os
+import re
 import shutil
 import tempfile
 import uuid
 import zipfile
+from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -123,7 +125,29 @@ def _ensemble_members(ensemble: Path, fits: dict[str, Any]) -> dict[str, bytes |
     return members
 
 
+def _new_destination(dest: str) -> None:
+    """Refuse an export destination that is not a ``.zip`` name or that already exists (a file,
+    a directory or a link: sgdsweep never overwrites one), before any work is done."""
+    if not str(dest).endswith(".zip"):
+        raise UsageError(f"export destination {dest!r} must end in .zip")
+    if "://" in dest:
+        import fsspec
+
+        try:
+            fs, path = fsspec.core.url_to_fs(dest)
+        except (ValueError, ImportError) as exc:
+            raise UsageError(f"export destination {dest!r}: {exc}; give a local path or an fsspec URL "
+                             "(file://, s3://, …) whose filesystem is installed") from None
+        exists = fs.exists(path)
+    else:
+        exists = os.path.lexists(dest)
+    if exists:
+        raise UsageError(f"{dest} already exists; sgdsweep never overwrites a file. Remove it or choose "
+                         "another name")
+
+
 def _upload(local: Path, dest: str) -> None:
+    _new_destination(dest)  # again: it may have appeared while the export was written
     if "://" in dest:
         import fsspec
 
@@ -148,6 +172,9 @@ def _download(src: str, tmpdir: Path) -> Path:
             shutil.copyfileobj(fh, out)
     except FileNotFoundError:
         raise UsageError(f"export file not found: {src}") from None
+    except (ValueError, ImportError) as exc:  # an unknown protocol, or its filesystem not installed
+        raise UsageError(f"export file {src!r}: {exc}; give a local path or an fsspec URL whose "
+                         "filesystem is installed") from None
     return local
 
 
@@ -158,8 +185,7 @@ def export_sweep(sweep_dir: str | Path, dest: str) -> dict[str, Any]:
         The manifest written.
     """
     sweep_dir = Path(sweep_dir)
-    if not str(dest).endswith(".zip"):
-        raise UsageError(f"export destination {dest!r} must end in .zip")
+    _new_destination(dest)
     report_spec, fits, points = _sweep_parts(sweep_dir)
     ens_attrs = json.loads((sweep_dir / "ensemble.zarr" / "zarr.json").read_text()).get("attributes", {})
     members = _ensemble_members(sweep_dir / "ensemble.zarr", fits)
@@ -205,6 +231,9 @@ def verify(src: str | Path) -> dict[str, Any]:
             raise ShareError(f"{src} is not a complete zip file (truncated or corrupted: {exc})") from None
         with zf:
             names = zf.namelist()
+            repeated = sorted(n for n, count in Counter(names).items() if count > 1)
+            if repeated:  # zipfile reads the last entry of a name; other tools the first
+                raise ShareError(f"{src}: member {repeated[0]!r} is in the file twice (added after export)")
             if MANIFEST not in names:
                 raise ShareError(f"{src} has no {MANIFEST}: it is not an sgdsweep export")
             try:
@@ -214,10 +243,14 @@ def verify(src: str | Path) -> dict[str, Any]:
             if zf.comment != COMMENT_PREFIX + _sha256_bytes(text).encode():
                 raise ShareError(f"{src}: {MANIFEST} does not match the checksum in the zip comment "
                                  "(the manifest was changed)")
-            manifest = json.loads(text)
-            if manifest.get("schema_version") != SCHEMA_VERSION:
-                raise ShareError(f"{src}: schema version {manifest.get('schema_version')!r}; this sgdsweep "
-                                 f"reads {SCHEMA_VERSION!r}")
+            try:
+                manifest = json.loads(text)
+            except ValueError as exc:
+                raise ShareError(f"{src}: the manifest is not valid JSON ({exc})") from None
+            version = manifest.get("schema_version") if isinstance(manifest, dict) else None
+            if version != SCHEMA_VERSION:
+                raise ShareError(f"{src}: schema version {version!r}; this sgdsweep reads {SCHEMA_VERSION!r}")
+            _check_manifest(manifest, src)
             listed = manifest["members"]
             extra = sorted(set(names) - set(listed) - {MANIFEST})
             if extra:
@@ -236,6 +269,24 @@ def verify(src: str | Path) -> dict[str, Any]:
     return manifest
 
 
+def _check_manifest(manifest: dict[str, Any], src: str | Path) -> None:
+    """Raise :class:`ShareError` unless the manifest lists its members (name → SHA-256 and size),
+    config and points, and names a sweep as the config schema allows one (letters, digits,
+    ``_ . -``: a name that stays inside a results directory)."""
+    from .schema import load_schema
+
+    members = manifest.get("members")
+    if not (isinstance(members, dict) and isinstance(manifest.get("config"), dict)
+            and isinstance(manifest.get("points"), list)
+            and all(isinstance(e, dict) and isinstance(e.get("sha256"), str) and isinstance(e.get("size"), int)
+                    for e in members.values())):
+        raise ShareError(f"{src}: the manifest lacks its members, config or points (a damaged or crafted file)")
+    pattern = load_schema()["properties"]["sweep"]["pattern"]
+    if not isinstance(manifest.get("sweep"), str) or not re.match(pattern, manifest["sweep"]):
+        raise ShareError(f"{src}: the manifest's sweep name {manifest.get('sweep')!r} is not a sweep name "
+                         f"(allowed: {pattern}); an import would place it outside the results directory")
+
+
 def import_sweep(src: str | Path, results_dir: str | Path = "results") -> Path:
     """Verify an export and place it as ``<results_dir>/<sweep>/`` (never over an existing sweep).
 
@@ -246,10 +297,14 @@ def import_sweep(src: str | Path, results_dir: str | Path = "results") -> Path:
     manifest = verify(src)
     results_dir = Path(results_dir)
     target = results_dir / manifest["sweep"]
-    if target.exists():
+    if target.exists() or target.is_symlink():
         raise UsageError(f"{target} already exists; sgdsweep never overwrites results. Remove it, or "
                          "import elsewhere with --results-dir DIR")
-    results_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        results_dir.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise UsageError(f"results directory {results_dir} is not a directory (a file is there, or in its "
+                         "path); import elsewhere with --results-dir DIR") from None
     staging = results_dir / f".import-{uuid.uuid4().hex[:8]}"
     try:
         with tempfile.TemporaryDirectory() as tmp:
@@ -302,6 +357,7 @@ def merge_exports(sources: list[str], dest: str) -> dict[str, Any]:
 
     if len(sources) < 2:
         raise UsageError("merge needs at least two export files")
+    _new_destination(dest)
     manifests = [verify(s) for s in sources]
     ignore = ("grid", "points", "report", "fit", "execution", "sweep", "results_dir")
 

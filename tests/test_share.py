@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -79,6 +80,83 @@ def test_tampered_exports_fail_verification(exported, tmp_path, case, change, me
         verify(bad)
     proc = run_cli("verify", str(bad))
     assert proc.returncode == 2 and message.split("'")[0] in proc.stderr
+
+
+def _crafted(src: Path, dest: Path, change_manifest=None, extra=None) -> Path:
+    """A copy of ``src`` whose manifest ``change_manifest(text) -> text`` rewrites, with the zip
+    comment recomputed to match (what a forger does), or with ``extra`` (name, bytes) entries
+    written after the original ones."""
+    import hashlib
+
+    from sgdsweep.share import COMMENT_PREFIX, MANIFEST
+
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dest, "w") as zout:
+        text = zin.read(MANIFEST)
+        for info in zin.infolist():
+            data = zin.read(info.filename)
+            if info.filename == MANIFEST and change_manifest is not None:
+                text = data = change_manifest(data)
+            zout.writestr(info, data)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # zipfile's "Duplicate name": the point here
+            for name, data in extra or ():
+                zout.writestr(name, data)
+        zout.comment = COMMENT_PREFIX + hashlib.sha256(text).hexdigest().encode()
+    return dest
+
+
+@pytest.mark.parametrize("case,message", [
+    ("sweep_name_escapes", "is not a sweep name"),
+    ("sweep_name_absolute", "is not a sweep name"),
+    ("manifest_not_json", "is not valid JSON"),
+    ("manifest_without_members", "lacks its members"),
+    ("member_twice", "'fits.json' is in the file twice"),
+])
+def test_crafted_exports_fail_verification_and_import_writes_nothing(exported, tmp_path, monkeypatch, case, message):
+    """A forger can rewrite the manifest and recompute the comment's checksum (it proves
+    integrity, not origin): what the manifest says must still be checked, so that an import
+    never writes outside its results directory; and a member added under an existing name (zip
+    readers disagree on which of the two they read) is refused."""
+    _, dest, _ = exported
+    change = {"sweep_name_escapes": lambda t: t.replace(b'"sweep": "tiny"', b'"sweep": "../../escaped"'),
+              "sweep_name_absolute": lambda t: t.replace(b'"sweep": "tiny"', f'"sweep": "{tmp_path}/abs"'.encode()),
+              "manifest_not_json": lambda t: t[:-2],
+              "manifest_without_members": lambda t: json.dumps({**json.loads(t), "members": None}).encode(),
+              }.get(case)
+    extra = [("fits.json", b'{"evil": 1}')] if case == "member_twice" else None
+    bad = _crafted(dest, tmp_path / f"{case}.zip", change, extra)
+    with pytest.raises(ShareError, match=message):
+        verify(bad)
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "a" / "b")
+    proc = run_cli("import", str(bad), "--results-dir", "R")
+    assert proc.returncode == 2 and message.split("'")[-1].strip() in proc.stderr, proc.stderr
+    assert not (tmp_path / "a" / "escaped").exists() and not (tmp_path / "abs").exists()
+    assert not (tmp_path / "a" / "b" / "R").exists()
+
+
+def test_export_and_merge_never_overwrite(exported, tmp_path):
+    """An existing file, directory or input at the destination is refused before any work, and
+    left as it was; an import into a results directory that is a file is refused."""
+    sweep_dir, dest, _ = exported
+    before = dest.read_bytes()
+    taken = tmp_path / "taken.zip"
+    taken.write_text("precious")
+    (tmp_path / "dir.zip").mkdir()
+    for target in (taken, tmp_path / "dir.zip", dest):
+        with pytest.raises(UsageError, match="already exists; sgdsweep never overwrites a file"):
+            export_sweep(sweep_dir, str(target))
+    with pytest.raises(UsageError, match="already exists"):
+        merge_exports([str(dest), str(dest)], str(dest))
+    with pytest.raises(UsageError, match=r"must end in \.zip"):
+        merge_exports([str(dest), str(dest)], str(tmp_path / "merged.txt"))
+    assert taken.read_text() == "precious" and dest.read_bytes() == before and not any((tmp_path / "dir.zip").iterdir())
+    with pytest.raises(UsageError, match="not a directory"):
+        import_sweep(dest, taken)
+    with pytest.raises(UsageError, match="export file 'nope://x/e.zip'"):
+        verify("nope://x/e.zip")
+    with pytest.raises(UsageError, match="export destination 'nope://x/e.zip'"):
+        export_sweep(sweep_dir, "nope://x/e.zip")
 
 
 def test_truncated_export_fails_verification(exported, tmp_path):
