@@ -179,6 +179,11 @@ def test_invalid_config_fails_before_any_job(tmp_path):
     assert not (tmp_path / "results").exists()
     cli = run_cli("run", str(path), "--cores", "1", cwd=tmp_path)
     assert cli.returncode == 2 and "grid.lr[1]" in cli.stderr
+    repeated = tmp_path / "repeated.yaml"  # Snakemake's own YAML loader keeps the last of two keys
+    repeated.write_text(path.read_text() + "sweep: other\n")
+    proc = run_snakemake(tmp_path, repeated)
+    assert proc.returncode != 0 and "found the key 'sweep' twice" in proc.stderr + proc.stdout
+    assert not (tmp_path / "results").exists()
 
 
 @pytest.fixture

@@ -11,9 +11,12 @@ from sgdsweep.cluster import RUN_ID_ENV, current_run_id, scheduler_address, stop
 from sgdsweep.config import build_sweep
 from sgdsweep.errors import ConfigError, SgdsweepError
 from sgdsweep.plan import PlanFiles, explain, format_explanation, write_plan
+from sgdsweep.schema import read_yaml
 from sgdsweep.snakemake_state import clear_stale_state
 
 try:
+    for _configfile in workflow.configfiles:  # read as `sgdsweep run` reads them: a repeated key or
+        read_yaml(_configfile)  # a file that is not UTF-8 fails here too, not only through the CLI
     SWEEP = build_sweep(config)
     scheduler_address(SWEEP.config["execution"])  # a bad SGDSWEEP_SCHEDULER fails here, before any job
     if workflow.is_main_process:
