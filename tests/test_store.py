@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import zipfile
+import zlib
 
 import numpy as np
 import pytest
@@ -65,14 +66,63 @@ def test_incomplete_or_corrupt_store_is_detected(tmp_path):
         for name in sorted(zf.namelist(), reverse=True):
             out.writestr(name, zf.read(name))
     assert store.read_attrs(other) == store.read_attrs(path)
-    big = store.point_path(tmp_path, "big")  # a group's zarr.json longer than the first read
-    store.write_point(big, {"x": (("replica",), np.ones(2))}, {"summary": {"text": "x" * 3 * store._HEAD_BYTES}})
+    big = store.point_path(tmp_path, "big")  # a group's zarr.json longer than a few kB
+    store.write_point(big, {"x": (("replica",), np.ones(2))}, {"summary": {"text": "x" * 10_000}})
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(store, "PointFiles", None)  # read from the local header, not through zipfile
-        assert store.read_attrs(big)["summary"]["text"] == "x" * 3 * store._HEAD_BYTES
+        mp.setattr(zipfile.ZipFile, "read", None)  # sliced from the local header, not through zipfile
+        assert store.read_attrs(big)["summary"]["text"] == "x" * 10_000
     at = meta.index(b'"sgdsweep_complete": true')
     path.write_bytes(meta[:at] + meta[at:].replace(b"true", b"TRUE", 1))  # the CRC no longer matches
-    with pytest.raises(StoreError, match="unreadable"):
+    with pytest.raises(StoreError, match="damaged"):
+        store.read_attrs(path)
+
+
+def _flip(path, at: int) -> None:
+    raw = bytearray(path.read_bytes())
+    raw[at] ^= 1
+    path.write_bytes(bytes(raw))
+
+
+def test_damaged_zip_store_is_not_complete(tmp_path):
+    """A store cut short, or with one byte flipped anywhere (a chunk, its directory, the end),
+    is not complete, so the next run recomputes the point; read_attrs and PointFiles name the
+    file. A store written without the checksum comment is checked member by member."""
+    values = np.arange(64.0)
+    arrays = {"x": (("replica",), values), "m": (("i", "j"), np.eye(3))}
+    path = store.point_path(tmp_path, "p")
+    store.write_point(path, arrays, {"summary": {"weight_var": 1.0}})
+    good = path.read_bytes()
+    assert good.endswith(b"%08x" % zlib.crc32(good[:-8])) and store.CHECKSUM_MARKER in good[-30:]
+    chunk_at = good.index(values.tobytes()) + 100
+    damaged = {"half": good[: len(good) // 2], "last member cut": good[: good.rindex(b"PK\x01\x02")],
+               "end cut": good[:-3]}
+    for at in (chunk_at, len(good) - 40, len(good) - 3):  # a chunk, the directory, the checksum
+        raw = bytearray(good)
+        raw[at] ^= 1
+        damaged[f"byte {at} flipped"] = bytes(raw)
+    for what, raw in damaged.items():
+        path.write_bytes(raw)
+        assert not store.is_complete(path), what
+        assert store.complete_points(tmp_path, ["p"]) == set(), what
+        with pytest.raises(StoreError, match=f"point store {path} is (damaged|missing or unreadable)"):
+            store.read_attrs(path)
+        with pytest.raises(zipfile.BadZipFile):
+            store.PointFiles(path)
+        assert store.write_point(path, arrays, {"summary": {"weight_var": 1.0}}), what  # replaced
+        assert path.read_bytes() == good
+    # cut exactly before its comment, every member intact: read as a store without checksum
+    path.write_bytes(good[: -len(store.CHECKSUM_MARKER) - 8])
+    assert store.is_complete(path)
+    # a zip written without the comment (by zipfile alone): every member's CRC-32 is checked
+    with store.PointFiles(path) as files:
+        members = dict(files)
+    with zipfile.ZipFile(path, "w") as zf:
+        for key, data in sorted(members.items(), key=lambda kv: kv[0] != "zarr.json"):
+            zf.writestr(key, data)
+    assert store.is_complete(path)
+    _flip(path, path.read_bytes().index(values.tobytes()) + 100)
+    assert not store.is_complete(path)
+    with pytest.raises(StoreError, match="member 'x/c.0' fails its CRC-32"):
         store.read_attrs(path)
 
 
@@ -99,8 +149,8 @@ def test_point_files_slice_stored_members_and_check_them(tmp_path):
     raw = path.read_bytes()
     at = raw.index(values.tobytes())
     path.write_bytes(raw[:at] + bytes([raw[at] ^ 1]) + raw[at + 1:])
-    with store.PointFiles(path) as files, pytest.raises(zipfile.BadZipFile, match="CRC"):
-        files["x/c.0"]
+    with pytest.raises(zipfile.BadZipFile, match="CRC"):  # the store is checked whole when opened
+        store.PointFiles(path)
 
 def test_directory_stores_of_layout_1_are_read_and_kept(tmp_path):
     """Stores written by earlier sgdsweep versions (a directory per point) are found, read and
