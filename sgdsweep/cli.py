@@ -1,10 +1,11 @@
 """The ``sgdsweep`` command.
 
-User verbs: ``run`` (validate, then run the Snakemake workflow), ``validate`` and ``plan``.
-Workflow verbs (called by the rules in ``workflow/rules/``): ``simulate-shard``, ``aggregate``,
-``fit``, ``report``; ``cluster-daemon`` runs the shared local Dask cluster of a workflow run.
+User verbs: ``run`` (validate, then run the Snakemake workflow), ``validate``, ``plan``, and the
+sharing verbs ``export``, ``verify``, ``import``, ``merge``. Workflow verbs (called by the rules in
+``workflow/rules/``, hidden from the top-level help): ``simulate-shard``, ``aggregate``, ``fit``,
+``report``; ``cluster-daemon`` runs the shared local Dask cluster of a workflow run.
 
-Exit codes: 0 success, 1 a failed run, 2 bad input (config, arguments, environment).
+Exit codes: :data:`EXIT_CODES`.
 """
 
 from __future__ import annotations
@@ -15,16 +16,34 @@ import logging
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
+from typing import Any
 
 from .errors import SgdsweepError, UsageError
+from .progress import VERBOSITY_ENV, verbosity
 
 log = logging.getLogger("sgdsweep")
 
+#: What each exit status of ``sgdsweep`` means (shown by ``sgdsweep --help``).
+EXIT_CODES = {
+    0: "success",
+    1: "the run failed (a job, a fit or the cluster; the message says which and where its log is)",
+    2: "bad input: the config, an argument, a file or the environment (the message names it)",
+    3: "the sweep is in use by another sgdsweep run (wait for it or stop it)",
+}
 
-def _setup_logging(log_file: str | None) -> None:
-    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+def _verbosity(args: argparse.Namespace) -> int:
+    """-1, 0 or 1 from ``-q``/``-v``; without either, what the parent ``sgdsweep run`` passed on."""
+    flags = getattr(args, "verbose", 0) - getattr(args, "quiet", 0)
+    return max(-1, min(1, flags)) if flags else verbosity()
+
+
+def _setup_logging(log_file: str | None, verbosity: int = 0) -> None:
+    """Log to stderr at the level ``verbosity`` asks for, and at INFO (DEBUG with -v) to ``log_file``."""
+    terminal = logging.StreamHandler(sys.stderr)
+    terminal.setLevel({-1: logging.WARNING, 0: logging.INFO, 1: logging.DEBUG}[verbosity])
+    handlers: list[logging.Handler] = [terminal]
     if log_file:
         Path(log_file).parent.mkdir(parents=True, exist_ok=True)
         handlers.append(logging.FileHandler(log_file, mode="w"))
@@ -33,7 +52,7 @@ def _setup_logging(log_file: str | None) -> None:
         h.setFormatter(fmt)
     root = logging.getLogger("sgdsweep")
     root.handlers[:] = handlers
-    root.setLevel(logging.INFO)
+    root.setLevel(logging.DEBUG if verbosity > 0 else logging.INFO)
     root.propagate = False
 
 
@@ -90,51 +109,70 @@ def _snakefile() -> Path:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .config import load_sweep
+    import time
 
+    from . import locking
     from .cluster import scheduler_address
-    from .locking import ensure_writable
+    from .config import load_sweep
+    from .plan import PlanFiles
+    from .store import complete_points
 
+    t0 = time.monotonic()
     sweep = load_sweep(args.config)  # fail fast, with our message, before Snakemake starts
     scheduler_address(sweep.config["execution"])
-    ensure_writable(sweep.directory)
+    locking.ensure_writable(sweep.directory)
+    # the sweep's lock before anything starts: a second run is refused here, before it starts
+    # a Dask cluster; Snakemake inherits the lock (locking.acquire_or_inherit)
+    lock = locking.acquire(sweep.directory)
+    hashes = [p.hash for p in sweep.points]
+    stored_before = complete_points(PlanFiles(sweep.directory).points_dir, hashes)
+    todo = len(hashes) - len(stored_before)
     cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(_snakefile()), "--configfile",
            str(args.config), "--cores", str(args.cores)]
     if args.dry_run:
         cmd.append("--dry-run")
+    verbosity = _verbosity(args)
+    if verbosity < 0:
+        cmd += ["--quiet", "progress", "rules", "host"]
+    elif verbosity > 0:
+        cmd.append("--printshellcmds")
     cmd += args.snakemake_args
-    log.info("sweep '%s': %d points; running %s", sweep.name, len(sweep.points), " ".join(cmd))
-    with subprocess.Popen(cmd) as proc:
+    log.info("sweep '%s': %d points, %d stored, %d to simulate; results in %s/", sweep.name, len(hashes),
+             len(stored_before), todo, sweep.directory)
+    log.debug("running %s", " ".join(cmd))
+    env = {**os.environ, locking.LOCK_FD_ENV: str(lock.fileno()), VERBOSITY_ENV: str(verbosity)}
+    with lock, subprocess.Popen(cmd, pass_fds=(lock.fileno(),), env=env) as proc:
         # only for a plain local run: extra Snakemake arguments (a profile, an executor, a dry
         # run, a target) may mean jobs elsewhere or none; then the first shard job starts it
-        if not args.dry_run and not args.snakemake_args and not os.environ.get("SNAKEMAKE_PROFILE"):
+        if todo and not args.dry_run and not args.snakemake_args and not os.environ.get("SNAKEMAKE_PROFILE"):
             try:
                 _start_cluster_early(sweep, proc.pid)
             except (OSError, SgdsweepError) as exc:  # the first shard job starts it instead
                 log.warning("could not start the local Dask cluster early (%s); the shard jobs will", exc)
-        return proc.wait()
+        code = proc.wait()
+    if code == 0 and not args.dry_run:
+        from .summary import run_summary
+
+        print(run_summary(sweep, stored_before, time.monotonic() - t0), file=sys.stderr)
+    return code
 
 
-def _start_cluster_early(sweep, snakemake_pid: int) -> None:
+def _start_cluster_early(sweep: Any, snakemake_pid: int) -> None:
     """Start the run's shared local Dask cluster now, while Snakemake starts, when the sweep has
     points to simulate and would run them on it (see :mod:`sgdsweep.cluster`); its first shard
     job then finds the workers booted. Any other case is left to the shard jobs."""
     from .cluster import run_id, scheduler_address, start_shared_cluster, worker_count
     from .plan import PlanFiles
-    from .store import complete_points
 
     execution = sweep.config["execution"]
     if scheduler_address(execution) is not None or execution.get("cluster", "local") != "local":
         return
-    plan = PlanFiles(sweep.directory)
-    hashes = [p.hash for p in sweep.points]
-    todo = len(hashes) - len(complete_points(plan.points_dir, hashes))
-    if todo == 0:
-        return
     workers = worker_count(execution)
-    log.info("%d of %d points to simulate: starting the local Dask cluster (%d workers) while Snakemake starts",
-             todo, len(hashes), workers)
-    start_shared_cluster(plan.cluster_dir, run_id(snakemake_pid), workers, execution.get("host", "127.0.0.1"))
+    log.info("starting a local Dask cluster of %d workers; it first compiles the simulation kernels "
+             "(the first run of an installation: 1-3 min on a busy 2-core machine; later runs load them "
+             "from numba's cache in seconds)", workers)
+    start_shared_cluster(PlanFiles(sweep.directory).cluster_dir, run_id(snakemake_pid), workers,
+                         execution.get("host", "127.0.0.1"))
 
 
 def cmd_simulate_shard(args: argparse.Namespace) -> int:
@@ -247,83 +285,125 @@ def _positive_int(text: str) -> int:
     return value
 
 
+_DESCRIPTION = """\
+Parameter sweeps of stochastic gradient descent on models with known physics: a YAML config
+names a grid over lr, batch_size, momentum, samples_per_param, hidden_width and noise; Snakemake
+runs it on Dask, stores the ensemble in Zarr with the exact theory beside each measurement, fits
+the scaling laws and writes an HTML report.
+
+Start with:  sgdsweep run config/config.yaml --cores 2"""
+
+
+def _epilog() -> str:
+    codes = "\n".join(f"  {code}  {meaning}" for code, meaning in EXIT_CODES.items())
+    return f"exit status:\n{codes}\n\nsgdsweep COMMAND --help shows a command's arguments."
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("sgdsweep")
+    except PackageNotFoundError:  # pragma: no cover - run from a source tree that is not installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sgdsweep", description=__doc__.split("\n\n")[0])
+    """The command-line parser; the workflow's own verbs are hidden from the top-level help."""
+    output = argparse.ArgumentParser(add_help=False)
+    group = output.add_argument_group("output")
+    group.add_argument("-q", "--quiet", action="count", default=0,
+                       help="print only warnings, errors and the final summary")
+    group.add_argument("-v", "--verbose", action="count", default=0,
+                       help="print debugging detail (and Snakemake's shell commands)")
+    fmt = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(prog="sgdsweep", description=_DESCRIPTION, epilog=_epilog(),
+                                     formatter_class=fmt)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("run", help="validate a config and run its sweep through Snakemake",
-                       usage="sgdsweep run [CONFIG] [--cores N] [-n] [-- SNAKEMAKE ARGUMENTS]")
-    p.add_argument("config", nargs="?", default="config/config.yaml", help="sweep config (YAML)")
-    p.add_argument("--cores", type=_positive_int, default=os.cpu_count() or 1, help="Snakemake cores")
+    def verb(name: str, help: str | None, usage: str | None = None) -> argparse.ArgumentParser:
+        """A subcommand; without ``help`` it is not listed in the top-level help."""
+        kwargs = {"help": help} if help else {}
+        return sub.add_parser(name, description=help, usage=usage, parents=[output], epilog=_epilog(),
+                              formatter_class=fmt, **kwargs)
+
+    p = verb("run", "validate a config and run its sweep through Snakemake",
+             usage="sgdsweep run [CONFIG] [--cores N] [-n] [-q|-v] [-- SNAKEMAKE ARGUMENTS]")
+    p.add_argument("config", nargs="?", default="config/config.yaml",
+                   help="the sweep config, a YAML file (default: config/config.yaml)")
+    p.add_argument("--cores", type=_positive_int, default=os.cpu_count() or 1,
+                   help="CPU cores Snakemake may use for its jobs (default: all of this machine's)")
     p.add_argument("-n", "--dry-run", action="store_true", help="only show what would run")
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("validate", help="check a config and print its size")
-    p.add_argument("config")
+    p = verb("validate", "check a config and print its size")
+    p.add_argument("config", help="the sweep config to check, a YAML file")
     p.set_defaults(func=cmd_validate)
 
-    p = sub.add_parser("plan", help="list the points a run would simulate")
-    p.add_argument("config")
+    p = verb("plan", "list the points a run would simulate, and why")
+    p.add_argument("config", help="the sweep config, a YAML file")
     p.add_argument("-s", "--summary", action="store_true", help="only the counts, not one line per point")
     p.set_defaults(func=cmd_plan)
 
-    p = sub.add_parser("export", help="write a finished sweep to one verifiable zip file (path or fsspec URL)")
-    p.add_argument("sweep_dir", help="results/<sweep>")
-    p.add_argument("dest", help="FILE.zip or an fsspec URL ending in .zip")
+    p = verb("export", "write a finished sweep to one verifiable zip file (path or fsspec URL)")
+    p.add_argument("sweep_dir", help="the sweep's results directory, results/<sweep>")
+    p.add_argument("dest", help="the export to write: FILE.zip or an fsspec URL ending in .zip (must not exist)")
     p.set_defaults(func=cmd_export)
 
-    p = sub.add_parser("verify", help="check an export's checksums and schema version")
-    p.add_argument("file")
+    p = verb("verify", "check an export's checksums, manifest and schema version")
+    p.add_argument("file", help="an export written by 'sgdsweep export' or 'sgdsweep merge' (.zip)")
     p.set_defaults(func=cmd_verify)
 
-    p = sub.add_parser("import", help="verify an export and place it under results/")
-    p.add_argument("file")
+    p = verb("import", "verify an export and place it under results/")
+    p.add_argument("file", help="an export written by 'sgdsweep export' or 'sgdsweep merge' (.zip)")
     p.add_argument("--results-dir", default="results", help="where to place the sweep (default: results)")
     p.set_defaults(func=cmd_import)
 
-    p = sub.add_parser("merge", help="merge exports of compatible sweeps (union of points)")
+    p = verb("merge", "merge exports of compatible sweeps (union of points)")
     p.add_argument("files", nargs="+", help="two or more export files")
-    p.add_argument("--out", required=True, help="the merged export (.zip)")
+    p.add_argument("--out", required=True, help="the merged export to write (.zip, must not exist)")
     p.set_defaults(func=cmd_merge)
 
-    p = sub.add_parser("simulate-shard", help="(workflow) simulate one shard's missing points")
-    p.add_argument("spec")
-    p.add_argument("--receipt", required=True)
-    p.add_argument("--execution", required=True)
-    p.add_argument("--cluster-dir", required=True)
-    p.add_argument("--log")
+    # the workflow's own verbs: run by the rules in workflow/rules/, not listed in the top-level help
+    p = verb("simulate-shard", None)
+    p.add_argument("spec", help="the shard's plan file, <sweep>/plan/shards/<shard>.json")
+    p.add_argument("--receipt", required=True, help="the shard's receipt to write (JSON)")
+    p.add_argument("--execution", required=True, help="the run's execution settings, plan/execution.json")
+    p.add_argument("--cluster-dir", required=True, help="where the run's shared local Dask cluster is kept")
+    p.add_argument("--log", help="also log to this file")
     p.set_defaults(func=cmd_simulate_shard)
 
-    p = sub.add_parser("aggregate", help="(workflow) build ensemble.zarr from the point stores")
-    p.add_argument("sweep_spec")
-    p.add_argument("--out", required=True)
+    p = verb("aggregate", None)
+    p.add_argument("sweep_spec", help="the sweep's plan file, <sweep>/plan/sweep.json")
+    p.add_argument("--out", required=True, help="the ensemble to write (a .zarr directory)")
     p.add_argument("--release-cluster", metavar="CLUSTER_DIR",
                    help="stop the run's shared local Dask cluster kept in CLUSTER_DIR (all shards are done)")
-    p.add_argument("--log")
+    p.add_argument("--log", help="also log to this file")
     p.set_defaults(func=cmd_aggregate)
 
-    p = sub.add_parser("fit", help="(workflow) fit scaling laws to an ensemble")
-    p.add_argument("ensemble")
-    p.add_argument("--spec", required=True)
-    p.add_argument("--out", required=True)
-    p.add_argument("--log")
+    p = verb("fit", None)
+    p.add_argument("ensemble", help="the ensemble (ensemble.zarr) to fit")
+    p.add_argument("--spec", required=True, help="the fit settings, <sweep>/plan/fit.json")
+    p.add_argument("--out", required=True, help="the fit results to write (fits.json)")
+    p.add_argument("--log", help="also log to this file")
     p.set_defaults(func=cmd_fit)
 
-    p = sub.add_parser("report", help="(workflow) write the HTML report")
-    p.add_argument("--ensemble", required=True)
-    p.add_argument("--fits", required=True)
-    p.add_argument("--spec", required=True)
-    p.add_argument("--out", required=True)
+    p = verb("report", None)
+    p.add_argument("--ensemble", required=True, help="the ensemble (ensemble.zarr)")
+    p.add_argument("--fits", required=True, help="the fit results (fits.json)")
+    p.add_argument("--spec", required=True, help="the report settings, <sweep>/plan/report.json")
+    p.add_argument("--out", required=True, help="the HTML report to write")
     p.add_argument("--figures", help="also write every figure as <name>.png into this directory")
     p.add_argument("--jobs", type=_positive_int, default=1, help="processes drawing the figures (default 1)")
-    p.add_argument("--log")
+    p.add_argument("--log", help="also log to this file")
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("cluster-daemon", help="(internal) serve a workflow run's local Dask cluster")
-    p.add_argument("--state", required=True)
-    p.add_argument("--workers", type=_positive_int, required=True)
-    p.add_argument("--run-id", required=True)
-    p.add_argument("--host", default="127.0.0.1")
+    p = verb("cluster-daemon", None)
+    p.add_argument("--state", required=True, help="the state file to write (cluster.json)")
+    p.add_argument("--workers", type=_positive_int, required=True, help="worker processes")
+    p.add_argument("--run-id", required=True, help="the workflow run, <snakemake pid>@<host>")
+    p.add_argument("--host", default="127.0.0.1", help="the interface to bind (default 127.0.0.1)")
     p.set_defaults(func=cmd_cluster_daemon)
     return parser
 
@@ -339,7 +419,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if extra and args.command != "run":
         build_parser().error("arguments after -- are only accepted by 'sgdsweep run'")
     args.snakemake_args = extra
-    _setup_logging(getattr(args, "log", None))
+    _setup_logging(getattr(args, "log", None), _verbosity(args))
     try:
         return int(args.func(args) or 0)
     except SgdsweepError as exc:

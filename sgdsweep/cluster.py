@@ -42,6 +42,8 @@ RUN_ID_ENV = "SGDSWEEP_RUN_ID"
 _ADDRESS = re.compile(r"^(tcp|tls|inproc|ucx)://\S+$")
 STATE_FILE = "cluster.json"
 START_TIMEOUT_S = 120.0
+#: Seconds between the progress lines of a job waiting for the local cluster.
+PROGRESS_EVERY_S = 15.0
 
 log = logging.getLogger("sgdsweep.cluster")
 
@@ -134,7 +136,18 @@ def start_shared_cluster(cluster_dir: Path, run_id: str, workers: int, host: str
 
 def ensure_shared_cluster(cluster_dir: Path, run_id: str, workers: int, host: str = "127.0.0.1") -> str:
     """Address of the run's shared local cluster, starting it if this run has none yet (or waiting
-    for the one :func:`start_shared_cluster` started)."""
+    for the one :func:`start_shared_cluster` started).
+
+    The wait follows the daemon's progress, not one wall clock: while it compiles or loads the
+    simulation kernels (minutes on the first run of an installation on a busy machine) it may
+    take as long as it needs while it lives; the Python start before that and the Dask start
+    after it each get :data:`START_TIMEOUT_S`. A progress line is logged every
+    :data:`PROGRESS_EVERY_S` seconds.
+
+    Raises:
+        SgdsweepError: the daemon died or reported an error (its own message and the end of
+            ``daemon.log`` are in the text), or a phase with a deadline overran it.
+    """
     cluster_dir = Path(cluster_dir)
     with _locked(cluster_dir):
         state = _run_cluster(cluster_dir, run_id)
@@ -142,20 +155,53 @@ def ensure_shared_cluster(cluster_dir: Path, run_id: str, workers: int, host: st
             return state["address"]
         pid = int(state["pid"]) if state is not None else _spawn_daemon(cluster_dir, run_id, workers, host)
     log_path = cluster_dir / "daemon.log"
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
+    t0 = time.monotonic()
+    phase, phase_start, last_note = None, t0, t0
+    while True:
         state = _read_state(cluster_dir)
-        if state and state.get("run_id") == run_id and state.get("pid") == pid and "address" in state:
-            log.info("Dask dashboard: %s (scheduler %s, %d workers)", state["dashboard"],
-                     state["address"], workers)
+        if not (state and state.get("run_id") == run_id and state.get("pid") == pid):
+            state = {}
+        if "address" in state:
+            log.info("Dask dashboard: %s (scheduler %s, %d workers)", state["dashboard"], state["address"],
+                     workers)
             return state["address"]
-        if not _pid_alive(pid):
-            raise SgdsweepError(f"the local Dask cluster failed to start; see {log_path}")
+        if state.get("phase") == "failed" or not _pid_alive(pid):
+            reason = state.get("error") or "the process exited"
+            raise SgdsweepError(f"the local Dask cluster failed to start: {reason}\n"
+                                f"last lines of {log_path}:\n{_tail(log_path)}")
+        now = time.monotonic()
+        if state.get("phase", "spawned") != phase:
+            phase, phase_start = state.get("phase", "spawned"), now
+            if phase == "workers" and state.get("kernels_s") is not None:
+                log.info("simulation kernels ready in %.0f s; starting %d Dask workers", state["kernels_s"],
+                         workers)
+        if phase != "kernels" and now - phase_start > START_TIMEOUT_S:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+            raise SgdsweepError(f"the local Dask cluster did not start: {_PHASES[phase]} took more than "
+                                f"{START_TIMEOUT_S:.0f} s\nlast lines of {log_path}:\n{_tail(log_path)}")
+        if now - last_note >= PROGRESS_EVERY_S:
+            last_note = now
+            log.info("waiting for the local Dask cluster: %s (%.0f s so far)", _PHASES[phase], now - t0)
         time.sleep(0.1)
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
-    raise SgdsweepError(f"the local Dask cluster did not start within {START_TIMEOUT_S:.0f} s; "
-                        f"see {log_path}")
+
+
+#: What the daemon is doing in each phase it records, for the waiting job's progress lines.
+_PHASES = {
+    "spawned": "its process is starting",
+    "kernels": ("compiling or loading the simulation kernels (the first run of an installation compiles "
+                "them: 1-3 min on a busy 2-core machine; later runs load them from numba's cache)"),
+    "workers": "its scheduler and workers are starting",
+}
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    """The last ``lines`` lines of a text file, indented (or a note that it is empty/missing)."""
+    try:
+        text = Path(path).read_text(errors="replace").rstrip()
+    except OSError:
+        return "  (no log)"
+    return "\n".join("  " + line for line in text.splitlines()[-lines:]) if text else "  (empty)"
 
 
 def _run_cluster(cluster_dir: Path, run_id: str) -> dict[str, Any] | None:
@@ -175,7 +221,8 @@ def _spawn_daemon(cluster_dir: Path, run_id: str, workers: int, host: str) -> in
             [sys.executable, "-m", "sgdsweep", "cluster-daemon", "--state", str(cluster_dir / STATE_FILE),
              "--workers", str(workers), "--run-id", run_id, "--host", host],
             stdin=subprocess.DEVNULL, stdout=log_fh, stderr=log_fh, start_new_session=True)
-    atomic_write_text(cluster_dir / STATE_FILE, json.dumps({"pid": proc.pid, "run_id": run_id, "workers": workers}))
+    atomic_write_text(cluster_dir / STATE_FILE, json.dumps({"pid": proc.pid, "run_id": run_id, "workers": workers,
+                                                            "phase": "spawned"}))
     return proc.pid
 
 
@@ -216,9 +263,14 @@ def stop_shared_cluster(cluster_dir: Path, run_id: str) -> bool:
 
 
 def serve(state_path: Path, workers: int, run_id: str, host: str = "127.0.0.1") -> None:
-    """Run a local cluster until SIGTERM/SIGINT or until process ``run_id`` is gone."""
-    from distributed import LocalCluster
+    """Run a local cluster until SIGTERM/SIGINT or until process ``run_id`` is gone.
 
+    First the simulation kernels are compiled (or loaded from numba's cache) in this process, so
+    that the workers, which preload them (:mod:`sgdsweep.warmup`), find them cached and start in
+    seconds. Each phase is recorded in the state file (``phase``: ``kernels``, ``workers``, then
+    the scheduler's ``address``) for :func:`ensure_shared_cluster`; an exception is recorded as
+    ``phase: failed`` with its message before it propagates.
+    """
     stop = False
 
     def _stop(signum, frame):  # noqa: ANN001, ARG001
@@ -228,13 +280,32 @@ def serve(state_path: Path, workers: int, run_id: str, host: str = "127.0.0.1") 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     watch = _local_run_pid(run_id)
-    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host=host,
-                           scheduler_port=0, dashboard_address=f"{host}:0", silence_logs=logging.WARNING,
-                           preload=["sgdsweep.warmup"])
+    me = {"pid": os.getpid(), "run_id": run_id, "workers": workers}
+    try:
+        atomic_write_text(state_path, json.dumps({**me, "phase": "kernels"}))
+        t0 = time.monotonic()
+        from .warmup import warm
+
+        warm()
+        atomic_write_text(state_path, json.dumps({**me, "phase": "workers",
+                                                  "kernels_s": time.monotonic() - t0}))
+        if stop or (watch is not None and not _pid_alive(watch)):  # the run ended meanwhile
+            Path(state_path).unlink(missing_ok=True)
+            return
+        from distributed import LocalCluster
+
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host=host,
+                               scheduler_port=0, dashboard_address=f"{host}:0",
+                               silence_logs=logging.WARNING, preload=["sgdsweep.warmup"])
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            atomic_write_text(state_path, json.dumps({**me, "phase": "failed",
+                                                      "error": f"{type(exc).__name__}: {exc}"}))
+        raise
     try:
         atomic_write_text(state_path, json.dumps({
-            "address": cluster.scheduler_address, "dashboard": cluster.dashboard_link,
-            "pid": os.getpid(), "run_id": run_id, "workers": workers}))
+            **me, "phase": "ready", "address": cluster.scheduler_address,
+            "dashboard": cluster.dashboard_link}))
         while not stop and (watch is None or _pid_alive(watch)):
             time.sleep(0.25)
     finally:
@@ -301,6 +372,8 @@ def dask_client(execution: Mapping[str, Any], cluster_dir: Path) -> Iterator[Any
     if address is None and _local_run_pid(run) is not None:
         address = ensure_shared_cluster(cluster_dir, run, worker_count(execution), host)
     if address is not None:
+        if external:
+            probe_scheduler(address)
         try:
             client = Client(address, timeout="30s")
         except OSError as exc:
@@ -312,9 +385,55 @@ def dask_client(execution: Mapping[str, Any], cluster_dir: Path) -> Iterator[Any
                 _check_workers_import_sgdsweep(client, address)
             yield client
         return
+    from .warmup import warm
+
     workers = worker_count(execution)
+    log.info("compiling or loading the simulation kernels before starting %d Dask workers", workers)
+    warm()  # compiled here, before Dask's start: the workers' preload then loads them from the cache
     with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host=host,
                       scheduler_port=0, dashboard_address=f"{host}:0", silence_logs=logging.WARNING,
                       preload=["sgdsweep.warmup"]) as cluster, Client(cluster) as client:
         log.info("Dask dashboard: %s (private cluster, %d workers)", cluster.dashboard_link, workers)
         yield client
+
+
+#: Seconds a scheduler named by the user has to complete Dask's handshake.
+PROBE_TIMEOUT_S = 30.0
+
+
+def probe_scheduler(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+    """Check that ``address`` answers as a Dask scheduler within ``timeout_s`` seconds.
+
+    ``Client(address, timeout=...)`` bounds the TCP connect but not Dask's handshake: a listener
+    that is not Dask (a web server, say) accepts the connection and never answers, and the client
+    waits for ever. This sends the scheduler's ``identity`` request under one deadline.
+
+    Raises:
+        SgdsweepError: naming the address, when nothing listens there, it does not answer within
+            the deadline, or what answers is not a Dask scheduler.
+    """
+    import asyncio
+
+    from distributed.comm import connect
+
+    async def _identity() -> Any:
+        comm = await connect(address, timeout=timeout_s)
+        try:
+            await comm.write({"op": "identity", "reply": True})
+            return await comm.read()
+        finally:
+            comm.abort()
+
+    fix = f"check the address, or unset {SCHEDULER_ENV} / execution.scheduler to start a local cluster"
+    try:
+        reply = asyncio.run(asyncio.wait_for(_identity(), timeout_s))
+    except (asyncio.TimeoutError, TimeoutError):
+        raise SgdsweepError(f"no Dask scheduler answered at {address} within {timeout_s:.0f} s (nothing "
+                            f"listens there, or something that is not Dask does); {fix}") from None
+    except OSError as exc:
+        raise SgdsweepError(f"cannot connect to the Dask scheduler at {address} ({exc}); {fix}") from None
+    except Exception as exc:  # noqa: BLE001 - whatever the peer sent, it was not a scheduler's answer
+        raise SgdsweepError(f"{address} did not answer as a Dask scheduler ({type(exc).__name__}: {exc}); "
+                            f"{fix}") from None
+    if not (isinstance(reply, dict) and reply.get("type") == "Scheduler"):
+        raise SgdsweepError(f"{address} answered, but not as a Dask scheduler (got {str(reply)[:200]!r}); {fix}")

@@ -3,8 +3,9 @@
 The shard's points that already have a complete store are skipped (that is what makes an added
 axis value cost only the new points). The rest are grouped into tasks of up to
 ``execution.points_per_task`` points that share batch_size and steps (one vectorised kernel
-call each) and submitted to the cluster from :func:`sgdsweep.cluster.dask_client`. A progress
-line (points and replica-steps done, rate, time left) is logged as tasks finish. The receipt
+call each) and submitted to the cluster from :func:`sgdsweep.cluster.dask_client`. Progress
+(points and replica-steps done, rate, time left) goes to the terminal and the log as tasks finish
+(:mod:`sgdsweep.progress`). The receipt
 written at the end records what was simulated and how long it took.
 """
 
@@ -21,6 +22,7 @@ from typing import Any, Mapping, Sequence
 from .cluster import dask_client
 from .errors import SgdsweepError
 from .paths import atomic_write_text
+from .progress import HEARTBEAT_S, ShardProgress, verbosity
 from .store import complete_points, failed_marker, remove_stale_temporaries
 
 log = logging.getLogger("sgdsweep.execute")
@@ -58,9 +60,18 @@ def _cost(batch: Sequence[Mapping[str, Any]]) -> int:
     return sum(int(p["params"]["replicas"]) * int(p["params"]["steps"]) for p in batch)
 
 
-def _fmt_time(seconds: float) -> str:
-    seconds = max(0, int(round(seconds)))
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+def _collect(fut: Any, batch: Sequence[Mapping[str, Any]], points_dir: str) -> None:
+    """Re-raise a finished task's exception here, after marking its points as failed (``sgdsweep
+    plan`` reports them); clear the marks of points that succeeded."""
+    try:
+        fut.result()
+    except Exception as exc:
+        for p in batch:
+            atomic_write_text(failed_marker(points_dir, p["hash"]),
+                              json.dumps({"error": f"{type(exc).__name__}: {exc}"[:500]}))
+        raise
+    for p in batch:
+        failed_marker(points_dir, p["hash"]).unlink(missing_ok=True)
 
 
 def run_shard(spec_path: Path, receipt_path: Path, execution: Mapping[str, Any], cluster_dir: Path) -> dict:
@@ -83,10 +94,8 @@ def run_shard(spec_path: Path, receipt_path: Path, execution: Mapping[str, Any],
                  stale[0].name)
     batches = make_batches(todo, int(execution.get("points_per_task", 8)))
     total = sum(_cost(b) for b in batches)
-    done_steps = 0
-    done_points = 0
     if batches:
-        from distributed import as_completed
+        from distributed import wait
 
         with dask_client(execution, cluster_dir) as client:
             futures = {}
@@ -94,26 +103,20 @@ def run_shard(spec_path: Path, receipt_path: Path, execution: Mapping[str, Any],
                 fut = client.submit(simulate_task, batch, points_dir, retries=2, pure=False,
                                     key=f"simulate-{shard}-{i}-{uuid.uuid4().hex[:8]}")
                 futures[fut] = batch
-            t_sim = time.perf_counter()
-            for fut in as_completed(futures):
-                batch = futures[fut]
-                try:
-                    fut.result()  # re-raises a task's exception here
-                except Exception as exc:
-                    for p in batch:  # `sgdsweep plan` reports these as previously failed
-                        atomic_write_text(failed_marker(points_dir, p["hash"]),
-                                          json.dumps({"error": f"{type(exc).__name__}: {exc}"[:500]}))
-                    raise
-                for p in batch:
-                    failed_marker(points_dir, p["hash"]).unlink(missing_ok=True)
-                done_steps += _cost(batch)
-                done_points += len(batch)
-                elapsed = time.perf_counter() - t_sim
-                rate = done_steps / elapsed if elapsed > 0 else float("nan")
-                eta = (total - done_steps) / rate if rate > 0 else float("nan")
-                log.info("shard %s: %d/%d points done (%d stored before) | %.3g/%.3g replica-steps | "
-                         "%.3g replica-steps/s | %s elapsed, %s left", shard, done_points + n_cached,
-                         len(points), n_cached, done_steps, total, rate, _fmt_time(elapsed), _fmt_time(eta))
+            progress = ShardProgress(shard, len(points), n_cached, total, verbosity=verbosity())
+            pending = set(futures)
+            try:
+                while pending:
+                    try:
+                        done, pending = wait(pending, timeout=HEARTBEAT_S, return_when="FIRST_COMPLETED")
+                    except TimeoutError:  # none finished: say that the shard still runs
+                        progress.heartbeat()
+                        continue
+                    for fut in done:
+                        _collect(fut, futures[fut], points_dir)
+                        progress.advance(len(futures[fut]), _cost(futures[fut]))
+            finally:
+                progress.close()
     done = complete_points(points_dir, (p["hash"] for p in points))
     missing = [p["hash"] for p in points if p["hash"] not in done]
     if missing:

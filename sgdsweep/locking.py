@@ -73,3 +73,35 @@ def acquire(sweep_dir: Path) -> IO[str]:
                          "since": _dt.datetime.now().isoformat(timespec="seconds")}))
     fh.flush()
     return fh
+
+
+#: Environment variable: the descriptor of the sweep lock that ``sgdsweep run`` took and passed
+#: on to its Snakemake process (see :func:`acquire_or_inherit`).
+LOCK_FD_ENV = "SGDSWEEP_SWEEP_LOCK_FD"
+
+
+def acquire_or_inherit(sweep_dir: Path) -> IO[str] | int:
+    """The sweep's lock for a Snakemake process: inherited from ``sgdsweep run``, or taken here.
+
+    ``sgdsweep run`` takes the lock before anything else (so a second run is refused before it
+    starts a Dask cluster) and passes its descriptor to Snakemake in :data:`LOCK_FD_ENV`. Sharing
+    the open file shares the lock, so the lock lives as long as either process. A descriptor that
+    is not this sweep's lock file, or not open, is ignored and the lock is taken as usual.
+
+    Raises:
+        SweepLocked: another live process holds it.
+    """
+    fd_text = os.environ.get(LOCK_FD_ENV, "")
+    if fd_text.isdigit():
+        fd = int(fd_text)
+        try:
+            same = os.path.samestat(os.fstat(fd), os.stat(Path(sweep_dir) / LOCK_NAME))
+        except OSError:
+            same = False
+        if same:
+            try:  # succeeds at once when this open file already holds the lock
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return fd
+            except OSError:
+                pass
+    return acquire(sweep_dir)

@@ -21,7 +21,7 @@ try:
     scheduler_address(SWEEP.config["execution"])  # a bad SGDSWEEP_SCHEDULER fails here, before any job
     if workflow.is_main_process:
         # One run per sweep: a kernel lock that dies with this process (never stale after kill -9).
-        _SWEEP_LOCK = locking.acquire(SWEEP.directory)
+        _SWEEP_LOCK = locking.acquire_or_inherit(SWEEP.directory)
         # Holding it proves no live run owns this sweep: drop what a killed run left behind.
         clear_stale_state(os.getcwd(), SWEEP.directory)
         print(format_explanation(SWEEP, explain(SWEEP), max_lines=20), file=sys.stderr)
