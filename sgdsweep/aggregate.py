@@ -8,15 +8,23 @@ and dimension ``replica`` for per-replica values. Measured values sit next to th
 
 Points are read one at a time (only scalars and per-replica vectors are kept in memory), their
 arrays straight from their chunk files where the layout allows (:func:`read_point_arrays`).
+
+Integrity: every chunk of the ensemble ends with its CRC-32C (Zarr's ``crc32c`` codec, after
+``zstd``), which Zarr checks on every read, also when the ensemble is opened with plain xarray;
+every chunk is written, even one that holds only the fill value (``write_empty_chunks``), so
+:func:`check_ensemble` can tell a deleted chunk file from an empty one. :func:`load_ensemble` and
+:func:`open_ensemble` run that check and name the array (and chunk) that fails it.
 """
 
 from __future__ import annotations
 
 import functools
+import glob
 import json
 import math
 import os
 import shutil
+import time
 import uuid
 import warnings
 import zipfile
@@ -25,6 +33,7 @@ from typing import Any
 
 import numpy as np
 import xarray as xr
+import zarr
 
 from . import store
 from .errors import StoreError
@@ -34,8 +43,8 @@ from .provenance import provenance
 #: and losses are in the model's own units (label units for regression); times in SGD steps.
 VARIABLES: dict[str, tuple[str, str, str]] = {
     "weight_var": ("weight variance", "weight²",
-                   "mean per-coordinate stationary variance Tr E[(w-w*)(w-w*)ᵀ]/d after burn-in (around each "
-                   "replica's own time mean when minima form a manifold), averaged over time and non-diverged replicas"),
+                   ("mean per-coordinate stationary variance Tr E[(w-w*)(w-w*)ᵀ]/d after burn-in (around each "
+                   "replica's own time mean when minima form a manifold), averaged over time and non-diverged replicas")),
     "weight_var_se": ("standard error of weight_var", "weight²",
                       "standard error from the spread of independent replicas' time averages"),
     "weight_var_theory": ("predicted weight variance", "weight²", "Tr(Σ)/d of the theory named in 'formula'"),
@@ -46,8 +55,8 @@ VARIABLES: dict[str, tuple[str, str, str]] = {
     "test_loss_se": ("standard error of test_loss", "loss", "standard error from the spread of replicas"),
     "test_loss_theory": ("predicted test loss", "loss", "stationary E[test loss] of the theory named in 'formula'"),
     "loss_autocorr_time": ("integrated autocorrelation time of the loss", "steps",
-                           "τ_int = 1 + 2Σρ(m) with Sokal's window, per replica, averaged; the effective number of "
-                           "samples of a replica is measured_steps/τ_int"),
+                           ("τ_int = 1 + 2Σρ(m) with Sokal's window, per replica, averaged; the effective number of "
+                           "samples of a replica is measured_steps/τ_int")),
     "loss_autocorr_time_se": ("standard error of loss_autocorr_time", "steps", "spread of replicas"),
     "loss_autocorr_truncated": ("replicas with truncated autocorrelation window", "1",
                                 "replicas whose τ_int is only a lower bound (stored lags too short)"),
@@ -56,17 +65,17 @@ VARIABLES: dict[str, tuple[str, str, str]] = {
     "fdr_residual_se": ("standard error of fdr_residual", "1",
                         "delete-a-group jackknife over the replicas (32 groups at most)"),
     "fdr_residual_theory": ("predicted fluctuation–dissipation residual", "1",
-                            "the residual the papers' relation must leave at the exact stationary Σ_WW: "
-                            "‖λE[Σxx⁽ⁿ⁾Σ_WWΣxx⁽ⁿ⁾]‖/‖λD(0)‖"),
+                            ("the residual the papers' relation must leave at the exact stationary Σ_WW: "
+                            "‖λE[Σxx⁽ⁿ⁾Σ_WWΣxx⁽ⁿ⁾]‖/‖λD(0)‖")),
     "q_ratio": ("antisymmetric ratio", "1", "max|Q|/max|D_sym|, Q = (ΣxxΣ_WW − Σ_WWΣxx)/2, D_sym its symmetric partner"),
     "fdr_fourier_mismatch": ("Fourier mismatch of the FDR", "1",
-                             "max over k_x of the difference between the normalised Fourier profiles "
+                             ("max over k_x of the difference between the normalised Fourier profiles "
                              "|Â(k_x,0)|/|Â(0,0)| of ΣxxΣ_WW + Σ_WWΣxx and of D(0), the inputs seen as image "
-                             "pixels (Han et al. 2021 Fig. 2)"),
+                             "pixels (Han et al. 2021 Fig. 2)")),
     "noise_whiteness": ("gradient-noise whiteness", "1", "max over lags m ≠ 0 of ‖D(m)‖/‖D(0)‖"),
     "joint_eigenvalue": ("joint fluctuation eigenvalue", "weight²",
-                         "mean eigenvalue of the joint (W1, W2) covariance projected on the range of Γ (the "
-                         "N_o·N_i stiff directions of the loss Hessian at the replica's mean weights; two_layer)"),
+                         ("mean eigenvalue of the joint (W1, W2) covariance projected on the range of Γ (the "
+                         "N_o·N_i stiff directions of the loss Hessian at the replica's mean weights; two_layer)")),
     "joint_eigenvalue_se": ("standard error of joint_eigenvalue", "weight²", "spread of replicas"),
     "joint_eigenvalue_theory": ("predicted joint eigenvalue", "weight²", "λ⟨r²⟩/(2S) (physics.md §4)"),
     "joint_anisotropy": ("joint anisotropy", "1",
@@ -78,8 +87,8 @@ VARIABLES: dict[str, tuple[str, str, str]] = {
     "escape_censored": ("censored replicas", "1", "replicas that did not escape within steps (kept as censored)"),
     "escape_time_theory_arrhenius": ("Kramers escape time", "steps", "Arrhenius/Kramers law (physics.md §6)"),
     "escape_time_theory_powerlaw": ("power-law escape time", "steps", "Mori's state-dependent law (physics.md §6)"),
-    "diverged": ("diverged", "1", "True if any replica of the point diverged (|w−w*|² beyond the bound "
-                 "or not finite); such replicas are excluded from every average"),
+    "diverged": ("diverged", "1", ("True if any replica of the point diverged (|w−w*|² beyond the bound "
+                 "or not finite); such replicas are excluded from every average")),
     "diverged_replicas": ("diverged replicas", "1", "number of replicas that diverged"),
     "burn_in": ("burn-in", "steps", "updates discarded before measuring"),
     "measured_steps": ("measured steps", "steps", "updates averaged per replica after burn-in"),
@@ -93,12 +102,12 @@ VARIABLES: dict[str, tuple[str, str, str]] = {
     "diverged_step": ("divergence step", "steps", "step at which the replica diverged; -1 if it did not"),
     "escape_step": ("escape step", "steps", "step at which the replica escaped; -1 if censored (did not escape)"),
     "escape_time_replica": ("escape time per replica", "steps",
-                            "SGD steps until the replica escaped, or the cap (steps) when censored (escape_step = -1); "
-                            "NaN for diverged replicas"),
+                            ("SGD steps until the replica escaped, or the cap (steps) when censored (escape_step = -1); "
+                            "NaN for diverged replicas")),
     # per mode
     "weight_cov_eigenvalues": ("weight covariance eigenvalues", "weight²",
-                               "eigenvalues of the stationary weight covariance, descending (per replica and "
-                               "averaged when minima form a manifold)"),
+                               ("eigenvalues of the stationary weight covariance, descending (per replica and "
+                               "averaged when minima form a manifold)")),
     "weight_cov_eigenvalues_theory": ("predicted covariance eigenvalues", "weight²", "eigenvalues of the theory's Σ"),
     "weight_cov_eigenvalues_theory_continuous": (
         "continuous-time covariance eigenvalues", "weight²",
@@ -107,15 +116,15 @@ VARIABLES: dict[str, tuple[str, str, str]] = {
         "detailed-balance covariance eigenvalues", "weight²",
         "eigenvalues of (λ/2)H⁻¹C (Gross 2024 Eq. 2.33), exact only when H and C commute"),
     "q_eigenvalues": ("|eig Q| measured", "gradient²",
-                      "singular values of Q = (HM − MH)(1−μ)/λ from the measured second moment M (the antisymmetric "
-                      "part of HM = (λ/2)(C + Q), Gross 2024 Eq. 2.30), descending, in pairs"),
+                      ("singular values of Q = (HM − MH)(1−μ)/λ from the measured second moment M (the antisymmetric "
+                      "part of HM = (λ/2)(C + Q), Gross 2024 Eq. 2.30), descending, in pairs")),
     "q_eigenvalues_theory": ("|eig Q| of the exact theory", "gradient²",
                              "the same estimator applied to the exact stationary second moment"),
     "q_eigenvalues_theory_continuous": ("|eig Q| of the continuous theory", "gradient²",
                                         "Q_ij = (ω_i − ω_j)/(ω_i + ω_j)(VᵀCV)_ij (Gross 2024 Eq. 2.31)"),
     "weight_var_theory_continuous": ("continuous-time weight variance", "weight²",
-                                     "Tr M / d with HM + MH = λC (leading order in λ; misses the discrete "
-                                     "2/(2 − λω) and the multiplicative noise)"),
+                                     ("Tr M / d with HM + MH = λC (leading order in λ; misses the discrete "
+                                     "2/(2 − λω) and the multiplicative noise)")),
     "mode_curvature": ("loss curvature along covariance modes", "loss/weight²",
                        "vᵢᵀ H vᵢ for the covariance eigenvectors vᵢ, H the loss Hessian at the replica's mean weights"),
     "mode_curvature_theory": ("loss curvature along the theory's covariance modes", "loss/weight²",
@@ -175,13 +184,13 @@ INT_SCALARS = ("diverged_replicas", "burn_in", "measured_steps", "escape_censore
 #: Per-layer vectors (one value per eigenmode of a layer's covariance): prefix → (long name, units, description).
 LAYER_VECTORS = {
     "layer_cov_eigenvalues_": ("covariance eigenvalues of {layer}", "weight²",
-                               "eigenvalues of the stationary covariance of the weights of {layer} alone, descending, "
+                               ("eigenvalues of the stationary covariance of the weights of {layer} alone, descending, "
                                "per replica around its own mean, averaged over replicas; when the minima form a "
                                "manifold (two_layer) the covariance is first projected on the Hessian's range, so "
-                               "drift along flat directions is not counted"),
+                               "drift along flat directions is not counted")),
     "layer_mode_curvature_": ("loss curvature along the covariance modes of {layer}", "loss/weight²",
-                              "vᵢᵀ H vᵢ for the eigenvectors vᵢ of {layer}'s covariance (descending eigenvalue), H the "
-                              "Hessian block of {layer} at the replica's mean weights, averaged over replicas"),
+                              ("vᵢᵀ H vᵢ for the eigenvectors vᵢ of {layer}'s covariance (descending eigenvalue), H the "
+                              "Hessian block of {layer} at the replica's mean weights, averaged over replicas")),
 }
 
 
@@ -343,8 +352,8 @@ def build_ensemble(sweep_spec: dict[str, Any]) -> xr.Dataset:
             formulas.setdefault(k, set()).add(v)
         for k, v in summary.get("theory_reasons", {}).items():
             reasons.setdefault(k, set()).add(v)
-        for c in coords:
-            coords[c].append(attrs["params"].get(c))
+        for c, values in coords.items():
+            values.append(attrs["params"].get(c))
         seconds.append(attrs.get("simulation_seconds", np.nan))
         arrays = read_point_arrays(path, [*REPLICA_ARRAYS, *VECTOR_ARRAYS, *([] if lag_values is not None else ["lag"])],
                                    prefixes=("singular_values_", *LAYER_VECTORS))
@@ -430,15 +439,34 @@ def build_ensemble(sweep_spec: dict[str, Any]) -> xr.Dataset:
     return ds
 
 
+#: Codecs after the ``bytes`` serialiser of every ensemble array: zstd (Zarr's default) and
+#: the CRC-32C of the compressed chunk, which Zarr verifies whenever it reads the chunk.
+ENSEMBLE_COMPRESSORS = (zarr.codecs.ZstdCodec(level=0), zarr.codecs.Crc32cCodec())
+#: Name patterns of what a killed :func:`write_ensemble` leaves beside ``<name>``.
+_TEMPORARY_TAGS = (".tmp-", ".old-")
+
+
 def write_ensemble(ds: xr.Dataset, path: str | Path) -> None:
-    """Write ``ds`` to ``path`` (Zarr format 3, consolidated) atomically, replacing any old one."""
+    """Write ``ds`` to ``path`` (Zarr format 3, consolidated) atomically, replacing any old one.
+
+    The new ensemble is written whole into ``.<name>.tmp-*`` beside ``path`` and renamed into
+    place; an existing ensemble is kept until then. Every chunk is written with its CRC-32C
+    (:data:`ENSEMBLE_COMPRESSORS`), empty ones too. What killed writes left beside ``path``
+    (``.<name>.tmp-*``, ``.<name>.old-*``) is removed: before writing, what is older than
+    :data:`sgdsweep.store.STALE_TEMPORARY_SECONDS` (a younger one may be another write in
+    progress), and, once the new ensemble is in place, whatever its age.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_orphan_temporaries(path, older_than=store.STALE_TEMPORARY_SECONDS)
     tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+    ds = ds.drop_encoding()
+    encoding = {name: {"compressors": ENSEMBLE_COMPRESSORS} for name in ds.variables}
     try:
         with warnings.catch_warnings():  # consolidated metadata: not in the v3 spec, read by xarray
             warnings.filterwarnings("ignore", message="Consolidated metadata", category=UserWarning)
-            ds.to_zarr(tmp, mode="w", zarr_format=3, consolidated=True)
+            ds.to_zarr(tmp, mode="w", zarr_format=3, consolidated=True, encoding=encoding,
+                       write_empty_chunks=True)
         old = None
         if path.exists():
             old = path.with_name(f".{path.name}.old-{uuid.uuid4().hex[:8]}")
@@ -449,16 +477,88 @@ def write_ensemble(ds: xr.Dataset, path: str | Path) -> None:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+    remove_orphan_temporaries(path, older_than=0.0)
+
+
+def remove_orphan_temporaries(path: str | Path, older_than: float) -> list[Path]:
+    """Remove the temporaries of :func:`write_ensemble` beside ``path`` (``.<name>.tmp-*``,
+    ``.<name>.old-*``) last modified ``older_than`` seconds ago or earlier; return them."""
+    path = Path(path)
+    cutoff = time.time() - older_than
+    removed = []
+    for tag in _TEMPORARY_TAGS:
+        for leftover in path.parent.glob(f".{glob.escape(path.name)}{tag}*"):
+            try:
+                if leftover.lstat().st_mtime > cutoff:
+                    continue
+                if leftover.is_dir() and not leftover.is_symlink():
+                    shutil.rmtree(leftover)
+                else:
+                    leftover.unlink()
+            except FileNotFoundError:  # removed meanwhile
+                continue
+            removed.append(leftover)
+    return removed
+
+
+def check_ensemble(path: str | Path) -> None:
+    """Check that every array of the ensemble at ``path`` has all its chunks in the store.
+
+    Zarr reads a missing chunk as the fill value (NaN), silently; :func:`write_ensemble` writes
+    every chunk, so one missing is a lost file. Cost: one listing of each array's chunks (the
+    chunks' CRC-32C is checked by Zarr when they are read).
+
+    Raises:
+        StoreError: naming the array and how many of its chunks are missing.
+    """
+    try:
+        group = zarr.open_group(str(path), mode="r")
+        arrays = list(group.arrays())
+    except (OSError, ValueError, KeyError) as exc:
+        raise StoreError(f"ensemble {path} is unreadable ({exc}); delete it and rerun the workflow "
+                         "(the aggregate step rebuilds it from the point stores)") from None
+    for name, arr in arrays:
+        present = arr.nchunks_initialized
+        if present < arr.nchunks:
+            raise StoreError(f"ensemble {path}: array '{name}' has {arr.nchunks - present} of its "
+                             f"{arr.nchunks} chunk file(s) missing under {Path(path) / name}; delete the "
+                             "ensemble and rerun the workflow (the aggregate step rebuilds it from the "
+                             "point stores)")
+
+
+def _damaged_chunk(path: str | Path) -> str:
+    """Where the ensemble at ``path`` fails to read: ``array 'x' chunk (i, ...)`` and Zarr's
+    error, for the first chunk that does (called after a read failed, so its cost is moot)."""
+    group = zarr.open_group(str(path), mode="r")
+    for name, arr in group.arrays():
+        for coords in np.ndindex(*arr.cdata_shape):
+            try:
+                arr.get_block_selection(coords)
+            except Exception as exc:  # noqa: BLE001 - Zarr's codecs raise several types
+                return f"array '{name}' chunk {coords} under {Path(path) / name} ({exc})"
+    return "no single chunk fails on its own"
 
 
 def load_ensemble(path: str | Path) -> xr.Dataset:
     """The whole ensemble read into memory as NumPy arrays (the fits and the report use all of
-    it: opening it without Dask chunks skips building and computing a task graph)."""
-    return xr.open_zarr(path, chunks=None).load()
+    it: opening it without Dask chunks skips building and computing a task graph).
+
+    Raises:
+        StoreError: a chunk is missing (:func:`check_ensemble`) or fails its CRC-32C, naming it.
+    """
+    check_ensemble(path)
+    try:
+        return xr.open_zarr(path, chunks=None).load()
+    except ValueError as exc:  # Zarr: "Stored and computed checksum do not match", or a bad chunk
+        raise StoreError(f"ensemble {path} is damaged: {_damaged_chunk(path)}; delete it and rerun "
+                         "the workflow (the aggregate step rebuilds it from the point stores)") from exc
 
 
 def open_ensemble(path: str | Path, grid: bool = False) -> xr.Dataset:
-    """Open an ensemble; with ``grid=True`` unstack ``point`` into the swept axes."""
+    """Open an ensemble lazily (its chunks listed first: :func:`check_ensemble`; each chunk's
+    CRC-32C is checked by Zarr when it is read); with ``grid=True`` unstack ``point`` into the
+    swept axes."""
+    check_ensemble(path)
     ds = xr.open_zarr(path)
     if not grid:
         return ds

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
 import zipfile
 
 import numpy as np
 import pytest
 import xarray as xr
 import zarr
+from conftest import as_directory_store
 from zarr.codecs import BytesCodec
 
 from sgdsweep import aggregate, store
 from sgdsweep.errors import StoreError
-
-from conftest import as_directory_store
 
 
 def _point(tmp_path, name="p0"):
@@ -133,3 +133,78 @@ def test_ensemble_equals_the_zarr_read(tmp_path, monkeypatch):
     assert list(fast.data_vars) == list(slow.data_vars)
     assert fast.sizes["replica"] == 5 and fast["diverged_step"].dtype == np.int64
     assert list(fast["lag"].values) == [1, 2]
+
+
+def _ensemble(tmp_path):
+    """An ensemble written by write_ensemble (one variable all NaN, the fill value); its path and dataset."""
+    ds = aggregate.build_ensemble(_sweep(tmp_path / "points"))
+    ds["all_fill"] = ("point", np.full(ds.sizes["point"], np.nan))
+    path = tmp_path / "ensemble.zarr"
+    aggregate.write_ensemble(ds, path)
+    return path, ds
+
+
+def _chunk_files(path, name):
+    return sorted(p for p in (path / name).rglob("*") if p.is_file() and p.name != "zarr.json")
+
+
+def test_ensemble_chunks_carry_checksums_and_all_exist(tmp_path):
+    """Every array's chunks end with Zarr's CRC-32C, and every chunk is written (an all-NaN one
+    too), so the chunk listing can tell a lost chunk file from an empty one."""
+    path, ds = _ensemble(tmp_path)
+    group = zarr.open_group(str(path), mode="r")
+    for name, arr in group.arrays():
+        assert [c.to_dict()["name"] for c in arr.compressors] == ["zstd", "crc32c"], name
+        assert arr.nchunks_initialized == arr.nchunks, name
+    assert _chunk_files(path, "all_fill")
+    got = aggregate.load_ensemble(path)
+    xr.testing.assert_identical(got.drop_encoding(), ds)
+    assert aggregate.open_ensemble(path)["weight_var"].shape == (3,)
+
+
+def test_missing_ensemble_chunk_is_refused_naming_it(tmp_path):
+    """A deleted chunk file reads as NaN through Zarr; load_ensemble and open_ensemble refuse it,
+    naming the array and its directory."""
+    path, _ = _ensemble(tmp_path)
+    for chunk in _chunk_files(path, "weight_var"):
+        chunk.unlink()
+    assert np.isnan(xr.open_zarr(path).load()["weight_var"].values).all()  # what Zarr alone gives
+    for read in (aggregate.load_ensemble, aggregate.open_ensemble):
+        with pytest.raises(StoreError, match=rf"array 'weight_var' has 1 of its 1 chunk.*{path / 'weight_var'}"):
+            read(path)
+
+
+def test_damaged_ensemble_chunk_is_refused_naming_it(tmp_path):
+    """A flipped byte in a chunk fails its CRC-32C on every read (plain xarray too); load_ensemble
+    names the array and the chunk."""
+    path, _ = _ensemble(tmp_path)
+    (chunk,) = _chunk_files(path, "weight_var")
+    raw = bytearray(chunk.read_bytes())
+    raw[len(raw) // 2] ^= 1
+    chunk.write_bytes(bytes(raw))
+    with pytest.raises(ValueError, match="checksum"):
+        xr.open_zarr(path).load()
+    with pytest.raises(StoreError, match=rf"damaged: array 'weight_var' chunk \(0,\) under {path / 'weight_var'}"):
+        aggregate.load_ensemble(path)
+
+
+def test_ensemble_write_keeps_the_old_one_until_the_new_is_complete(tmp_path):
+    """A write that fails leaves the previous ensemble as it was; what killed writes left beside
+    it goes: an old temporary before writing, a young one once a new ensemble is in place."""
+    path, ds = _ensemble(tmp_path)
+    before = {p: p.read_bytes() for p in path.rglob("*") if p.is_file()}
+    old_tmp, young_tmp, old_swap = (tmp_path / f".ensemble.zarr.{tag}" for tag in ("tmp-0badf00d", "tmp-live0001",
+                                                                                    "old-0badf00d"))
+    for leftover in (old_tmp, young_tmp, old_swap):
+        leftover.mkdir()
+        (leftover / "zarr.json").write_text("{}")
+    past = (tmp_path / "ensemble.zarr").stat().st_mtime - store.STALE_TEMPORARY_SECONDS - 60
+    for leftover in (old_tmp, old_swap):
+        os.utime(leftover, (past, past))
+    bad = ds.assign(unwritable=("point", np.array([{"a": 1}] * ds.sizes["point"], dtype=object)))
+    with pytest.raises(Exception):  # noqa: B017 - whatever xarray/Zarr raise for an object array
+        aggregate.write_ensemble(bad, path)
+    assert {p: p.read_bytes() for p in path.rglob("*") if p.is_file()} == before
+    assert not old_tmp.exists() and not old_swap.exists() and young_tmp.exists()
+    aggregate.write_ensemble(ds, path)
+    assert sorted(os.listdir(tmp_path)) == ["ensemble.zarr", "points"]
