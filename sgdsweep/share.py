@@ -21,13 +21,12 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import logging
 import os
-import re
 import shutil
 import tempfile
 import uuid
 import zipfile
-from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -35,11 +34,20 @@ from typing import Any
 import yaml
 
 from . import store
-from .errors import SgdsweepError, UsageError
+from .errors import UsageError
+from .share_verify import (
+    COMMENT_PREFIX,
+    MANIFEST,
+    SCHEMA_VERSION,
+    ShareError,
+    member_blocks,
+    open_export,
+    verified,
+)
 
-SCHEMA_VERSION = "sgdsweep-export/1"
-MANIFEST = "sgdsweep-manifest.json"
-COMMENT_PREFIX = b"sgdsweep-manifest-sha256="
+__all__ = ["COMMENT_PREFIX", "MANIFEST", "SCHEMA_VERSION", "ShareError", "export_sweep",
+           "import_sweep", "merge_exports", "verify"]
+log = logging.getLogger(__name__)
 
 README = """sgdsweep export of sweep '{sweep}'
 ====================================
@@ -60,12 +68,6 @@ Use it:            sgdsweep import {name}   (places the sweep under results/{swe
 
 {manifest} lists the SHA-256 of every member, the resolved configuration and the provenance.
 """
-
-
-class ShareError(SgdsweepError):
-    """An export file is missing, truncated, tampered with or incompatible."""
-
-    exit_code = 2
 
 
 def _sha256_bytes(data: bytes) -> str:
@@ -215,129 +217,111 @@ def _point_members(points_dir: Path, hashes: list[str]) -> Iterable[tuple[str, b
 
 
 def verify(src: str | Path) -> dict[str, Any]:
-    """Check an export: zip integrity, manifest checksum, schema version, every member's SHA-256.
+    """Check an export (:mod:`sgdsweep.share_verify`): the zip and its entries, the sizes they
+    declare, the manifest's checksum, version and content (its config a sweep of its own name
+    and points), and every member's SHA-256, streamed.
 
     Returns:
         The manifest.
 
     Raises:
-        ShareError: naming what is wrong (truncated, tampered member, missing or extra member, …).
+        ShareError: naming what is wrong (truncated, tampered member, missing or extra member, a
+            crafted name, size or config, …).
     """
     with tempfile.TemporaryDirectory() as tmp:
         path = _download(str(src), Path(tmp))
-        try:
-            zf = zipfile.ZipFile(path)
-        except zipfile.BadZipFile as exc:
-            raise ShareError(f"{src} is not a complete zip file (truncated or corrupted: {exc})") from None
-        with zf:
-            names = zf.namelist()
-            repeated = sorted(n for n, count in Counter(names).items() if count > 1)
-            if repeated:  # zipfile reads the last entry of a name; other tools the first
-                raise ShareError(f"{src}: member {repeated[0]!r} is in the file twice (added after export)")
-            if MANIFEST not in names:
-                raise ShareError(f"{src} has no {MANIFEST}: it is not an sgdsweep export")
-            try:
-                text = zf.read(MANIFEST)
-            except (zipfile.BadZipFile, OSError) as exc:
-                raise ShareError(f"{src}: the manifest is unreadable ({exc})") from None
-            if zf.comment != COMMENT_PREFIX + _sha256_bytes(text).encode():
-                raise ShareError(f"{src}: {MANIFEST} does not match the checksum in the zip comment "
-                                 "(the manifest was changed)")
-            try:
-                manifest = json.loads(text)
-            except ValueError as exc:
-                raise ShareError(f"{src}: the manifest is not valid JSON ({exc})") from None
-            version = manifest.get("schema_version") if isinstance(manifest, dict) else None
-            if version != SCHEMA_VERSION:
-                raise ShareError(f"{src}: schema version {version!r}; this sgdsweep reads {SCHEMA_VERSION!r}")
-            _check_manifest(manifest, src)
-            listed = manifest["members"]
-            extra = sorted(set(names) - set(listed) - {MANIFEST})
-            if extra:
-                raise ShareError(f"{src}: member {extra[0]!r} is not listed in the manifest (added after export)")
-            for name, entry in listed.items():
-                if name not in names:
-                    raise ShareError(f"{src}: member {name!r} listed in the manifest is missing")
-                try:
-                    data = zf.read(name)
-                except (zipfile.BadZipFile, OSError, EOFError) as exc:
-                    raise ShareError(f"{src}: member {name!r} is unreadable ({exc}); the file is truncated "
-                                     "or corrupted") from None
-                if len(data) != entry["size"] or _sha256_bytes(data) != entry["sha256"]:
-                    raise ShareError(f"{src}: member {name!r} does not match its SHA-256 in the manifest "
-                                     "(the file was modified or corrupted)")
-    return manifest
-
-
-def _check_manifest(manifest: dict[str, Any], src: str | Path) -> None:
-    """Raise :class:`ShareError` unless the manifest lists its members (name → SHA-256 and size),
-    config and points, and names a sweep as the config schema allows one (letters, digits,
-    ``_ . -``: a name that stays inside a results directory)."""
-    from .schema import load_schema
-
-    members = manifest.get("members")
-    if not (isinstance(members, dict) and isinstance(manifest.get("config"), dict)
-            and isinstance(manifest.get("points"), list)
-            and all(isinstance(e, dict) and isinstance(e.get("sha256"), str) and isinstance(e.get("size"), int)
-                    for e in members.values())):
-        raise ShareError(f"{src}: the manifest lacks its members, config or points (a damaged or crafted file)")
-    pattern = load_schema()["properties"]["sweep"]["pattern"]
-    if not isinstance(manifest.get("sweep"), str) or not re.match(pattern, manifest["sweep"]):
-        raise ShareError(f"{src}: the manifest's sweep name {manifest.get('sweep')!r} is not a sweep name "
-                         f"(allowed: {pattern}); an import would place it outside the results directory")
+        with open_export(path, src) as zf:
+            return verified(zf, path.stat().st_size, src)
 
 
 def import_sweep(src: str | Path, results_dir: str | Path = "results") -> Path:
     """Verify an export and place it as ``<results_dir>/<sweep>/`` (never over an existing sweep).
 
-    Writes the ensemble, fits, point stores and ``config.yaml`` (the resolved config with
-    ``results_dir`` pointing here), so that ``sgdsweep run <results_dir>/<sweep>/config.yaml``
-    re-runs fits and report and simulates nothing.
+    Writes the ensemble, fits, point stores and ``config.yaml``: the export's config with
+    ``results_dir`` the absolute path of ``results_dir`` (so that it names this directory from
+    any working directory) and without an ``execution`` section (it describes the machine that
+    ran the sweep; this machine's defaults apply), so that ``sgdsweep run
+    <results_dir>/<sweep>/config.yaml`` re-runs fits and report and simulates nothing. The
+    members are copied from the same local copy of the file that was verified, in blocks,
+    hashed again as they stream, into a staging directory renamed to ``<sweep>`` only once all
+    is placed (and removed otherwise): a failed import writes nothing.
     """
-    manifest = verify(src)
     results_dir = Path(results_dir)
-    target = results_dir / manifest["sweep"]
-    if target.exists() or target.is_symlink():
-        raise UsageError(f"{target} already exists; sgdsweep never overwrites results. Remove it, or "
-                         "import elsewhere with --results-dir DIR")
-    try:
-        results_dir.mkdir(parents=True, exist_ok=True)
-    except (FileExistsError, NotADirectoryError):
-        raise UsageError(f"results directory {results_dir} is not a directory (a file is there, or in its "
-                         "path); import elsewhere with --results-dir DIR") from None
-    staging = results_dir / f".import-{uuid.uuid4().hex[:8]}"
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            path = _download(str(src), Path(tmp))
-            with zipfile.ZipFile(path) as zf:
-                point_keys: dict[str, list[str]] = {}  # point hash → its store's members
-                for name in manifest["members"]:
-                    if name in ("README.txt", "fits.json"):
-                        continue
-                    rel = Path(name)
-                    if rel.is_absolute() or ".." in rel.parts:
-                        raise ShareError(f"{src}: member {name!r} would escape the results directory")
-                    if rel.parts[0] == "points" and len(rel.parts) > 2 and rel.parts[1].endswith(".zarr"):
-                        point_keys.setdefault(rel.parts[1][:-len(".zarr")], []).append(name)
-                        continue
-                    out = staging / (rel if rel.parts[0] == "points" else Path("ensemble.zarr") / rel)
-                    out.parent.mkdir(parents=True, exist_ok=True)
-                    out.write_bytes(zf.read(name))
-                for h, names in point_keys.items():  # each point as one zip store
-                    prefix = f"points/{h}.zarr/"
-                    store.place_point(store.point_path(staging / "points", h),
-                                      {name[len(prefix):]: zf.read(name) for name in names})
-                (staging / "fits.json").write_bytes(zf.read("fits.json"))
-        config = dict(manifest["config"])
-        config["results_dir"] = str(results_dir)
-        (staging / "config.yaml").write_text(
-            "# Resolved configuration of an imported sweep (sgdsweep import)\n"
-            + yaml.safe_dump(config, sort_keys=False))
-        os.rename(staging, target)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = _download(str(src), Path(tmp))
+        with open_export(path, src) as zf:
+            manifest = verified(zf, path.stat().st_size, src)
+            target = results_dir / manifest["sweep"]
+            if target.exists() or target.is_symlink():
+                raise UsageError(f"{target} already exists; sgdsweep never overwrites results. "
+                                 "Remove it, or import elsewhere with --results-dir DIR")
+            try:
+                results_dir.mkdir(parents=True, exist_ok=True)
+            except (FileExistsError, NotADirectoryError):
+                raise UsageError(f"results directory {results_dir} is not a directory (a file is "
+                                 "there, or in its path); import elsewhere with --results-dir DIR"
+                                 ) from None
+            staging = results_dir / f".import-{uuid.uuid4().hex[:8]}"
+            try:
+                _extract(zf, manifest, staging, src)
+                config = _imported_config(manifest["config"], results_dir)
+                (staging / "config.yaml").write_text(config)
+                os.rename(staging, target)
+            finally:
+                if staging.exists():
+                    shutil.rmtree(staging, ignore_errors=True)
+    if "execution" in manifest["config"]:
+        log.warning("the export's execution section %s was not imported: it describes the machine "
+                    "that ran the sweep, not the data; this machine's defaults apply (set "
+                    "execution in %s to choose others)", json.dumps(manifest["config"]["execution"]),
+                    target / "config.yaml")
     return target
+
+
+def _imported_config(config: dict[str, Any], results_dir: Path) -> str:
+    """``config.yaml`` of an imported sweep: the export's ``config`` without ``execution``, its
+    ``results_dir`` the absolute ``results_dir``."""
+    config = {k: v for k, v in config.items() if k != "execution"}
+    config["results_dir"] = str(results_dir.absolute())
+    return ("# Resolved configuration of an imported sweep (sgdsweep import). The export's\n"
+            "# execution settings, if any, were not imported: add an execution section to choose\n"
+            "# this machine's.\n"
+            + yaml.safe_dump(config, sort_keys=False))
+
+
+def _extract(zf: zipfile.ZipFile, manifest: dict[str, Any], staging: Path, src: str | Path) -> None:
+    """Copy a verified export's members into ``staging`` (a new directory): ``fits.json``, the
+    ensemble's keys under ``ensemble.zarr/``, and each point's keys as its zip store
+    ``points/<hash>.zarr.zip`` (checked complete); each member streamed and hashed
+    (:func:`member_blocks`), no file written over another."""
+    members = manifest["members"]
+    stores: dict[str, list[str]] = {}
+    for name, entry in members.items():
+        if name in ("README.txt", MANIFEST):
+            continue
+        if name.startswith("points/"):  # points/<hash>.zarr/<key>, as verify checked
+            stores.setdefault(name.split("/")[1][:-len(".zarr")], []).append(name)
+            continue
+        out = staging / (name if name == "fits.json" else f"ensemble.zarr/{name}")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with open(out, "xb") as fh:
+            fh.writelines(member_blocks(zf, name, entry, src))
+    (staging / "points").mkdir(parents=True, exist_ok=True)
+    for h, names in stores.items():
+        path = store.point_path(staging / "points", h)
+        prefix = f"points/{h}.zarr/"
+        with zipfile.ZipFile(path, "x", compression=zipfile.ZIP_STORED, allowZip64=True) as out:
+            # as sgdsweep.store writes a point store: stored members, the group's zarr.json first
+            for name in sorted(names, key=lambda n: (n != prefix + "zarr.json", n)):
+                info = zipfile.ZipInfo(name[len(prefix):])
+                info.file_size = members[name]["size"]  # zipfile then writes zip64 only if needed
+                info.external_attr = 0o600 << 16
+                with out.open(info, "w") as fh:
+                    for block in member_blocks(zf, name, members[name], src):
+                        fh.write(block)
+        if not store.is_complete(path):
+            raise ShareError(f"{src}: the point store of point {h} is not marked complete; the "
+                             "file was crafted or exported from an unfinished sweep, do not use it")
 
 
 def merge_exports(sources: list[str], dest: str) -> dict[str, Any]:

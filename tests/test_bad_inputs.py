@@ -10,11 +10,10 @@ import copy
 import zipfile
 
 import pytest
-
-from sgdsweep.cli import main
-
 from conftest import REPO, TINY, make_finished_sweep, tiny_config, write_yaml
 from test_config import BAD_CONFIGS, _set
+
+from sgdsweep.cli import main
 
 
 def _run(capsys, *argv: str) -> tuple[int, str]:
@@ -74,6 +73,8 @@ OTHER_BAD_INPUTS = [
      ["c.yaml", "a UTF-8 encoded YAML file"]),
     ("config_repeated_key", lambda t: ["validate", str(_text(t / "c.yaml", "sweep: a\nsweep: b\n"))], {},
      ["found the key 'sweep' twice"]),
+    ("config_sweep_name_trailing_newline", lambda t: ["validate", str(write_yaml(t / "c.yaml", tiny_config(
+        sweep="x\n")))], {}, ["config key 'sweep'", "got 'x\\n'", "letters, digits"]),
     ("fit_missing_ensemble", lambda t: ["fit", str(t / "nope.zarr"), "--spec", str(_text(t / "s.json", "{}")),
                                         "--out", str(t / "f.json")], {}, ["ensemble not found", "nope.zarr"]),
     ("report_not_an_ensemble", lambda t: ["report", "--ensemble", str(_text(t / "e.txt", "x")), "--fits",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import warnings
 import zipfile
 from pathlib import Path
@@ -12,13 +13,12 @@ import numpy as np
 import pytest
 import xarray as xr
 import zarr
+from conftest import make_finished_sweep, run_cli, run_snakemake
 
 from sgdsweep.aggregate import write_ensemble
 from sgdsweep.config import build_sweep
 from sgdsweep.errors import UsageError
 from sgdsweep.share import ShareError, export_sweep, import_sweep, merge_exports, verify
-
-from conftest import make_finished_sweep, run_cli, run_snakemake
 
 
 @pytest.fixture(scope="module")
@@ -188,7 +188,7 @@ def test_export_to_fsspec_urls(exported, tmp_path):
 
 
 def test_import_places_sweep_and_rerun_simulates_nothing(exported, tmp_path):
-    _, dest, manifest = exported
+    _, dest, _ = exported
     work = tmp_path / "other-machine"
     work.mkdir()
     proc = run_cli("import", str(dest), cwd=work)
@@ -239,3 +239,226 @@ def test_merge_gives_union_and_refuses_conflicts(tmp_path):
     with pytest.raises(ShareError, match="not compatible"):
         merge_exports([str(a), str(tmp_path / "d.zip")], str(tmp_path / "ad.zip"))
     assert np.isfinite(ds["weight_var"].values).all()
+
+
+def _forged(src: Path, dest: Path, change=None, add=(), replace=None) -> Path:
+    """A copy of the export ``src`` as a forger makes it: members ``replace`` (name → bytes)
+    rewritten and entries ``add`` ((name or ZipInfo, bytes, or a function returning the bytes'
+    blocks, called once to hash them and once to write them)) added, each listed in the manifest
+    with its SHA-256 and size; then ``change(manifest)`` edits the manifest, and the zip
+    comment's checksum is recomputed to match."""
+    import hashlib
+
+    from sgdsweep.share import COMMENT_PREFIX, MANIFEST
+
+    def blocks(data):
+        return [data] if isinstance(data, bytes) else data()
+
+    replace = replace or {}
+    with zipfile.ZipFile(src) as zin:
+        manifest = json.loads(zin.read(MANIFEST))
+        for item, data in [*replace.items(), *add]:
+            digest, size = hashlib.sha256(), 0
+            for block in blocks(data):
+                digest.update(block)
+                size += len(block)
+            name = item.filename if isinstance(item, zipfile.ZipInfo) else item
+            manifest["members"][name] = {"sha256": digest.hexdigest(), "size": size}
+        if change is not None:
+            change(manifest)
+        text = json.dumps(manifest, indent=1, sort_keys=True).encode()
+        with zipfile.ZipFile(dest, "w") as zout:
+            for info in zin.infolist():
+                if info.filename != MANIFEST:
+                    zout.writestr(info, replace.get(info.filename, zin.read(info.filename)))
+            for item, data in add:
+                info = item if isinstance(item, zipfile.ZipInfo) else zipfile.ZipInfo(item)
+                with zout.open(info, "w", force_zip64=True) as fh:
+                    for block in blocks(data):
+                        fh.write(block)
+            zout.writestr(MANIFEST, text)
+            zout.comment = COMMENT_PREFIX + hashlib.sha256(text).hexdigest().encode()
+    return dest
+
+
+def _import_refused(bad: Path, tmp_path: Path, message: str) -> None:
+    """``verify`` and the ``import`` command refuse ``bad`` with ``message`` (exit 2, no
+    traceback), and the import writes nothing anywhere."""
+    with pytest.raises(ShareError, match=message):
+        verify(bad)
+    work = tmp_path / "work"
+    (work / "R" / "victim").mkdir(parents=True, exist_ok=True)
+    (work / "R" / "victim" / "report.html").write_text("victim's report")
+    before = sorted(tmp_path.parent.rglob("*"))
+    proc = run_cli("import", str(bad), "--results-dir", "R", cwd=work)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert re.search(message, proc.stderr), proc.stderr
+    assert sorted(tmp_path.parent.rglob("*")) == before
+    assert (work / "R" / "victim" / "report.html").read_text() == "victim's report"
+
+
+def _set_config(**changes):
+    def change(manifest):
+        for key, value in changes.items():
+            section, _, sub = key.partition(".")
+            if sub:
+                manifest["config"][section][sub] = value
+            else:
+                manifest["config"][key] = value
+    return change
+
+
+@pytest.mark.parametrize("case,change,message", [
+    ("config_names_another_sweep", _set_config(sweep="victim"),
+     "the config's sweep 'victim' is not the manifest's sweep 'tiny'"),
+    ("config_other_points", _set_config(**{"grid.lr": [0.2, 0.5]}), "the config's points are not the manifest's"),
+    ("config_invalid", _set_config(**{"dynamics.steps": -1}), "the manifest's config is not a valid sweep config"),
+    ("point_without_store", lambda m: m["points"].append("0123456789abcdef"),
+     "point 0123456789abcdef of the manifest has no point store"),
+    ("sweep_name_with_newline", lambda m: (m.update(sweep="tiny\n"), _set_config(sweep="tiny\n")(m)),
+     "sweep name 'tiny\\\\n' is not a sweep name"),
+])
+def test_forged_manifest_and_config_are_refused(exported, tmp_path, case, change, message):
+    """What the manifest says about the sweep must agree with its config and its stores: a
+    config of another sweep would make ``sgdsweep run`` of the import write that sweep's
+    results, and a config of other points would simulate."""
+    _, dest, _ = exported
+    _import_refused(_forged(dest, tmp_path / f"{case}.zip", change), tmp_path, message)
+
+
+def test_incomplete_point_store_is_refused(exported, tmp_path):
+    _, dest, manifest = exported
+    name = f"points/{manifest['points'][0]}.zarr/zarr.json"
+    with zipfile.ZipFile(dest) as zf:
+        meta = zf.read(name)
+    assert b'"sgdsweep_complete": true' in meta
+    bad = _forged(dest, tmp_path / "incomplete.zip",
+                  replace={name: meta.replace(b'"sgdsweep_complete": true', b'"sgdsweep_complete": false')})
+    verify(bad)  # a consistent file: only the import, which reads the stores, can tell
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = run_cli("import", str(bad), "--results-dir", "R", cwd=work)
+    assert proc.returncode == 2 and "is not marked complete" in proc.stderr, proc.stderr
+    assert list((work / "R").iterdir()) == []
+
+
+def _non_utf8_name(src: Path, dest: Path) -> Path:
+    """``src`` forged with a member whose name is flagged UTF-8 but is not (bytes patched in)."""
+    _forged(src, dest, add=[("bad\u00e9x", b"x")])
+    data = dest.read_bytes()
+    assert data.count(b"bad\xc3\xa9x") == 2  # local header and central directory
+    dest.write_bytes(data.replace(b"bad\xc3\xa9x", b"bad\xff\xfex"))
+    return dest
+
+
+def _entry(name: str, mode: int = 0, attr: int = 0) -> zipfile.ZipInfo:
+    info = zipfile.ZipInfo(name)
+    info.external_attr = (mode << 16) | attr
+    return info
+
+
+@pytest.mark.parametrize("case,entry,message", [
+    ("dot", ".", "'.' is refused: it has an empty or '.' part"),
+    ("empty", "", "'' is refused: it has an empty or '.' part"),
+    ("dotdot", "..", "would escape the results directory"),
+    ("dotdot_inside", "a/../../b", "would escape the results directory"),
+    ("escape_far", "../../../../escaped", "would escape the results directory"),
+    ("absolute", "/tmp/abs", "would escape the results directory"),
+    ("backslash", "a\\..\\..\\b", "would escape the results directory"),
+    ("drive", "C:evil", "would escape the results directory"),
+    ("dot_inside", "a/./b", "has an empty or '.' part"),
+    ("double_slash", "a//b", "has an empty or '.' part"),
+    ("non_ascii", "caf\u00e9", "characters other than letters"),
+    ("control_character", "a\nb", "characters other than letters"),
+    ("directory_entry", _entry("extra/", 0o40755, 0x10), "is a directory entry"),
+    ("directory_attribute", _entry("extra", 0o40755, 0x10), "is not a regular file"),
+    ("symlink", _entry("link", 0o120777), "is not a regular file"),
+    ("case_collision", "WEIGHT_VAR/zarr.json", "differ only in case"),
+    ("file_and_directory", "fits.json/x", "'fits.json' is a file and also the directory of other members"),
+    ("unknown_point_store", "points/0123456789abcdef.zarr/zarr.json", "is not a file of the point store"),
+    ("non_utf8", None, "a member's name is not valid UTF-8"),
+])
+def test_crafted_member_names_are_refused(exported, tmp_path, case, entry, message):
+    """Every member name an adversary can put in a zip is refused with a message (never a
+    traceback) unless it is a plain relative name an export uses; nothing is written."""
+    _, dest, _ = exported
+    bad = tmp_path / f"{case}.zip"
+    if entry is None:
+        _non_utf8_name(dest, bad)
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            _forged(dest, bad, add=[(entry, b"/etc/passwd")])
+    _import_refused(bad, tmp_path, re.escape(message))
+
+
+def _zeros(megabytes: int):
+    return lambda: (bytes(1 << 20) for _ in range(megabytes))
+
+
+def test_zip_bomb_and_sizes_are_refused_before_reading(exported, tmp_path, monkeypatch):
+    """The sizes a zip declares are checked before a member is read: all together against the
+    file's size (a zip bomb), each against the manifest and against the limits."""
+    from sgdsweep import share_verify
+
+    _, dest, _ = exported
+    bomb = zipfile.ZipInfo("weight_var/c/1")
+    bomb.compress_type = zipfile.ZIP_DEFLATED
+    bad = _forged(dest, tmp_path / "bomb.zip", add=[(bomb, _zeros(200))])
+    assert bad.stat().st_size < 2 * dest.stat().st_size
+    _import_refused(bad, tmp_path, r"its members declare \d+ bytes in all, more than 100 times the file's")
+
+    def grow(manifest):
+        manifest["members"]["fits.json"]["size"] += 1
+    _import_refused(_forged(dest, tmp_path / "size.zip", grow), tmp_path,
+                    "member 'fits.json' declares .* bytes in the zip but .* in the manifest")
+    monkeypatch.setattr(share_verify, "MAX_MEMBER_BYTES", 1000)
+    with pytest.raises(ShareError, match=r"member '.*' declares \d+ bytes, more than the limit of 1000 bytes"):
+        verify(dest)
+    monkeypatch.setattr(share_verify, "MAX_MEMBER_BYTES", 1 << 30)
+    monkeypatch.setattr(share_verify, "MAX_MANIFEST_BYTES", 1000)
+    with pytest.raises(ShareError, match=r"'sgdsweep-manifest.json' declares \d+ bytes, more than the limit"):
+        verify(dest)
+
+
+def test_import_streams_members(exported, tmp_path):
+    """A large member is hashed and copied in blocks: the import's Python allocations stay far
+    below the member's size."""
+    import tracemalloc
+
+    _, dest, _ = exported
+    rng = np.random.default_rng(0)
+    blocks = [rng.bytes(1 << 20) for _ in range(48)]
+    big = _forged(dest, tmp_path / "big.zip", add=[("big/c/0", lambda: iter(blocks))])
+    tracemalloc.start()
+    try:
+        target = import_sweep(big, tmp_path / "R")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert (target / "ensemble.zarr" / "big" / "c" / "0").read_bytes() == b"".join(blocks)
+    assert peak < 16 << 20, peak
+
+
+def test_import_drops_execution_and_names_its_own_directory(exported, tmp_path, monkeypatch):
+    """The execution section describes the exporting machine: an export cannot choose where this
+    machine's scheduler listens or which scheduler or cluster it uses. The imported config names
+    the imported directory whatever the working directory it runs from."""
+    from sgdsweep.config import load_sweep
+
+    _, dest, _ = exported
+    execution = {"host": "0.0.0.0", "scheduler": "tcp://elsewhere:8786", "cluster": "slurm", "workers": 64}
+    bad = _forged(dest, tmp_path / "execution.zip", lambda m: m["config"].update(execution=execution))
+    assert verify(bad)["config"]["execution"] == execution
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = run_cli("import", str(bad), "--results-dir", "R", cwd=work)
+    assert proc.returncode == 0, proc.stderr
+    assert "execution section" in proc.stderr and "was not imported" in proc.stderr
+    target = work / "R" / "tiny"
+    assert "execution" not in __import__("yaml").safe_load((target / "config.yaml").read_text())
+    monkeypatch.chdir(tmp_path)
+    sweep = load_sweep(target / "config.yaml")
+    assert sweep.config["execution"]["host"] == "127.0.0.1" and sweep.config["execution"]["scheduler"] is None
+    assert sweep.config["execution"]["cluster"] == "local" and sweep.config["execution"]["workers"] == "auto"
+    assert sweep.directory.resolve() == target.resolve()
