@@ -1,112 +1,30 @@
 """The report's figures: each function takes the ensemble (and a fit result) and returns a
 matplotlib figure, or None when the data hold nothing to draw. Axes carry names and units;
-measured values carry ±1 standard-error bars; theory is drawn as lines.
+measured values carry ±1 standard-error bars; theory is drawn as lines. Every swept axis that
+tells points apart is named in the titles or legends; a panel is drawn only when it has
+something to show (no residual panel without a theory). The PNG plumbing is in
+:mod:`sgdsweep.plotting`.
 """
 
 from __future__ import annotations
 
-import io
 import json
-import math
-import re
 from typing import Any
 
-import matplotlib
 import numpy as np
 import xarray as xr
+from matplotlib.colors import ListedColormap
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib import ticker  # noqa: E402
-from matplotlib.colors import ListedColormap  # noqa: E402
-
-from .fit.spectra import ALL_WEIGHTS, flatness_columns  # noqa: E402
-
-#: A log axis's mathtext tick label: optional minus, optional ``coefficient\times``, base, optional exponent.
-_LOG_LABEL = re.compile(r"\$\\mathdefault\{(-?)(?:([0-9.]+)\\times)?([0-9.]+)(?:\^\{(-?[0-9]+)\})?\}\$")
-_SUPERSCRIPT = str.maketrans("0123456789-", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻")
-
-
-def plain_label(label: str) -> str:
-    """A log-axis tick label written in mathtext (``$\\mathdefault{2\\times10^{-3}}$``) as the
-    same text in Unicode (``2×10⁻³``); any other label unchanged."""
-    m = _LOG_LABEL.fullmatch(label)
-    if m is None:
-        return label
-    sign, coeff, base, exponent = m.groups()
-    return ("−" if sign else "") + (f"{coeff}×" if coeff else "") + base + (exponent or "").translate(_SUPERSCRIPT)
-
-
-class PlainLogFormatter(ticker.Formatter):
-    """Wraps a log axis's own formatter (which ticks get a label, and which label, stay its
-    choice) and writes its labels in Unicode instead of mathtext (:func:`plain_label`).
-
-    Parsing mathtext tick labels is most of the time matplotlib spends drawing a log-scaled
-    figure (a few milliseconds per label, for every label of every draw).
-    """
-
-    def __init__(self, inner: ticker.Formatter) -> None:
-        self.inner = inner
-
-    def set_axis(self, axis) -> None:
-        self.axis = axis
-        self.inner.set_axis(axis)
-
-    def set_locs(self, locs) -> None:
-        self.inner.set_locs(locs)
-
-    def __call__(self, x, pos=None) -> str:
-        return plain_label(self.inner(x, pos))
-
-    def format_data_short(self, value) -> str:
-        return self.inner.format_data_short(value)
-
-    def get_offset(self) -> str:
-        return self.inner.get_offset()
-
-
-def plain_log_labels(fig: plt.Figure) -> plt.Figure:
-    """Give every log-scaled axis of ``fig`` :class:`PlainLogFormatter` labels (call once the
-    scales are set, before drawing); returns ``fig``."""
-    for ax in fig.axes:
-        for axis in (ax.xaxis, ax.yaxis):
-            if axis.get_scale() != "log":
-                continue
-            for get, put in ((axis.get_major_formatter, axis.set_major_formatter),
-                             (axis.get_minor_formatter, axis.set_minor_formatter)):
-                if isinstance(get(), ticker.LogFormatterMathtext):
-                    put(PlainLogFormatter(get()))
-    return fig
-
-
-def tight_png(fig: plt.Figure, dpi: float = 100.0, pad_inches: float = 0.1) -> bytes:
-    """The PNG of ``fig`` at ``dpi`` cut to its tight box (every drawn artist) plus
-    ``pad_inches``: what ``fig.savefig(…, format="png", bbox_inches="tight")`` gives, drawn once.
-
-    ``bbox_inches="tight"`` draws a figure twice: once to measure its artists, once to render it
-    into the measured box (a third of the report's drawing time). Here the figure is drawn once at
-    its own size, the box is measured on that drawing, and its pixels are cut out (the padding
-    stops at the figure's edge). Where an artist reaches beyond the figure (a legend placed
-    outside its axes) the pixels do not hold it, and the figure is drawn again into the measured
-    box (an explicit box: ``savefig`` does not measure again), as ``"tight"`` would.
-    """
-    from PIL import Image
-
-    fig.set_dpi(dpi)
-    canvas = fig.canvas
-    canvas.draw()
-    box = fig.get_tightbbox(canvas.get_renderer())  # inches
-    width, height = canvas.get_width_height()
-    out = io.BytesIO()
-    if box.x0 >= 0 and box.y0 >= 0 and box.x1 * dpi <= width and box.y1 * dpi <= height:
-        padded = box.padded(pad_inches)
-        left, right = max(0, math.floor(padded.x0 * dpi)), min(width, math.ceil(padded.x1 * dpi))
-        top, bottom = max(0, math.floor(height - padded.y1 * dpi)), min(height, math.ceil(height - padded.y0 * dpi))
-        pixels = Image.frombuffer("RGBA", (width, height), canvas.buffer_rgba(), "raw", "RGBA", 0, 1)
-        pixels.crop((left, top, right, bottom)).save(out, format="png")
-    else:
-        fig.savefig(out, format="png", dpi=dpi, bbox_inches=box.padded(pad_inches))
-    return out.getvalue()
+from .fit.spectra import ALL_WEIGHTS, flatness_columns
+from .plotting import (  # noqa: F401  (re-exported: the report and the benchmarks use them from here)
+    PlainLogFormatter,
+    axis_label,
+    integer_ticks,
+    plain_label,
+    plain_log_labels,
+    plt,
+    tight_png,
+)
 
 
 def _ok(ds: xr.Dataset) -> np.ndarray:
@@ -117,25 +35,50 @@ def _two_panels(height: float = 6.5):
     return plt.subplots(2, 1, figsize=(7, height), sharex=True, gridspec_kw={"height_ratios": [3, 1.3]})
 
 
+#: Short names of the axes in legends and titles (others go by their own name).
+SYMBOL = {"lr": "λ", "batch_size": "S", "momentum": "μ"}
+
+
+def _value(v: Any) -> str:
+    return f"{v:g}" if isinstance(v, (float, np.floating)) else str(v)
+
+
+def label_of(axes: list[str], key: tuple) -> str:
+    """``S = 4, hidden_width = 2``: the values ``key`` of ``axes``, with λ, S, μ for the usual ones."""
+    return ", ".join(f"{SYMBOL.get(a, a)} = {_value(v)}" for a, v in zip(axes, key))
+
+
+def _swept(ds: xr.Dataset) -> list[str]:
+    return [a for a in json.loads(ds.attrs.get("swept_axes", "[]")) if a in ds.coords]
+
+
+def split_by(ds: xr.Dataset, axes: list[str]) -> list[tuple[tuple, np.ndarray]]:
+    """(values of ``axes``, boolean mask over points) for every combination present, in order."""
+    keys = list(zip(*(ds[a].values.tolist() for a in axes))) if axes else [()] * ds.sizes["point"]
+    return [(key, np.array([k == key for k in keys])) for key in dict.fromkeys(keys)]
+
+
 def weight_var_against_ratio(ds: xr.Dataset) -> plt.Figure | None:
-    """weight_var (measured ± SE, exact theory) and measured/theory against λ/S, one colour per S."""
+    """weight_var (measured ± SE, exact theory) against λ/S, one colour per combination of S and
+    the swept axes other than λ, and measured/theory below when there is a theory."""
     if "weight_var" not in ds or not np.isfinite(ds["weight_var"].values).any():
         return None
     has_theory = "weight_var_theory" in ds and np.isfinite(ds["weight_var_theory"].values).any()
-    fig, (ax, axr) = _two_panels(7)
+    fig, axes = (_two_panels(7) if has_theory else plt.subplots(figsize=(7, 5)))
+    ax, axr = axes if has_theory else (axes, None)
     ratio = ds["lr"].values / ds["batch_size"].values
     ok = _ok(ds)
-    sizes = np.unique(ds["batch_size"].values)
-    colors = plt.cm.viridis(np.linspace(0, 0.9, len(sizes)))
-    for s, c in zip(sizes, colors):
-        sel = ok & (ds["batch_size"].values == s)
+    by = ["batch_size"] + [a for a in _swept(ds) if a not in ("lr", "batch_size")]
+    parts = split_by(ds, by)
+    for (key, mask), c in zip(parts, plt.cm.viridis(np.linspace(0, 0.9, len(parts)))):
+        sel = ok & mask
         order = np.argsort(ratio[sel])
-        x = ratio[sel][order]
+        x, name = ratio[sel][order], label_of(by, key)
         meas, se = ds["weight_var"].values[sel][order], ds["weight_var_se"].values[sel][order]
-        ax.errorbar(x, meas, yerr=se, fmt="o", color=c, ms=5, capsize=3, label=f"S = {s} measured")
+        ax.errorbar(x, meas, yerr=se, fmt="o", color=c, ms=5, capsize=3, label=f"{name} measured")
         if has_theory:
             th = ds["weight_var_theory"].values[sel][order]
-            ax.plot(x, th, "--", color=c, lw=1, label=f"S = {s} exact theory")
+            ax.plot(x, th, "--", color=c, lw=1, label=f"{name} exact theory")
             axr.errorbar(x, meas / th, yerr=se / th, fmt="o", color=c, ms=4, capsize=3)
         if "weight_var_theory_continuous" in ds:
             ax.plot(x, ds["weight_var_theory_continuous"].values[sel][order], ":", color=c, lw=1)
@@ -147,10 +90,13 @@ def weight_var_against_ratio(ds: xr.Dataset) -> plt.Figure | None:
     ax.set_ylabel("weight variance Tr M / N  [weight²]")
     ax.legend(fontsize=7, ncol=2)
     ax.set_title("Stationary weight variance: measured (±1 SE) vs exact theory (dashed)"
-                 + ("; continuous-time (dotted)" if "weight_var_theory_continuous" in ds else ""))
-    axr.axhline(1.0, color="k", lw=0.8)
-    axr.set_xlabel("λ / S  [learning rate / batch size]")
-    axr.set_ylabel("measured / theory" if has_theory else "(no theory)")
+                 + ("; continuous-time (dotted)" if "weight_var_theory_continuous" in ds else "")
+                 if has_theory else "Stationary weight variance, measured (±1 SE); no exact theory for this model",
+                 fontsize=10)
+    (axr or ax).set_xlabel("λ / S  [learning rate / batch size]")
+    if has_theory:
+        axr.axhline(1.0, color="k", lw=0.8)
+        axr.set_ylabel("measured / theory")
     return fig
 
 
@@ -167,15 +113,18 @@ def power_law(ds: xr.Dataset, fit: dict[str, Any]) -> plt.Figure | None:
     pred = np.exp(p["log_A"]["estimate"]) * lr**a * s**b
     fig, (ax, axr) = _two_panels(5.5)
     ax.errorbar(pred, y, yerr=se, fmt="o", ms=4, capsize=2, label="measured ±1 SE")
-    if "weight_var_theory" in ds:
+    if "weight_var_theory" in ds and np.isfinite(ds["weight_var_theory"].values[ok]).any():
         ax.plot(pred, ds["weight_var_theory"].values[ok], "k+", ms=7, label="exact theory")
     lim = [np.nanmin(pred) * 0.8, np.nanmax(pred) * 1.25]
-    ax.plot(lim, lim, "k--", lw=0.8, label=f"fit: A·λ^{a:.3f}·S^{b:.3f}")
+    law = "·".join([f"λ^{a:.3f}" if p.get("a") else "", f"S^{b:.3f}" if p.get("b") else ""]).strip("·")
+    fixed = [name for name, q in (("λ", "a"), ("S", "b")) if not p.get(q)]
+    ax.plot(lim, lim, "k--", lw=0.8, label=f"fit: A·{law}" + (f" ({', '.join(fixed)} fixed)" if fixed else ""))
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_ylabel("weight_var [weight²]")
     ax.legend(fontsize=8)
-    ax.set_title("Power-law fit: measured against fitted")
+    group = label_of(list(fit.get("group", {})), tuple(fit.get("group", {}).values()))
+    ax.set_title("Power-law fit: measured against fitted" + (f" ({group})" if group else ""))
     axr.errorbar(pred, (y - pred) / se, fmt="o", ms=4)
     axr.axhline(0, color="k", lw=0.8)
     axr.set_xlabel("fitted A·λ^a·S^b [weight²]")
@@ -307,6 +256,7 @@ def spectra(ds: xr.Dataset, max_points: int = 4) -> plt.Figure | None:
     theories = [(n, s) for n, s in (("weight_cov_eigenvalues_theory", "k--"),
                                     ("weight_cov_eigenvalues_theory_continuous", "b:"),
                                     ("weight_cov_eigenvalues_theory_detailed_balance", "g-.")) if n in ds]
+    named = ["lr", "batch_size"] + [a for a in _swept(ds) if a not in ("lr", "batch_size")]
     fig, axes = plt.subplots(1, pick.size, figsize=(3.2 * pick.size + 1, 3.6), squeeze=False, sharey=True)
     for ax, i in zip(axes[0], pick):
         vals = ds["weight_cov_eigenvalues"].values[i]
@@ -317,7 +267,7 @@ def spectra(ds: xr.Dataset, max_points: int = 4) -> plt.Figure | None:
             ax.plot(modes, th, style, lw=1, label=name.replace("weight_cov_eigenvalues_", "").replace("_", " "))
         ax.set_yscale("log")
         ax.set_xlabel("mode (largest first)")
-        ax.set_title(f"λ = {ds['lr'].values[i]:g}, S = {ds['batch_size'].values[i]:g}", fontsize=9)
+        ax.set_title(label_of(named, tuple(ds[a].values[i].item() for a in named)), fontsize=8)
     axes[0][0].set_ylabel("covariance eigenvalue [weight²]")
     axes[0][0].legend(fontsize=7)
     fig.suptitle("Spectrum of the stationary weight covariance")
@@ -434,6 +384,16 @@ def point_status(ds: xr.Dataset) -> np.ndarray:
     return np.where(dr == 0, 0, np.where(dr >= total, 2, 1))
 
 
+def coverage_worth_showing(ds: xr.Dataset) -> bool:
+    """Whether the coverage map says more than "every point of a full grid is done": some point
+    has diverged replicas, or the swept values do not form a full product (gaps in the grid)."""
+    if (point_status(ds) != 0).any():
+        return True
+    axes = list(dict.fromkeys(["lr", "batch_size", *_swept(ds)]))
+    full = int(np.prod([np.unique(np.asarray(ds[a].values).astype(str)).size for a in axes]))
+    return len(split_by(ds, axes)) < full
+
+
 def coverage(ds: xr.Dataset) -> plt.Figure:
     """Grid coverage: status of every (λ, S) cell, one panel per combination of the other swept axes."""
     swept = json.loads(ds.attrs.get("swept_axes", "[]"))
@@ -485,76 +445,110 @@ def _theories(ds: xr.Dataset, name: str) -> list[tuple[str, str]]:
     return out
 
 
+def _x_axis(ax, ds: xr.Dataset, axis: str, x: np.ndarray, log_ratio: float) -> None:
+    """Label the x axis of ``ax`` with ``axis`` (no pseudo-unit for an integer axis); log scale
+    when the values span more than ``log_ratio``; an integer axis gets ticks at its values."""
+    ax.set_xlabel(axis_label(ds[axis].attrs, axis, ds[axis].dtype.kind))
+    if np.all(x > 0) and x.max() / x.min() > log_ratio:
+        ax.set_xscale("log")
+    if ds[axis].dtype.kind in "iu":
+        integer_ticks(ax, x)
+
+
+def _dodge(x: np.ndarray, j: int, n: int) -> np.ndarray:
+    """``x`` shifted a little for the ``j``-th of ``n`` groups drawn at the same values, so their
+    markers stay apart (by a fraction of the smallest gap between distinct values)."""
+    distinct = np.unique(x[np.isfinite(x)])
+    if n < 2 or distinct.size < 2:
+        return x
+    gap = np.diff(distinct).min()
+    return x + 0.25 * gap * (j - (n - 1) / 2) / (n - 1)
+
+
 def against_axis(ds: xr.Dataset, axis: str, max_groups: int = 6) -> plt.Figure | None:
     """weight_var and loss (measured ± SE) with every theory of them against one swept axis, one
-    colour per combination of the other swept axes; measured/exact theory below."""
-    names = [n for n in ("weight_var", "loss") if n in ds and _theories(ds, n)]
+    colour per combination of the other swept axes (named in the legend); measured/exact theory
+    below for the observables that have an exact theory (no lower panel for those without)."""
+    names = [n for n in ("weight_var", "loss") if n in ds and f"{n}_se" in ds
+             and np.isfinite(np.asarray(ds[n].values, float)).any()]
     if not names or axis not in ds.coords or ds[axis].dtype.kind not in "fiu":
         return None
-    swept = json.loads(ds.attrs.get("swept_axes", "[]"))
-    others = [a for a in swept if a != axis and a in ds.coords]
-    keys = list(zip(*(ds[a].values.tolist() for a in others))) if others else [()] * ds.sizes["point"]
-    groups_ = list(dict.fromkeys(keys))[:max_groups]
+    others = [a for a in _swept(ds) if a != axis]
+    groups_ = split_by(ds, others)[:max_groups]
     x_all = np.asarray(ds[axis].values, float)
     ok = _ok(ds)
-    fig, axes = plt.subplots(2, len(names), figsize=(6 * len(names), 6.5), sharex=True, squeeze=False,
-                             gridspec_kw={"height_ratios": [3, 1.3]})
+    exact = {n: f"{n}_theory" in ds and np.isfinite(np.asarray(ds[f"{n}_theory"].values, float)).any()
+             for n in names}
+    rows = 2 if any(exact.values()) else 1
+    fig, axes = plt.subplots(rows, len(names), figsize=(6 * len(names), 6.5 if rows == 2 else 4.8), squeeze=False,
+                             gridspec_kw={"height_ratios": [3, 1.3][:rows]}, layout="constrained")
     colours = plt.cm.viridis(np.linspace(0, 0.85, len(groups_)))
     for col, name in enumerate(names):
-        ax, axr = axes[0][col], axes[1][col]
-        for key, c in zip(groups_, colours):
-            sel = np.array([k == key for k in keys])
+        ax = axes[0][col]
+        axr = axes[1][col] if rows == 2 and exact[name] else None
+        if rows == 2 and not exact[name]:
+            fig.delaxes(axes[1][col])
+        for j, ((key, sel), c) in enumerate(zip(groups_, colours)):
             order = np.argsort(x_all[sel])
-            x = x_all[sel][order]
+            x = _dodge(x_all[sel][order], j, len(groups_)) if ds[axis].dtype.kind in "iu" else x_all[sel][order]
             good = ok[sel][order]
             y, se = ds[name].values[sel][order], ds[f"{name}_se"].values[sel][order]
-            label = ", ".join(f"{a} = {v}" for a, v in zip(others, key))
             ax.errorbar(x[good], y[good], yerr=se[good], fmt="o", color=c, ms=4, capsize=2,
-                        label=("measured " + label).strip())
+                        label=("measured " + label_of(others, key)).strip())
             if (~good).any():
                 ax.plot(x[~good], np.full((~good).sum(), np.nanmin(y[good]) if good.any() else 1.0), "rx")
             for var, style in _theories(ds, name):
                 ax.plot(x, ds[var].values[sel][order], linestyle=style[1:], color=c, lw=1,
-                        label=var.replace(name + "_", "") if key == groups_[0] else None)
-            th = ds[f"{name}_theory"].values[sel][order]
-            axr.errorbar(x[good], (y / th)[good], yerr=(se / th)[good], fmt="o", color=c, ms=4)
-        ax.set_yscale("log")
-        ax.set_ylabel(f"{ds[name].attrs.get('long_name', name)} [{ds[name].attrs.get('units', '')}]")
+                        label=var.replace(name + "_", "") if j == 0 else None)
+            if axr is not None:
+                th = ds[f"{name}_theory"].values[sel][order]
+                axr.errorbar(x[good], (y / th)[good], yerr=(se / th)[good], fmt="o", color=c, ms=4)
+        measured = np.asarray(ds[name].values, float)[ok]
+        if np.nanmin(measured) > 0 and np.nanmax(measured) / np.nanmin(measured) > 10:
+            ax.set_yscale("log")
+        ax.set_ylabel(axis_label(ds[name].attrs, name))
         ax.legend(fontsize=7)
-        axr.axhline(1.0, color="k", lw=0.8)
-        axr.set_ylabel("measured / exact theory")
-        axr.set_xlabel(f"{ds[axis].attrs.get('long_name', axis)} [{ds[axis].attrs.get('units', '1')}]")
-        if np.all(x_all > 0) and x_all.max() / x_all.min() > 20:
-            ax.set_xscale("log")
-    fig.suptitle(f"Measured (±1 SE) and theory against {axis}; red x: diverged", fontsize=10)
+        if axr is not None:
+            axr.sharex(ax)
+            ax.tick_params(labelbottom=False)
+            axr.axhline(1.0, color="k", lw=0.8)
+            axr.set_ylabel("measured / exact theory")
+        _x_axis(axr if axr is not None else ax, ds, axis, x_all, 20)
+    fig.suptitle(f"Measured (±1 SE){' and theory' if any(exact.values()) else ''} against {axis}"
+                 + ("; red x: diverged" if (~ok).any() else ""), fontsize=10)
     return fig
 
 
 def spectrum_against_axis(ds: xr.Dataset, axis: str, name: str = "weight_cov_eigenvalues",
-                          scale: np.ndarray | None = None, ylabel: str | None = None) -> plt.Figure | None:
+                          scale: np.ndarray | None = None, ylabel: str | None = None,
+                          max_groups: int = 6) -> plt.Figure | None:
     """Every eigenvalue of ``name`` per point (dots) and its theories (lines) against a swept axis,
-    divided by ``scale`` per point when given (e.g. λσ²/(2S): Gross Fig. 5b)."""
+    one colour per combination of the other swept axes (named in the legend), divided by ``scale``
+    per point when given (e.g. λσ²/(2S): Gross Fig. 5b)."""
     if name not in ds or axis not in ds.coords or ds[axis].dtype.kind not in "fiu":
         return None
-    x = np.asarray(ds[axis].values, float)
-    order = np.argsort(x)
-    scale = np.ones(x.size) if scale is None else np.asarray(scale, float)
-    fig, ax = plt.subplots(figsize=(7, 5))
+    x_all = np.asarray(ds[axis].values, float)
+    scale = np.ones(x_all.size) if scale is None else np.asarray(scale, float)
     vals = np.asarray(ds[name].values, float) / scale[:, None]
     if vals.shape[1] < 2 or not np.any(np.isfinite(vals) & (vals > 0)):
-        plt.close(fig)
         return None  # one mode (the against-axis figure shows it) or nothing positive to draw
-    for k in range(vals.shape[1]):
-        ax.plot(x[order], vals[order, k], "o", color="C0", ms=3, label="measured" if k == 0 else None)
-    for var, style in _theories(ds, name):
-        th = np.asarray(ds[var].values, float) / scale[:, None]
-        for k in range(th.shape[1]):
-            ax.plot(x[order], th[order, k], style, lw=0.8, label=var.replace(name + "_", "") if k == 0 else None)
+    others = [a for a in _swept(ds) if a != axis]
+    groups_ = split_by(ds, others)[:max_groups]
+    fig, ax = plt.subplots(figsize=(7, 5))
+    for j, ((key, sel), c) in enumerate(zip(groups_, plt.cm.viridis(np.linspace(0, 0.85, len(groups_))))):
+        order = np.argsort(x_all[sel])
+        x = _dodge(x_all[sel][order], j, len(groups_)) if ds[axis].dtype.kind in "iu" else x_all[sel][order]
+        v = vals[sel][order]
+        ax.plot(np.repeat(x, v.shape[1]), v.ravel(), "o", color=c, ms=3,
+                label=("measured " + label_of(others, key)).strip())
+        for var, style in _theories(ds, name):
+            th = np.asarray(ds[var].values, float)[sel][order] / scale[sel][order][:, None]
+            for k in range(th.shape[1]):
+                ax.plot(x, th[:, k], style[1:], color=c, lw=0.8,
+                        label=var.replace(name + "_", "") if j == 0 and k == 0 else None)
     ax.set_yscale("log")
-    if np.all(x > 0) and x.max() / x.min() > 5:
-        ax.set_xscale("log")
-    ax.set_xlabel(f"{ds[axis].attrs.get('long_name', axis)} [{ds[axis].attrs.get('units', '1')}]")
-    ax.set_ylabel(ylabel or f"{ds[name].attrs.get('long_name', name)} [{ds[name].attrs.get('units', '')}]")
+    _x_axis(ax, ds, axis, x_all, 5)
+    ax.set_ylabel(ylabel or axis_label(ds[name].attrs, name))
     ax.legend(fontsize=8)
     ax.set_title(f"{ds[name].attrs.get('long_name', name)} against {axis}", fontsize=10)
     return fig

@@ -1,9 +1,12 @@
 """The self-contained HTML report: figures embedded as base64 PNG, tables, provenance.
 
-Sections: summary (status of every point, agreement with theory, one verdict per fit), the
-coverage map of the grid, one section per fit (table of estimate ± interval, theory, leading
-order, inside or not; figure with a residual panel), measured vs theory and spectra, the table
-of points, theory formulas, run time per shard, provenance. With ``figures_dir`` every figure
+The page leads with the answer: one line on the points (done, diverged, agreement with the exact
+theory), then every fit's verdict in words with its headline numbers (estimate [interval], exact
+theory, leading order, goodness of fit: :mod:`sgdsweep.fit.verdict`), then the main figure
+(measured against theory). Then: the coverage map of the grid (only when the grid has gaps or
+diverged points), one section per fit (table of estimate ± interval, theory, leading order, inside
+or not; figure with a residual panel), measured vs theory and spectra, the table of points, theory
+formulas, run time per shard, provenance. With ``figures_dir`` every figure
 is also written there as ``<name>.png`` (the workflow marks them for ``snakemake --report``).
 
 A fit with more groups than :data:`MAX_GROUP_FIGURES` keeps every group's table, but only that
@@ -28,15 +31,17 @@ import numpy as np
 import xarray as xr
 
 from . import figures
+from .fit.verdict import MAX_LISTED, NAMES, Verdict, assess, judge
 
-_STYLE = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
+_STYLE = ("body{font-family:sans-serif;max-width:1200px;margin:0.8em auto;padding:0 1em;color:#222;font-size:15px}"
+          "h1{font-size:1.5em;margin:0.3em 0}h2{font-size:1.25em;margin:1em 0 0.4em}"
           "table{border-collapse:collapse;margin:1em 0;font-size:13px}"
           "td,th{border:1px solid #bbb;padding:3px 7px;text-align:right}th{background:#eee}"
-          ".good{color:#176317}.bad{color:#a31515}img{max-width:100%}")
-_NAMES = {"power_law": "Power law weight_var = A·λ^a·S^b", "linear_scaling": "Linear scaling rule: collapse in λ/S",
-          "momentum_scaling": "Momentum scaling: collapse in λ/((1−μ)S)",
-          "escape": "Escape time: ln(λτ) against 1/λ", "wigner": "Random-matrix statistics of a degenerate pair",
-          "wigner_width": "Pair width σ² = A·λ^a·S^b", "flatness": "Inverse variance–flatness exponent ψ"}
+          ".good{color:#176317}.bad{color:#a31515}.neutral{color:#6b5200}img{max-width:100%}"
+          ".verdict{border-left:5px solid #999;padding:2px 10px;margin:6px 0}"
+          ".verdict.good{border-color:#2e8b2e}.verdict.bad{border-color:#c0392b}.verdict.neutral{border-color:#d4a017}"
+          ".verdict ul{margin:2px 0;padding-left:1.2em;color:#222}.verdict li{margin:1px 0}"
+          ".status{margin:0.3em 0;color:#333}.notrun{margin:0.3em 0;color:#555;font-size:13px}")
 
 
 def _fmt(x: Any, digits: int = 4) -> str:
@@ -159,24 +164,24 @@ _PARAM_HEADER = ["group", "parameter", "estimate [interval]", "std. error", "int
                  "theory (same fit of the theory values)", "leading order", "theory inside interval"]
 
 
-def _verdict(results: list[dict[str, Any]]) -> tuple[int, int]:
-    """(parameters with a theory value, of which inside their interval)."""
-    n = inside = 0
-    for res in results:
-        for q in (res.get("params") or {}).values():
-            if q and q.get("theory_inside") is not None:
-                n += 1
-                inside += bool(q["theory_inside"])
-    return n, inside
+#: The word beside a verdict's title, per status.
+_BADGE = {"good": "agrees with the exact theory", "bad": "DISAGREES with the exact theory",
+          "neutral": "no exact theory to judge by"}
 
 
-def _verdict_html(results: list[dict[str, Any]]) -> str:
-    n, inside = _verdict(results)
-    if n == 0:
-        return "<p>No theory value to compare with.</p>"
-    if inside == n:
-        return f"<p><b class='good'>All {n} theory values lie inside their intervals.</b></p>"
-    return f"<p><b class='bad'>{n - inside} of {n} theory values lie OUTSIDE their intervals.</b></p>"
+def _verdict_box(v: Verdict, title: str | None = None) -> str:
+    """One verdict: its title and status in colour, then its sentences."""
+    head = html.escape(v.title if title is None else title)
+    items = "".join(f"<li>{html.escape(s)}</li>" for s in v.sentences)
+    return (f"<div class='verdict {v.status}'><b>{head}</b> — <b class='{v.status}'>{_BADGE[v.status]}</b>"
+            f"<ul>{items}</ul></div>")
+
+
+def _verdict_html(kind: str, results: list[dict[str, Any]]) -> str:
+    """The verdict of a fit section: of its one group, of each of a few, or their summary."""
+    if len(results) > MAX_LISTED:
+        return _verdict_box(assess({kind: results})[0], "Verdict")
+    return "".join(_verdict_box(judge(kind, r), "Verdict" if len(results) == 1 else None) for r in results)
 
 
 def _subset(ds: xr.Dataset, group: dict[str, Any]) -> xr.Dataset:
@@ -221,9 +226,9 @@ def _overview(kind: str, results: list[dict[str, Any]], figs: _Figures) -> list[
             f"to read only {len(drawn)} have a figure of their own ({html.escape(where)}: the first group, then "
             "groups with a theory value outside its interval, then the next ones). This figure shows every "
             "group's estimates.</p>")
-    return [f"<h3>{_NAMES[kind]}: all {len(results)} groups</h3>", note,
+    return [f"<h3>{NAMES[kind]}: all {len(results)} groups</h3>", note,
             figs.img(f"{kind}_overview", f"{kind} estimates of every group", figures.fit_overview, results,
-                     _OVERVIEW[kind], _NAMES[kind])]
+                     _OVERVIEW[kind], NAMES[kind])]
 
 
 def _fit_sections(ds: xr.Dataset, fits: dict[str, Any], figs: _Figures) -> list[str]:
@@ -232,7 +237,7 @@ def _fit_sections(ds: xr.Dataset, fits: dict[str, Any], figs: _Figures) -> list[
     parts.extend(_overview("power_law", fits.get("power_law", []), figs))
     drawn = _drawn_groups(fits.get("power_law", []))
     for i, res in enumerate(fits.get("power_law", [])):
-        parts.append(f"<h3>{_NAMES['power_law']} at {html.escape(_where(res['group']))}</h3>")
+        parts.append(f"<h3>{NAMES['power_law']} at {html.escape(_where(res['group']))}</h3>")
         if res.get("error"):
             parts.append(f"<p class='bad'>{html.escape(res['error'])}</p>")
             continue
@@ -240,7 +245,7 @@ def _fit_sections(ds: xr.Dataset, fits: dict[str, Any], figs: _Figures) -> list[
         parts.append(f"<p>{res['n_points']} points, χ²/dof = {_fmt(res['chi2_reduced'])} "
                      f"(p = {_fmt(res.get('chi2_pvalue'))}). The leading-order law (a = 1, b = −1) ignores the "
                      "discreteness and multiplicative-noise corrections that the exact theory includes.</p>")
-        parts.append(_verdict_html([res]))
+        parts.append(_verdict_html("power_law", [res]))
         if i in drawn:
             parts.append(figs.img(f"power_law_{i}", "power-law fit", figures.power_law, _subset(ds, res["group"]),
                                   res))
@@ -248,7 +253,7 @@ def _fit_sections(ds: xr.Dataset, fits: dict[str, Any], figs: _Figures) -> list[
         parts.extend(_overview(kind, fits.get(kind, []), figs))
         drawn = _drawn_groups(fits.get(kind, []))
         for i, res in enumerate(fits.get(kind, [])):
-            parts.append(f"<h3>{_NAMES[kind]} at {html.escape(_where(res['group']))}</h3>")
+            parts.append(f"<h3>{NAMES[kind]} at {html.escape(_where(res['group']))}</h3>")
             if res.get("error"):
                 parts.append(f"<p>{html.escape(res['error'])}</p>")
                 continue
@@ -258,14 +263,14 @@ def _fit_sections(ds: xr.Dataset, fits: dict[str, Any], figs: _Figures) -> list[
                          f"√Δ² = {_fmt(res['relative_spread'])} measured, {_fmt(res['relative_spread_theory'])} "
                          f"exact theory, 0 at leading order; measurement noise alone: "
                          f"{_fmt(res['noise_floor'])} per point.</p>")
-            parts.append(_verdict_html([res]))
+            parts.append(_verdict_html(kind, [res]))
             if i in drawn:
-                parts.append(figs.img(f"{kind}_{i}", _NAMES[kind], figures.collapse, _subset(ds, res["group"]),
+                parts.append(figs.img(f"{kind}_{i}", NAMES[kind], figures.collapse, _subset(ds, res["group"]),
                                       res))
     parts.extend(_overview("escape", fits.get("escape", []), figs))
     drawn = _drawn_groups(fits.get("escape", []))
     for i, res in enumerate(fits.get("escape", [])):
-        parts.append(f"<h3>{_NAMES['escape']} at {html.escape(_where(res['group']))}</h3>")
+        parts.append(f"<h3>{NAMES['escape']} at {html.escape(_where(res['group']))}</h3>")
         if res.get("error"):
             parts.append(f"<p>{html.escape(res['error'])}</p>")
             continue
@@ -275,10 +280,8 @@ def _fit_sections(ds: xr.Dataset, fits: dict[str, Any], figs: _Figures) -> list[
                      slope["interval_method"], slope.get("theory_powerlaw"), None,
                      slope.get("theory_powerlaw_inside")])
         parts.append(_table(_PARAM_HEADER[:5] + ["theory", "leading order", "theory inside interval"], rows, "fit"))
-        laws = res["supported_laws"]
-        parts.append(f"<p>{res['n_points']} points ({res['excluded_points']} without escapes excluded). "
-                     + ("<b class='good'>Supported: " + ", ".join(laws) + ".</b>" if laws
-                        else "<b class='bad'>Neither escape law's slope lies inside the interval.</b>") + "</p>")
+        parts.append(f"<p>{res['n_points']} points ({res['excluded_points']} without escapes excluded).</p>")
+        parts.append(_verdict_html("escape", [res]))
         if i in drawn:
             parts.append(figs.img(f"escape_{i}", "escape fit", figures.escape, _subset(ds, res["group"]), res))
     if fits.get("wigner"):
@@ -288,40 +291,40 @@ def _fit_sections(ds: xr.Dataset, fits: dict[str, Any], figs: _Figures) -> list[
                 rows.append([_where(res["group"]), res.get("error"), None, None, None, None, None])
                 continue
             b, s = res["params"]["binder"], res["params"]["sigma"]
-            rows.append([_where(res["group"]), f"{_fmt(b['estimate'])} [{_fmt(b['interval'][0])}, "
-                         f"{_fmt(b['interval'][1])}]", b["theory_inside"], s["estimate"], res["ks_statistic"],
+            rows.append([_where(res["group"]), (f"{_fmt(b['estimate'])} [{_fmt(b['interval'][0])}, "
+                         f"{_fmt(b['interval'][1])}]"), b["theory_inside"], s["estimate"], res["ks_statistic"],
                          res["ks_pvalue"], res["wigner_consistent"]])
-        parts.append(f"<h3>{_NAMES['wigner']}</h3>")
+        parts.append(f"<h3>{NAMES['wigner']}</h3>")
         parts.append(_table(["point", f"Binder cumulant [{conf:.0%}]", "−4/27 inside", "σ [weight²]",
                              "KS statistic vs Wigner surmise", "KS p-value (approximate)",
                              "consistent with the surmise"], rows, "fit"))
-        parts.append(_verdict_html(fits["wigner"]))
+        parts.append(_verdict_html("wigner", fits["wigner"]))
         parts.append(figs.img("wigner", "pair statistics", figures.wigner, ds, fits["wigner"]))
         parts.append(figs.img("wigner_width", "pair width against √(λ/S)", figures.wigner_width, ds, fits["wigner"]))
         for res in fits.get("wigner_width", []):
             if "params" in res:
-                parts.append(f"<h4>{_NAMES['wigner_width']} at {html.escape(_where(res['group']))}</h4>")
+                parts.append(f"<h4>{NAMES['wigner_width']} at {html.escape(_where(res['group']))}</h4>")
                 parts.append(_table(_PARAM_HEADER, _param_rows(res, ("a", "b", "log_A")), "fit"))
     if fits.get("flatness"):
-        parts.append(f"<h3>{_NAMES['flatness']}</h3>")
+        parts.append(f"<h3>{NAMES['flatness']}</h3>")
         rows = [r for res in fits["flatness"] for r in (_param_rows(res, ("psi",)) if "params" in res else [
             [_where(res["group"]), "psi", res.get("error"), None, None, None, None, None]])]
         parts.append(_table(_PARAM_HEADER, rows, "fit"))
-        parts.append(_verdict_html(fits["flatness"]))
+        parts.append(_verdict_html("flatness", fits["flatness"]))
         parts.append(figs.img("flatness", "variance against curvature", figures.flatness, ds, fits["flatness"]))
-    if fits.get("skipped"):
-        parts.append("<h3>Fits not run</h3><ul>" + "".join(
-            f"<li>{html.escape(_NAMES.get(k, k))}: {html.escape(v)}</li>" for k, v in fits["skipped"].items())
-                     + "</ul>")
     return parts
 
 
-def _summary(ds: xr.Dataset, fits: dict[str, Any]) -> str:
+def _status_line(ds: xr.Dataset) -> str:
+    """One paragraph: the points' status and the agreement of weight_var with the exact theory."""
     status = figures.point_status(ds)
     ok = status < 2
-    text = (f"<p>Sweep <b>{html.escape(ds.attrs.get('sweep', ''))}</b>: {ds.sizes['point']} points — "
-            f"{int((status == 0).sum())} done, {int((status == 1).sum())} with some diverged replicas (excluded from "
-            f"averages), {int((status == 2).sum())} fully diverged (excluded from fits). ")
+    text = f"<p class='status'>Sweep <b>{html.escape(ds.attrs.get('sweep', ''))}</b>: {ds.sizes['point']} points, "
+    if (status == 0).all():
+        text += "all done. "
+    else:
+        text += (f"{int((status == 0).sum())} done, {int((status == 1).sum())} with some diverged replicas "
+                 f"(excluded from averages), {int((status == 2).sum())} fully diverged (excluded from fits). ")
     if "weight_var_theory" in ds and ok.any() and np.isfinite(ds["weight_var_theory"].values[ok]).any():
         z = (ds["weight_var"] - ds["weight_var_theory"]) / ds["weight_var_se"]
         text += (f"Measured weight variance agrees with the exact theory within {np.nanmax(np.abs(z.values[ok])):.2f} "
@@ -329,16 +332,20 @@ def _summary(ds: xr.Dataset, fits: dict[str, Any]) -> str:
     elif "weight_var_theory" in ds:
         why = ds["weight_var_theory"].attrs.get("missing_because", "no theory for this model")
         text += f"No exact weight-variance theory for these points ({html.escape(why)})."
-    text += "</p>"
-    lines = []
-    for kind, name in _NAMES.items():
-        results = fits.get(kind) or []
-        n, inside = _verdict(results)
-        if n:
-            cls = "good" if inside == n else "bad"
-            lines.append(f"<li>{html.escape(name)}: <b class='{cls}'>{inside} of {n} theory values inside "
-                         "their intervals</b></li>")
-    return text + ("<ul>" + "".join(lines) + "</ul>" if lines else "")
+    return text + "</p>"
+
+
+def _answer(fits: dict[str, Any]) -> str:
+    """Every fit's verdict with its headline numbers, then the fits that did not run (and why)."""
+    conf = fits.get("settings", {}).get("confidence", 0.95)
+    boxes = "".join(_verdict_box(v) for v in assess(fits)) or "<p>No fit ran.</p>"
+    skipped = fits.get("skipped") or {}
+    notrun = ("<p class='notrun'>Not run: " + "; ".join(
+        f"{html.escape(NAMES.get(k, k))} ({html.escape(why)})" for k, why in skipped.items()) + ".</p>"
+              if skipped else "")
+    return (f"<section id='answer'><h2>What the fits found</h2><p class='status'>Estimates with {conf:.0%} "
+            "intervals [low, high], the same fit of the exact theory, and the leading-order value.</p>"
+            + boxes + notrun + "</section>")
 
 
 def _rows(ds: xr.Dataset, names: list[str], extra: list[np.ndarray] = ()) -> list[list[Any]]:
@@ -376,13 +383,14 @@ def build_report(ds: xr.Dataset, fits: dict[str, Any], report_spec: dict[str, An
 
 def _build(ds: xr.Dataset, fits: dict[str, Any], report_spec: dict[str, Any], figs: _Figures) -> str:
     title = report_spec["report"]["title"]
-    parts = [f"<h1>{html.escape(title)}</h1>", _summary(ds, fits)]
-    parts.append("<h2>Coverage of the grid</h2>")
-    parts.append(figs.img("coverage", "coverage map", figures.coverage, ds))
+    parts = [f"<h1>{html.escape(title)}</h1>", _status_line(ds), _answer(fits)]
+    parts.append(figs.img("weight_var", "weight variance against lr/batch_size", figures.weight_var_against_ratio, ds))
+    if figures.coverage_worth_showing(ds):
+        parts.append("<h2>Coverage of the grid</h2>")
+        parts.append(figs.img("coverage", "coverage map", figures.coverage, ds))
     parts.append("<h2>Fits</h2>")
     parts.extend(_fit_sections(ds, fits, figs))
     parts.append("<h2>Measured vs theory</h2>")
-    parts.append(figs.img("weight_var", "weight variance against lr/batch_size", figures.weight_var_against_ratio, ds))
     parts.append(figs.img("spectra", "covariance spectra", figures.spectra, ds))
     parts.append(figs.img("fdr_fourier", "Fourier profiles of the FDR", figures.fdr_fourier, ds))
     swept = json.loads(ds.attrs.get("swept_axes", "[]"))

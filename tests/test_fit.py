@@ -31,8 +31,8 @@ def test_recovers_known_exponents_with_calibrated_intervals():
             hits[name] += lo <= true <= hi
             assert abs(p["theory"] - true) < 1e-12  # the fit of exact data returns the exponent
     # 95% intervals: coverage within binomial noise (sd ≈ 1.5%) of 95%
-    for name in hits:
-        assert 0.89 <= hits[name] / n_trials <= 0.99, hits
+    for count in hits.values():
+        assert 0.89 <= count / n_trials <= 0.99, hits
 
 
 def test_estimates_are_accurate():
@@ -45,7 +45,7 @@ def test_estimates_are_accurate():
 
 
 def test_theory_outside_interval_is_reported():
-    lr, s, y, se, truth = _synthetic(a=1.0, b=-1.0, rel_se=0.002, seed=2)
+    lr, s, y, se, _ = _synthetic(a=1.0, b=-1.0, rel_se=0.002, seed=2)
     wrong_theory = 0.3 * lr**1.2 * s**-1.0  # a theory predicting a = 1.2
     res = fit_power_law(lr, s, y, se, theory=wrong_theory)
     assert res["params"]["a"]["theory_inside"] is False
@@ -150,8 +150,8 @@ def test_bootstrap_intervals_cover_the_true_exponents():
             assert p["theory_inside"] == (p["interval"][0] <= true <= p["interval"][1])
         widths.append(res["params"]["a"]["stderr"] / (res["params"]["a"]["interval_analytic"][1]
                                                       - res["params"]["a"]["interval_analytic"][0]) * 4)
-    for name in hits:
-        assert 0.88 <= hits[name] / 100 <= 1.0, hits
+    for count in hits.values():
+        assert 0.88 <= count / 100 <= 1.0, hits
     # bootstrap and analytic standard errors agree for a well-specified model (ratio ≈ 1)
     assert 0.7 < np.median(widths) < 1.3
 
@@ -320,3 +320,54 @@ def test_flatness_line_is_scipy_linregress():
             (np.arange(5.0), 2.0 - 3.0 * np.arange(5.0))]:
         ref = stats.linregress(x, y)
         np.testing.assert_allclose(_line(x, y), (ref.slope, ref.stderr, ref.rvalue), rtol=1e-12, atol=1e-15)
+
+
+# --- verdicts: the goodness of fit in words --------------------------------------------------------------
+
+def test_verdict_says_whether_the_deviations_from_a_power_law_are_those_of_the_exact_theory():
+    """A curved law (not a power law): with the exact theory the measurements follow, the rejected
+    power law is explained (good); with a pure power law as the theory it is not (bad); without a
+    theory it is a note, never a pass."""
+    from sgdsweep.fit import verdicts
+    from sgdsweep.fit.verdict import judge
+
+    lr, s, _, se, truth = _synthetic(rel_se=0.002, seed=5)
+    exact = truth * (1 + 2 * lr)
+    y = exact * (1 + 0.002 * np.random.default_rng(6).standard_normal(lr.size))
+    explained = fit_power_law(lr, s, y, 0.002 * exact, theory=exact)
+    assert explained["chi2_pvalue"] < 1e-6 and explained["agreement_pvalue"] > 0.01
+    v = judge("power_law", explained)
+    assert v.status == "good" and "the deviations are those of the exact theory" in v.text()
+    assert "a pure power law is rejected" in v.text()
+    wrong = judge("power_law", fit_power_law(lr, s, y, 0.002 * exact, theory=truth))
+    assert wrong.status == "bad" and "the measurements deviate from the exact theory" in wrong.text()
+    alone = judge("power_law", fit_power_law(lr, s, y, 0.002 * exact))
+    assert alone.status == "neutral" and "not of an exact law" in alone.text()
+    fits_ok = judge("power_law", fit_power_law(lr, s, truth * (1 + 0.002 * np.random.default_rng(7).standard_normal(
+        lr.size)), se, theory=truth))
+    assert fits_ok.status == "good" and "a pure power law fits" in fits_ok.text()
+    lines = verdicts({"power_law": [{**explained, "group": {}}], "skipped": {"escape": "no escape times"}})
+    assert lines[0].startswith("[ok] Power law") and lines[-1] == "[not run] Escape time: ln(λτ) against 1/λ: " \
+        "no escape times"
+
+
+def _single_layer(n_points: int = 3, modes: int = 6) -> xr.Dataset:
+    """A single-layer ensemble with per-mode variances and curvatures (what flatness fits)."""
+    rng = np.random.default_rng(0)
+    curv = np.geomspace(0.1, 10, modes)[None, :] * (1 + 0.05 * rng.random((n_points, modes)))
+    var = 1e-3 * np.ones((n_points, modes)) * (1 + 0.05 * rng.random((n_points, modes)))
+    return xr.Dataset({"weight_cov_eigenvalues": (("point", "mode"), var), "mode_curvature": (("point", "mode"), curv),
+                       "diverged": ("point", np.zeros(n_points, bool))},
+                      coords={"point": [f"p{i}" for i in range(n_points)], "lr": ("point", [0.1, 0.2, 0.4][:n_points]),
+                              "batch_size": ("point", np.full(n_points, 4))},
+                      attrs={"swept_axes": '["lr"]'})
+
+
+def test_flatness_runs_on_a_single_layer_model_only_when_asked_for():
+    from sgdsweep.fit import SINGLE_LAYER_FLATNESS
+
+    off = {"power_law": {"enabled": False}, "linear_scaling": {"enabled": False}, "wigner": {"enabled": False}}
+    default = fit_ensemble(_single_layer(), {**off, "flatness": {"enabled": True, "layer": None}})
+    assert "flatness" not in default and default["skipped"]["flatness"] == SINGLE_LAYER_FLATNESS
+    asked = fit_ensemble(_single_layer(), {**off, "flatness": {"enabled": True, "layer": "all"}})
+    assert len(asked["flatness"]) == 3 and all("params" in r for r in asked["flatness"])

@@ -1,4 +1,6 @@
-"""The report says plainly whether each theory lies inside its interval, and embeds what it shows."""
+"""The report leads with the answer: each fit's headline numbers and a verdict in words that counts the
+goodness of fit; then the main figure. It embeds what it shows, and its figures name every swept axis,
+have no empty panel and no overlapping tick labels."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import numpy as np
 import xarray as xr
 
 from sgdsweep.fit import fit_ensemble
+from sgdsweep.fit.verdict import num, pvalue
 from sgdsweep.report import build_report
 
 
@@ -66,13 +69,14 @@ def test_report_says_when_theory_is_inside(tmp_path):
     fits, page, parser = _report(_ensemble(1.0), tmp_path)
     a = fits["power_law"][0]["params"]["a"]
     assert a["theory_inside"] and a["interval_method"] == "bootstrap"
-    assert "OUTSIDE" not in page and "All 3 theory values lie inside" in page
+    assert "OUTSIDE" not in page and "DISAGREES" not in page and "agrees with the exact theory" in page
     # every referenced figure is embedded (data URI), also written as a file, and named
     assert parser.imgs and all(src.startswith("data:image/png;base64,") for src in parser.imgs)
     files = sorted(p.stem for p in (tmp_path / "figures").glob("*.png"))
     assert sorted(i[len("fig-"):] for i in parser.figure_ids) == files
-    assert {"coverage", "power_law_0", "linear_scaling_0", "weight_var", "shard_times"} <= set(files)
-    assert "Fits not run" in page and "momentum is not swept" in page
+    assert {"power_law_0", "linear_scaling_0", "weight_var", "shard_times"} <= set(files)
+    assert "coverage" not in files  # a full grid, every point done: nothing for a coverage map to say
+    assert "Not run: " in page and "momentum is not swept" in page
 
 
 def test_report_says_when_theory_is_outside(tmp_path):
@@ -81,8 +85,9 @@ def test_report_says_when_theory_is_outside(tmp_path):
     fits, page, _ = _report(_ensemble(1.3), tmp_path)
     a = fits["power_law"][0]["params"]["a"]
     assert a["theory_inside"] is False and abs(a["theory"] - 1.3) < 1e-9
-    assert "lie OUTSIDE their intervals" in page
-    assert "class='bad'" in page
+    answer = page[page.index("<section id='answer'>"):page.index("</section>")]
+    assert f"exact theory {num(a['theory'])} (OUTSIDE)" in answer and "DISAGREES with the exact theory" in answer
+    assert "class='bad'" in answer
     # the linear-scaling collapse: the measurements collapse, the wrong theory does not
     spread = fits["linear_scaling"][0]["params"]["spread2"]
     assert spread["theory"] > spread["interval"][1]
@@ -190,3 +195,137 @@ def test_tight_png_is_what_savefig_tight_gives():
         assert abs(ink.shape[0] - ink_ref.shape[0]) <= 2 and abs(ink.shape[1] - ink_ref.shape[1]) <= 2
         assert abs(ink.sum() - ink_ref.sum()) <= 0.02 * ink_ref.sum()
         assert np.all(np.abs(np.array(margins) - np.array(margins_ref)) <= 2), (outside, margins, margins_ref)
+
+
+def _text(page: str) -> str:
+    """The text of an HTML page, entities decoded."""
+    import html
+    import re
+
+    return html.unescape(re.sub(r"<[^>]+>", " ", page))
+
+
+def test_report_leads_with_the_headline_numbers_and_an_honest_verdict(tmp_path):
+    """Before the first figure: each exponent with its interval, the exact theory and the leading
+    order; a power law that the χ² rejects is said to be rejected, with what the deviations are,
+    and never shown as a plain green pass."""
+    ds = _ensemble(1.0)
+    curved = 1 + 3 * ds["lr"]  # the data: not a power law
+    ds["weight_var_replica"] = ds["weight_var_replica"] * curved
+    ds["weight_var"], ds["weight_var_se"] = ds["weight_var"] * curved, ds["weight_var_se"] * curved
+    fits, page, _ = _report(ds, tmp_path)
+    pl = fits["power_law"][0]
+    assert pl["chi2_pvalue"] < 1e-3  # the case of the verdict below
+    first = _text(page[:page.index("<figure")])
+    for name in ("a", "b"):
+        q = pl["params"][name]
+        assert f"{name} = {num(q['estimate'])} [{num(q['interval'][0])}, {num(q['interval'][1])}]" in first
+        assert f"leading order {num(q['leading_order'])}" in first
+    assert f"a pure power law is rejected (χ²/dof = {num(pl['chi2_reduced'], 3)}, {pvalue(pl['chi2_pvalue'])})" in first
+    # the theory here is a pure power law, the data are not: the deviations are not the theory's
+    assert "the measurements deviate from the exact theory" in first and "DISAGREES" in first
+
+
+def test_coverage_map_only_when_the_grid_has_gaps_or_divergence(tmp_path):
+    from sgdsweep import figures
+
+    ds = _ensemble(1.0)
+    assert not figures.coverage_worth_showing(ds)
+    assert figures.coverage_worth_showing(ds.isel(point=slice(1, None)))  # a gap
+    diverged = ds.copy()
+    diverged["diverged_replicas"] = diverged["diverged_replicas"].copy(data=np.r_[3, np.zeros(15, int)])
+    assert figures.coverage_worth_showing(diverged)
+    page = build_report(diverged, fit_ensemble(diverged, {"bootstrap": 0}), SPEC)
+    assert "Coverage of the grid" in page
+
+
+def _two_layer_like(seed: int = 0) -> xr.Dataset:
+    """A sweep over hidden_width × lr at one batch size, no exact theory (as two_layer): weight_var,
+    loss, and a spectrum whose length grows with the hidden width (NaN-padded)."""
+    rng = np.random.default_rng(seed)
+    hw, lr = np.meshgrid([2, 3, 6], [0.01, 0.02, 0.04], indexing="ij")
+    hw, lr = hw.ravel(), lr.ravel()
+    n = hw.size
+    wv = 0.3 * lr / 4 / hw * (1 + 0.02 * rng.standard_normal(n))
+    modes = np.full((n, 28), np.nan)
+    for i in range(n):
+        d = 5 * hw[i] - 2
+        modes[i, :d] = wv[i] * np.geomspace(10, 1e-4, d)
+    ds = xr.Dataset(
+        {"weight_var": ("point", wv, {"long_name": "weight variance", "units": "weight²"}),
+         "weight_var_se": ("point", 0.02 * wv), "weight_var_theory": ("point", np.full(n, np.nan)),
+         "loss": ("point", 0.504 + 0.01 * lr, {"long_name": "training loss", "units": "loss"}),
+         "loss_se": ("point", np.full(n, 1e-4)),
+         "weight_cov_eigenvalues": (("point", "mode"), modes,
+                                    {"long_name": "weight covariance eigenvalues", "units": "weight²"}),
+         "diverged": ("point", np.zeros(n, bool)), "diverged_replicas": ("point", np.zeros(n, int)),
+         "simulation_seconds": ("point", np.full(n, 0.5))},
+        coords={"point": [f"p{i}" for i in range(n)], "lr": ("point", lr, {"long_name": "learning rate λ", "units": "1"}),
+                "batch_size": ("point", np.full(n, 4)),
+                "hidden_width": ("point", hw, {"long_name": "hidden width N_h", "units": "units"}),
+                "shard": ("point", np.array(["s"] * n, dtype=object))},
+        attrs={"swept_axes": '["lr", "hidden_width"]', "sweep": "two", "package_versions": "{}"})
+    return ds
+
+
+def _texts(fig) -> list[str]:
+    """Every title, suptitle, axis label and legend entry of a drawn figure."""
+    out = [fig._suptitle.get_text()] if fig._suptitle is not None else []
+    for ax in fig.axes:
+        out += [ax.get_title(), ax.get_xlabel(), ax.get_ylabel()]
+        if ax.get_legend() is not None:
+            out += [t.get_text() for t in ax.get_legend().get_texts()]
+    return out
+
+
+def test_two_layer_figures_name_every_swept_axis_and_have_no_empty_panel():
+    """hidden_width × lr without an exact theory: no "(no theory)" panel, spectrum panels with
+    distinct titles naming hidden_width, legends naming the other axis, no pseudo-unit on
+    hidden_width, integer ticks for it, and no overlapping tick labels in any figure."""
+    from sgdsweep import figures
+    from sgdsweep.plotting import overlapping_tick_labels
+
+    ds = _two_layer_like()
+    drawn = {"weight_var": figures.weight_var_against_ratio(ds), "spectra": figures.spectra(ds),
+             "against_lr": figures.against_axis(ds, "lr"),
+             "against_hidden_width": figures.against_axis(ds, "hidden_width"),
+             "spectrum_hw": figures.spectrum_against_axis(ds, "hidden_width")}
+    try:
+        assert all(fig is not None for fig in drawn.values()), drawn
+        for name, fig in drawn.items():
+            figures.tight_png(fig)
+            assert overlapping_tick_labels(fig) == [], name
+            for ax in fig.axes:  # every panel draws something
+                assert ax.lines or ax.collections or ax.images, (name, ax.get_title())
+            texts = " ".join(_texts(fig))
+            assert "no theory)" not in texts and "[units]" not in texts and "[1]" not in texts.replace("λ [1]", "")
+            assert "hidden_width" in texts or "hidden width" in texts, (name, texts)
+        assert len(drawn["weight_var"].axes) == 1
+        titles = [ax.get_title() for ax in drawn["spectra"].axes]
+        assert len(set(titles)) == len(titles) and all("hidden_width = " in t for t in titles), titles
+        legend = " ".join(_texts(drawn["spectrum_hw"]))
+        assert all(f"λ = {v:g}" in legend for v in (0.01, 0.02, 0.04)), legend
+        ax = drawn["against_hidden_width"].axes[0]
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["2", "3", "6"]
+    finally:
+        for fig in drawn.values():
+            if fig is not None:
+                figures.plt.close(fig)
+
+
+def test_overlapping_tick_labels_are_thinned():
+    """A log axis over one decade labels its minor ticks; on a narrow axis they collide: drawn, the
+    PNG keeps only labels that clear each other."""
+    from sgdsweep.figures import plain_log_labels, plt, tight_png
+    from sgdsweep.plotting import overlapping_tick_labels
+
+    fig, ax = plt.subplots(figsize=(3, 2))
+    ax.plot([2.8e-4, 4.3e-3], [1, 2])
+    ax.set_xscale("log")
+    plain_log_labels(fig)
+    fig.canvas.draw()
+    assert overlapping_tick_labels(fig)  # the case the guard is for
+    tight_png(fig)
+    assert overlapping_tick_labels(fig) == []
+    assert any(t.get_text() for t in ax.get_xticklabels())  # not every label dropped
+    plt.close(fig)

@@ -11,6 +11,10 @@ wigner             Binder cumulant (−4/27) and KS vs the Wigner surmise       
 flatness           inverse variance–flatness exponent ψ (2 for two layers)      per point
 =================  ===========================================================  ===================
 
+Each fit runs when its ``enabled`` is true (the default), except flatness on a single-layer model:
+one layer has no inverse variance–flatness relation to test, so ψ is fitted there only when asked
+for by naming the layer (``fit.flatness.layer: all``); otherwise it is listed under ``skipped``.
+
 Every fit is vectorised over the axes it does not fit (one result per group of their values),
 skips diverged points, states the theory value and whether it lies inside the interval, and
 draws its bootstrap resamples from a fixed seed (the same ensemble gives the same fits). A fit
@@ -30,8 +34,14 @@ from .common import axis_values, groups, replica_order, replica_table
 from .escape import fit_escape
 from .power_law import fit_power_law
 from .spectra import fit_flatness, fit_wigner
+from .verdict import Verdict, assess, verdicts
 
-__all__ = ["fit_collapse", "fit_ensemble", "fit_escape", "fit_flatness", "fit_power_law", "fit_wigner", "groups"]
+__all__ = ["Verdict", "assess", "fit_collapse", "fit_ensemble", "fit_escape", "fit_flatness", "fit_power_law",
+           "fit_wigner", "groups", "verdicts"]
+
+#: Why flatness does not run by default on a single-layer model.
+SINGLE_LAYER_FLATNESS = ("a single-layer model has no inverse variance–flatness relation to test (no theory of "
+                         "ψ); set fit.flatness.layer: all to fit ψ anyway")
 
 #: Bootstrap seed: fits are a deterministic function of the ensemble and the fit config.
 BOOTSTRAP_SEED = 20240101
@@ -128,7 +138,10 @@ def fit_ensemble(ds: xr.Dataset, fit_config: dict[str, Any]) -> dict[str, Any]:
             skipped["wigner"] = res
         else:
             out["wigner"], out["wigner_width"] = res
-    if enabled["flatness"]:
+    single_layer = "mode_curvature" in ds and not any(v.startswith("layer_mode_curvature_") for v in ds.data_vars)
+    if enabled["flatness"] and single_layer and fit_config.get("flatness", {}).get("layer") is None:
+        skipped["flatness"] = SINGLE_LAYER_FLATNESS
+    elif enabled["flatness"]:
         res = fit_flatness(ds, fit_config.get("flatness", {}), diverged, conf)
         if isinstance(res, str):
             skipped["flatness"] = res

@@ -15,6 +15,12 @@ exact theory at the same points: the exact stationary variance is not an exact p
 (discreteness O(λω), multiplicative noise O(λσ_x²/S)), so "the theory predicts a = 1" is only
 the leading order (also reported). A fit passes when the theory exponents lie inside the
 intervals.
+
+Goodness of fit. ``chi2_pvalue`` is P(χ²_dof ≥ χ²) of the power law itself: a small value rejects a
+*pure* power law. With a theory, ``agreement_chi2_reduced`` and ``agreement_pvalue`` compare the
+measurements with the exact theory point by point (χ² = Σ((value − theory)/se)² over the fitted
+points, n degrees of freedom): when the power law is rejected but the measurements agree with the
+exact theory, the deviations from a power law are those the exact theory predicts.
 """
 
 from __future__ import annotations
@@ -60,7 +66,8 @@ def fit_power_law(lr: np.ndarray, batch_size: np.ndarray, value: np.ndarray, se:
     Returns:
         A JSON-ready dict: per parameter (``log_A``, ``a``, ``b``) the estimate, standard error,
         interval (and the analytic one), theory value, leading-order value and whether the
-        theory lies inside; plus ``n_points``, ``dof``, ``chi2_reduced``, ``chi2_pvalue``.
+        theory lies inside; plus ``n_points``, ``dof``, ``chi2_reduced``, ``chi2_pvalue`` and,
+        with a theory, ``agreement_chi2_reduced`` and ``agreement_pvalue`` (module docstring).
         An exponent whose axis has a single value in the data is not identifiable: ``None``.
     """
     leading = LEADING_ORDER if leading_order is None else leading_order
@@ -118,6 +125,9 @@ def fit_power_law(lr: np.ndarray, batch_size: np.ndarray, value: np.ndarray, se:
             params[name]["interval_analytic"] = analytic["interval"]
         else:
             params[name] = analytic
+    if theory is not None:
+        agreement = float(np.sum(((value[ok] - theory[ok]) / se[ok]) ** 2))
+        result.update({"agreement_chi2_reduced": agreement / n, "agreement_pvalue": _chi2_pvalue(agreement, n)})
     result.update({"chi2_reduced": float(chi2_red),
                    "chi2_pvalue": _chi2_pvalue(chi2, dof),
                    "bootstrap": int(bootstrap) if boot is not None else 0, "params": params})
