@@ -15,15 +15,16 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Mapping, Sequence
 from itertools import groupby
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from .cluster import dask_client
 from .errors import SgdsweepError
 from .paths import atomic_write_text
 from .progress import HEARTBEAT_S, ShardProgress, verbosity
-from .store import complete_points, failed_marker, remove_stale_temporaries
+from .store import complete_points, failed_marker, remove_failed_markers, remove_stale_temporaries
 
 log = logging.getLogger("sgdsweep.execute")
 
@@ -66,12 +67,14 @@ def _collect(fut: Any, batch: Sequence[Mapping[str, Any]], points_dir: str) -> N
     try:
         fut.result()
     except Exception as exc:
-        for p in batch:
-            atomic_write_text(failed_marker(points_dir, p["hash"]),
-                              json.dumps({"error": f"{type(exc).__name__}: {exc}"[:500]}))
+        try:
+            for p in batch:
+                atomic_write_text(failed_marker(points_dir, p["hash"]),
+                                  json.dumps({"error": f"{type(exc).__name__}: {exc}"[:500]}))
+        except OSError as unwritable:  # the task's own error, raised below, says why
+            log.warning("could not record the failed points in %s (%s)", points_dir, unwritable.strerror)
         raise
-    for p in batch:
-        failed_marker(points_dir, p["hash"]).unlink(missing_ok=True)
+    remove_failed_markers(points_dir, (p["hash"] for p in batch))
 
 
 def run_shard(spec_path: Path, receipt_path: Path, execution: Mapping[str, Any], cluster_dir: Path) -> dict:
@@ -129,6 +132,10 @@ def run_shard(spec_path: Path, receipt_path: Path, execution: Mapping[str, Any],
     if lost:
         log.info("shard %s: removed %d temporary file(s) of writes that did not finish, e.g. %s", shard,
                  len(lost), lost[0].name)
+    past = remove_failed_markers(points_dir, (p["hash"] for p in points))  # e.g. a killed run's
+    if past:
+        log.info("shard %s: removed %d failure record(s) of points stored since, e.g. %s", shard, len(past),
+                 past[0].name)
     seconds = time.perf_counter() - t0
     receipt = {"shard": shard, "points": [p["hash"] for p in points],
                "simulated": [p["hash"] for p in todo], "replica_steps": total, "seconds": seconds}

@@ -19,6 +19,7 @@ point store too: ``xarray.open_zarr(zarr.storage.ZipStore(path, mode="r"))``.
 from __future__ import annotations
 
 import asyncio
+import errno
 import io
 import json
 import os
@@ -37,7 +38,7 @@ import zarr
 import zarr.api.asynchronous
 from zarr.storage import MemoryStore, ZipStore
 
-from .errors import StoreError
+from .errors import StoreError, UsageError
 
 #: Attribute that marks a store as complete (set last, before the rename).
 COMPLETE_ATTR = "sgdsweep_complete"
@@ -110,14 +111,20 @@ def _placed(path: Path) -> bool:
 def place_point(path: str | Path, files: Mapping[str, bytes]) -> bool:
     """Place the point store of ``files`` (Zarr key → bytes, as :class:`PointFiles` reads them)
     at ``path`` (``<hash>.zarr.zip``) atomically: zipped into a temporary file beside it, then
-    renamed. Returns False, placing nothing, if a complete store of the point is already there."""
+    renamed. Returns False, placing nothing, if a complete store of the point is already there.
+
+    Raises:
+        UsageError: the directory cannot be written (read-only file system, permissions, an
+            immutable attribute), naming it and the fix.
+        StoreError: any other failure to write (a full disk...), naming the store.
+    """
     path = Path(path)
     if _placed(path):
         return False
-    path.parent.mkdir(parents=True, exist_ok=True)
     directory = _directory_store(path)
     tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:8]}"
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         _write_zip(tmp, files)
         for leftover in {path, directory}:  # an incomplete store of a killed run
             if leftover.is_dir():
@@ -126,9 +133,26 @@ def place_point(path: str | Path, files: Mapping[str, bytes]) -> bool:
             return False
         os.replace(tmp, path)
         return True
+    except OSError as exc:
+        raise _write_error(path, exc) from None
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:  # the directory became unwritable: the next run's shard job removes it
+            pass
+
+
+def _write_error(path: Path, exc: OSError) -> UsageError | StoreError:
+    """The error to report when writing the point store ``path`` failed with ``exc``."""
+    where = path.parent
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return UsageError(
+            f"cannot write point store {path} ({exc.strerror}): the directory {where} is not writable "
+            f"(a read-only file system, its permissions, or the immutable attribute: 'lsattr -d {where}' "
+            f"shows an 'i', 'chattr -i {where}' removes it). Make it writable and rerun; the points "
+            "already stored are kept")
+    return StoreError(f"cannot write point store {path} ({exc.strerror or exc}); fix the cause (a full disk?) "
+                      "and rerun; the points already stored are kept")
 
 
 def remove_stale_temporaries(points_dir: str | Path, hashes: Iterable[str],
@@ -160,7 +184,24 @@ def remove_stale_temporaries(points_dir: str | Path, hashes: Iterable[str],
                 os.unlink(entry.path)
         except FileNotFoundError:  # removed meanwhile (its write finished, or another cleaner)
             continue
+        except OSError:  # an unwritable directory: kept (a write there fails with the reason)
+            continue
         removed.append(Path(entry.path))
+    return removed
+
+
+def remove_failed_markers(points_dir: str | Path, hashes: Iterable[str]) -> list[Path]:
+    """Remove the failure records (:func:`failed_marker`) of the points ``hashes``: call it once
+    they are stored (a record a killed run left, or one of a failure retried since, is past).
+    Records that cannot be removed (an unwritable directory) stay. Returns the paths removed."""
+    removed = []
+    for h in hashes:
+        marker = failed_marker(points_dir, h)
+        try:
+            marker.unlink()
+        except OSError:  # none there (the usual case), or an unwritable directory
+            continue
+        removed.append(marker)
     return removed
 
 

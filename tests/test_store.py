@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
 import zipfile
 import zlib
 
@@ -11,16 +13,15 @@ import numpy as np
 import pytest
 import xarray as xr
 import zarr
+from conftest import as_directory_store, tiny_config
 
 from sgdsweep import aggregate, store
 from sgdsweep.aggregate import build_ensemble, open_ensemble, write_ensemble
 from sgdsweep.config import build_sweep
-from sgdsweep.errors import StoreError
+from sgdsweep.errors import StoreError, UsageError
 from sgdsweep.execute import make_batches
 from sgdsweep.plan import write_plan
 from sgdsweep.simulate import simulate_points
-
-from conftest import as_directory_store, tiny_config
 
 
 def test_point_store_round_trip_and_atomicity(tmp_path):
@@ -295,3 +296,25 @@ def test_stores_assembled_without_zarr_are_byte_identical_to_zarrs(tmp_path, mon
     monkeypatch.setattr(store, "_encode", lambda *a: calls.append(1) or asyncio.sleep(0, {}))
     store._point_files(arrays(2), attrs(2))
     assert calls  # nothing learnt: Zarr builds the store
+
+
+def test_unwritable_points_directory_is_named(tmp_path):
+    """Writing into a directory that refuses writes is a clear error naming it and the fix, not
+    a raw traceback. Tests run as root, where permission bits do not stop writes: the directory is
+    made immutable (``chattr +i``, what a careful admin or a backup tool may set), and a path whose
+    parent is a regular file stands for a directory that cannot be made."""
+    points = tmp_path / "points"
+    points.mkdir()
+    arrays = {"x": (("replica",), np.ones(2))}
+    if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(points)], check=False).returncode:
+        pytest.skip("chattr +i is not available here (needs root on ext4/xfs/btrfs)")
+    try:
+        with pytest.raises(UsageError, match=rf"directory {points} is not writable .*'chattr -i {points}'"):
+            store.write_point(store.point_path(points, "a1"), arrays, {})
+    finally:
+        subprocess.run(["chattr", "-i", str(points)], check=True)
+    assert os.listdir(points) == []
+    assert store.write_point(store.point_path(points, "a1"), arrays, {})
+    (tmp_path / "file").write_text("")
+    with pytest.raises(StoreError, match=rf"cannot write point store {tmp_path / 'file' / 'p' / 'a1'}"):
+        store.write_point(store.point_path(tmp_path / "file" / "p", "a1"), arrays, {})
