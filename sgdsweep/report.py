@@ -173,7 +173,8 @@ def _verdict_box(v: Verdict, title: str | None = None) -> str:
     """One verdict: its title and status in colour, then its sentences."""
     head = html.escape(v.title if title is None else title)
     items = "".join(f"<li>{html.escape(s)}</li>" for s in v.sentences)
-    return (f"<div class='verdict {v.status}'><b>{head}</b> — <b class='{v.status}'>{_BADGE[v.status]}</b>"
+    badge = _BADGE[v.status] + (f" {v.scope}" if v.scope else "")
+    return (f"<div class='verdict {v.status}'><b>{head}</b> — <b class='{v.status}'>{html.escape(badge)}</b>"
             f"<ul>{items}</ul></div>")
 
 

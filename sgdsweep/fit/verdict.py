@@ -52,6 +52,8 @@ class Verdict:
     sentences: list[str]
     status: str
     numbers: list[str] = field(default_factory=list)
+    #: Says how far a "good" status reaches when only some groups have a theory value.
+    scope: str = ""
 
     @property
     def title(self) -> str:
@@ -59,7 +61,7 @@ class Verdict:
 
     def text(self) -> str:
         """The verdict as one plain-text line."""
-        return f"{self.title}: " + "; ".join(self.sentences)
+        return f"{self.title}: " + "; ".join(self.sentences) + (f" (agrees {self.scope})" if self.scope else "")
 
 
 def num(x: float | None, digits: int = 4) -> str:
@@ -199,9 +201,11 @@ def _summary(kind: str, results: list[dict[str, Any]]) -> Verdict:
     failed = [r for r in results if r.get("error") or not r.get("params")]
     if failed:
         sentences.append(f"{len(failed)} not fitted ({failed[0].get('error', 'no parameters')})")
-    statuses = {v.status for v in per}  # a group without a theory value says nothing against the others
+    statuses = [v.status for v in per]  # a group without a theory value says nothing against the others
     status = "bad" if "bad" in statuses else "good" if "good" in statuses else "neutral"
-    return Verdict(kind, f"all {len(results)} {unit}", sentences, status)
+    scope = (f"where it has one ({statuses.count('good')} of {len(results)} {unit})"
+             if status == "good" and statuses.count("good") < len(results) else "")
+    return Verdict(kind, f"all {len(results)} {unit}", sentences, status, scope=scope)
 
 
 def assess(fits: dict[str, Any]) -> list[Verdict]:
