@@ -90,7 +90,7 @@ def test_model_lands_in_ensemble_fit_and_report(kind, tmp_path):
     assert parser.images and all(src.startswith("data:image/png;base64,") for src in parser.images)
     written = sorted((tmp_path / "figures").glob("*.png"))
     assert len(written) == len(parser.images)  # every embedded figure is also a file for snakemake --report
-    assert "Other observables" in page and "Coverage of the grid" in page
+    assert "Other observables" in page and "What the fits found" in page
 
 
 def test_point_store_arrays_are_described(tmp_path):
