@@ -98,7 +98,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from .plan import explain, format_explanation
 
     sweep = load_sweep(args.config)
-    print(format_explanation(sweep, explain(sweep), verbose=not args.summary))
+    print(format_explanation(sweep, explain(sweep), verbose=not args.summary, cost=not args.summary))
     return 0
 
 
@@ -133,7 +133,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         cmd.append("--dry-run")
     verbosity = _verbosity(args)
     if verbosity < 0:
-        cmd += ["--quiet", "progress", "rules", "host"]
+        cmd += ["--quiet", "progress", "rules", "host", "reason"]  # not "all": that hides errors too
     elif verbosity > 0:
         cmd.append("--printshellcmds")
     cmd += args.snakemake_args

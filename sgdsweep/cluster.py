@@ -401,8 +401,9 @@ def dask_client(execution: Mapping[str, Any], cluster_dir: Path) -> Iterator[Any
 PROBE_TIMEOUT_S = 30.0
 
 
-def probe_scheduler(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
-    """Check that ``address`` answers as a Dask scheduler within ``timeout_s`` seconds.
+def probe_scheduler(address: str, timeout_s: float | None = None) -> None:
+    """Check that ``address`` answers as a Dask scheduler within ``timeout_s`` seconds (default
+    :data:`PROBE_TIMEOUT_S`).
 
     ``Client(address, timeout=...)`` bounds the TCP connect but not Dask's handshake: a listener
     that is not Dask (a web server, say) accepts the connection and never answers, and the client
@@ -415,6 +416,8 @@ def probe_scheduler(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
     import asyncio
 
     from distributed.comm import connect
+
+    timeout_s = PROBE_TIMEOUT_S if timeout_s is None else timeout_s
 
     async def _identity() -> Any:
         comm = await connect(address, timeout=timeout_s)

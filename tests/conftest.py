@@ -83,6 +83,20 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = No
                           capture_output=True, text=True, timeout=timeout)
 
 
+def cluster_daemons(workdir: Path) -> int:
+    """Cluster daemons (``sgdsweep cluster-daemon``) running in ``workdir``; their ``--state``
+    path may be relative to it, so they are found by their working directory."""
+    count = 0
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+            here = os.readlink(proc / "cwd") == str(workdir)
+        except OSError:
+            continue
+        count += here and b"cluster-daemon" in cmdline
+    return count
+
+
 @pytest.fixture
 def tiny() -> dict[str, Any]:
     return tiny_config()

@@ -238,16 +238,17 @@ def test_cli_run_starts_the_cluster_while_snakemake_starts(tmp_path):
     proc = run_cli("run", str(path), "--cores", "2", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     text = proc.stdout + proc.stderr
-    assert re.search(r"2 of 2 points to simulate: starting the local Dask cluster \(\d+ workers\)", text), text[-3000:]
+    assert "sweep 'early': 2 points, 0 stored, 2 to simulate" in text, text[-3000:]
+    assert re.search(r"starting a local Dask cluster of \d+ workers", text), text[-3000:]
     assert text.count("Dask dashboard: http://127.0.0.1:") == 1
     sweep = tmp_path / "results" / "early"
     assert (sweep / ".cluster" / "daemon.log").read_bytes().count(b"Traceback") == 0
     assert xr.open_zarr(sweep / "ensemble.zarr").sizes["point"] == 2
     assert not (sweep / ".cluster" / "cluster.json").exists()
-    assert subprocess.run(["pgrep", "-f", f"cluster-daemon --state {sweep}"], capture_output=True).returncode == 1
+    assert cluster_daemons(tmp_path) == 0
     again = run_cli("run", str(path), "--cores", "2", cwd=tmp_path)
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
-    assert "starting the local Dask cluster" not in again.stdout + again.stderr
+    assert "starting a local Dask cluster" not in again.stdout + again.stderr
 
 
 def test_bad_scheduler_environment_variable(tmp_path):

@@ -11,6 +11,7 @@ from sgdsweep.cluster import RUN_ID_ENV, current_run_id, scheduler_address, stop
 from sgdsweep.config import build_sweep
 from sgdsweep.errors import ConfigError, SgdsweepError
 from sgdsweep.plan import PlanFiles, explain, format_explanation, write_plan
+from sgdsweep.progress import VERBOSITY_ENV
 from sgdsweep.schema import read_yaml
 from sgdsweep.snakemake_state import clear_stale_state
 
@@ -24,7 +25,8 @@ try:
         _SWEEP_LOCK = locking.acquire_or_inherit(SWEEP.directory)
         # Holding it proves no live run owns this sweep: drop what a killed run left behind.
         clear_stale_state(os.getcwd(), SWEEP.directory)
-        print(format_explanation(SWEEP, explain(SWEEP), max_lines=20), file=sys.stderr)
+        if os.environ.get(VERBOSITY_ENV) != "-1":  # sgdsweep run -q
+            print(format_explanation(SWEEP, explain(SWEEP), max_lines=20), file=sys.stderr)
         PLAN = write_plan(SWEEP)
     else:  # a job re-parsing the workflow (cluster executors): the main process owns the plan
         PLAN = PlanFiles(SWEEP.directory)

@@ -1,0 +1,313 @@
+"""What a new user meets first: the cluster's start on a cold cache and a busy machine, progress in
+the terminal, the closing summary, the command line's conventions, and a second run refused
+before it starts anything."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sgdsweep import cluster, progress
+from sgdsweep.cli import EXIT_CODES, build_parser
+from sgdsweep.errors import SgdsweepError
+from sgdsweep.summary import fit_lines
+
+from conftest import REPO, cluster_daemons, run_cli, tiny_config, write_yaml
+
+# --- the wait for the shared cluster follows the daemon's phases ------------------------------
+
+#: A stand-in for ``sgdsweep cluster-daemon``: records the phases it is given (phase, seconds)
+#: in the state file, then an address, then waits to be stopped.
+FAKE_DAEMON = """
+import json, os, sys, time
+state, run_id, phases = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+me = {"pid": os.getpid(), "run_id": run_id, "workers": 1}
+for phase, seconds in phases:
+    tmp = state + ".tmp"
+    open(tmp, "w").write(json.dumps({**me, "phase": phase}))
+    os.replace(tmp, state)
+    time.sleep(seconds)
+open(state + ".tmp", "w").write(json.dumps({**me, "phase": "ready", "address": "tcp://127.0.0.1:1",
+                                            "dashboard": "http://127.0.0.1:2/status"}))
+os.replace(state + ".tmp", state)
+time.sleep(60)
+"""
+
+
+def _fake_daemon(cluster_dir: Path, phases: list[tuple[str, float]]) -> subprocess.Popen:
+    cluster_dir.mkdir(parents=True, exist_ok=True)
+    state = cluster_dir / cluster.STATE_FILE
+    proc = subprocess.Popen([sys.executable, "-c", FAKE_DAEMON, str(state), cluster.current_run_id(),
+                             json.dumps(phases)], start_new_session=True)
+    while not state.exists():  # it is the run's daemon once its state names it
+        time.sleep(0.01)
+    return proc
+
+
+def test_compiling_the_kernels_is_not_under_the_start_deadline(tmp_path, monkeypatch, caplog):
+    """A daemon that compiles for 8× the start deadline is waited for, with progress lines."""
+    monkeypatch.setattr(cluster, "START_TIMEOUT_S", 0.25)
+    monkeypatch.setattr(cluster, "PROGRESS_EVERY_S", 0.5)
+    proc = _fake_daemon(tmp_path, [("kernels", 2.0), ("workers", 0.05)])
+    try:
+        with caplog.at_level("INFO", logger="sgdsweep.cluster"):
+            address = cluster.ensure_shared_cluster(tmp_path, cluster.current_run_id(), 1)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert address == "tcp://127.0.0.1:1"
+    assert "waiting for the local Dask cluster: compiling or loading the simulation kernels" in caplog.text
+
+
+def test_a_dask_start_past_its_deadline_names_the_phase_and_stops_the_daemon(tmp_path, monkeypatch):
+    monkeypatch.setattr(cluster, "START_TIMEOUT_S", 0.5)
+    proc = _fake_daemon(tmp_path, [("kernels", 0.05), ("workers", 120.0)])
+    try:
+        with pytest.raises(SgdsweepError, match="its scheduler and workers are starting took more than"):
+            cluster.ensure_shared_cluster(tmp_path, cluster.current_run_id(), 1)
+        assert proc.wait(timeout=30) != 0  # killed, not left running
+    finally:
+        proc.kill()
+
+
+def test_a_cluster_that_fails_to_start_reports_its_own_error(tmp_path):
+    """Binding to an address that is not this machine's fails in the real daemon; the message
+    carries Dask's own reason, not only the path of a log."""
+    with pytest.raises(SgdsweepError) as info:
+        cluster.ensure_shared_cluster(tmp_path, cluster.current_run_id(), 1, host="192.0.2.1")
+    text = str(info.value)
+    assert "failed to start: RuntimeError: Cluster failed to start" in text
+    assert "Cannot assign requested address" in text and "daemon.log" in text
+
+
+# --- a scheduler named by the user that is not Dask ------------------------------------------
+
+
+class _Silent(BaseHTTPRequestHandler):
+    def log_message(self, *args):  # noqa: ANN002
+        pass
+
+
+@pytest.mark.timeout(180)
+def test_a_scheduler_address_that_is_not_dask_fails_within_the_probe_deadline(tmp_path, monkeypatch):
+    """A web server accepts the connection and never answers Dask's handshake: the job must fail,
+    naming the address, not wait for ever."""
+    server = HTTPServer(("127.0.0.1", 0), _Silent)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    address = f"tcp://127.0.0.1:{server.server_address[1]}"
+    monkeypatch.setenv(cluster.SCHEDULER_ENV, address)
+    monkeypatch.setattr(cluster, "PROBE_TIMEOUT_S", 3.0)
+    try:
+        with pytest.raises(SgdsweepError, match=re.escape(address)), cluster.dask_client({}, tmp_path):
+            pass
+    finally:
+        server.shutdown()
+
+
+def test_the_probe_accepts_a_real_scheduler():
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=0, processes=False, dashboard_address=None) as local:
+        cluster.probe_scheduler(local.scheduler_address, timeout_s=30)
+
+
+# --- progress ----------------------------------------------------------------------------------
+
+
+def test_progress_without_a_terminal_is_plain_lines_with_a_heartbeat(monkeypatch, caplog):
+    monkeypatch.setattr(progress, "HEARTBEAT_S", 0.0)
+    with caplog.at_level("INFO", logger="sgdsweep.execute"):
+        p = progress.ShardProgress("0123456789abcdef", points=4, cached=1, total_steps=300)
+        assert p.bar is None
+        p.advance(1, 100)
+        p.heartbeat()  # no task finished: still a line
+        p.close()
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2 and all("2/4 points done (1 stored before)" in line for line in lines)
+    assert "100/300 replica-steps" in lines[0]
+
+
+def test_progress_on_a_terminal_is_a_bar():
+    import pty
+
+    parent, child = pty.openpty()
+    os.set_blocking(parent, False)
+    code = ("import os, sys; os.set_inheritable(2, True)\n"
+            "from sgdsweep.progress import ShardProgress\n"
+            "p = ShardProgress('0123456789abcdef', 4, 0, 400)\n"
+            "assert p.bar is not None\n"
+            "p.advance(4, 400); p.close()\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "120"}
+    subprocess.run(["stty", "cols", "120", "rows", "40"], stdin=child, check=True)
+    proc = subprocess.run([sys.executable, "-c", code], stderr=child, env=env, timeout=120)
+    os.close(child)
+    out = b""
+    try:
+        while chunk := os.read(parent, 65536):
+            out += chunk
+    except (BlockingIOError, OSError):
+        pass
+    os.close(parent)
+    assert proc.returncode == 0
+    assert b"4/4 points" in out and b"100%" in out
+
+
+# --- the closing summary ------------------------------------------------------------------------
+
+
+def test_the_summary_names_failed_groups_and_fits_not_run():
+    fits = {
+        "power_law": [{"group": {}, "params": {"a": {"estimate": 1.03, "interval": [1.02, 1.04],
+                                                      "theory": 1.031}}}],
+        "flatness": [{"group": {"hidden_width": 2}, "params": {"psi": {"estimate": 2.0, "interval": [1, 3]}}}]
+        + [{"group": {"hidden_width": w}, "error": "fewer than 3 modes"} for w in (4, 8, 16, 32)]
+        + [{"group": {"hidden_width": 64}, "params": {"psi": {"estimate": 2.1, "interval": [1, 3]}}}],
+        "skipped": {"escape": "no escape times"},
+        "settings": {},
+    }
+    text = "\n".join(fit_lines(fits))
+    assert "power_law: a = 1.03 [1.02, 1.04] (exact theory 1.031)" in text
+    assert "flatness: 2 of 6 groups fitted" in text
+    assert "4 of 6 group(s) failed, e.g. {'hidden_width': 4}: fewer than 3 modes" in text
+    assert "not run: escape (no escape times)" in text
+
+
+# --- the command line's conventions ------------------------------------------------------------
+
+USER_VERBS = ("run", "validate", "plan", "export", "verify", "import", "merge")
+WORKFLOW_VERBS = ("simulate-shard", "aggregate", "fit", "report", "cluster-daemon")
+
+
+def test_version_and_top_level_help():
+    version = run_cli("--version")
+    assert version.returncode == 0 and re.fullmatch(r"sgdsweep \S+\n", version.stdout)
+    text = build_parser().format_help()
+    for verb in USER_VERBS:
+        assert re.search(rf"^\s+{verb}\s+\S", text, re.M), verb
+    for verb in WORKFLOW_VERBS:  # the workflow's own verbs are not offered to users
+        assert not re.search(rf"^\s+{verb}\b", text, re.M), verb
+    assert "``" not in text  # no raw markup
+    for code, meaning in EXIT_CODES.items():
+        assert f"  {code}  {meaning}" in text
+
+
+def _arguments_without_help(help_text: str) -> list[str]:
+    """The argument lines of an argparse help text that have no description: a line indented by
+    two spaces with nothing after its name and no continuation line below it."""
+    lines = help_text.splitlines()
+    bare = []
+    for i, line in enumerate(lines):
+        if re.match(r"^  \S", line) and not re.search(r"\S {2,}\S", line.strip()):
+            following = lines[i + 1] if i + 1 < len(lines) else ""
+            if not re.match(r"^ {6,}\S", following):
+                bare.append(line.strip())
+    return bare
+
+
+def test_the_help_check_finds_an_argument_without_help():
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="x")
+    parser.add_argument("config")
+    parser.add_argument("--out", help="where")
+    assert _arguments_without_help(parser.format_help()) == ["config"]
+
+
+@pytest.mark.parametrize("verb", USER_VERBS + WORKFLOW_VERBS)
+def test_every_argument_has_help(verb):
+    out = run_cli(verb, "--help")
+    assert out.returncode == 0
+    assert _arguments_without_help(out.stdout) == []
+
+
+# --- whole runs ----------------------------------------------------------------------------------
+
+SLOW = dict(grid={"lr": [0.2, 0.25, 0.3, 0.35], "batch_size": [2, 4]},
+            dynamics={"steps": 60000, "replicas": 8}, execution={"workers": 1, "points_per_task": 1})
+
+
+@pytest.mark.workflow
+def test_a_second_run_is_refused_before_it_starts_a_cluster(tmp_path):
+    cfg = write_yaml(tmp_path / "slow.yaml", tiny_config(sweep="slow", **SLOW))
+    sweep = tmp_path / "results" / "slow"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("SGDSWEEP_RUN_ID", None)
+    first = subprocess.Popen([sys.executable, "-m", "sgdsweep", "run", str(cfg), "--cores", "2"], cwd=tmp_path,
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    state = sweep / ".cluster" / "cluster.json"
+    deadline = time.monotonic() + 300
+    while not (state.exists() and "address" in state.read_text()):
+        assert time.monotonic() < deadline and first.poll() is None, "the first run's cluster did not start"
+        time.sleep(0.1)
+    before = json.loads(state.read_text())
+    second = run_cli("run", str(cfg), "--cores", "2", cwd=tmp_path)
+    assert second.returncode == 3, second.stderr[-2000:]
+    assert "another sgdsweep workflow is running" in second.stderr
+    assert "starting a local Dask cluster" not in second.stderr
+    assert json.loads(state.read_text()) == before  # the first run's cluster is untouched
+    assert cluster_daemons(tmp_path) == 1
+    out, _ = first.communicate(timeout=600)
+    assert first.returncode == 0, out[-3000:]
+    assert cluster_daemons(tmp_path) == 0
+
+
+def _busy_loops(n: int) -> list[subprocess.Popen]:
+    """``n`` processes that keep a core busy for at most 15 minutes."""
+    return [subprocess.Popen([sys.executable, "-c", "import time\nend = time.time() + 900\n"
+                              "while time.time() < end: pass"]) for _ in range(n)]
+
+
+@pytest.mark.workflow
+def test_default_sweep_from_a_cold_numba_cache_on_a_saturated_machine(tmp_path):
+    """The README's first command on a machine whose cores are all busy, with nothing compiled:
+    it succeeds, says what it is doing first, and ends with the summary."""
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    cfg["results_dir"] = str(tmp_path / "results")
+    path = write_yaml(tmp_path / "default.yaml", cfg)
+    cache = tmp_path / "numba-cache"
+    cache.mkdir()
+    busy = _busy_loops(os.cpu_count() or 2)
+    try:
+        t0 = time.monotonic()
+        out = run_cli("run", str(path), "--cores", "2", cwd=tmp_path, env={"NUMBA_CACHE_DIR": str(cache)},
+                      timeout=1500)
+        seconds = time.monotonic() - t0
+    finally:
+        for proc in busy:
+            proc.kill()
+            proc.wait()
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text[-4000:]
+    assert any(cache.rglob("*.nbi")), "the kernels were not compiled into the empty cache"
+    first = text.splitlines()[:3]
+    assert any("16 to simulate" in line for line in first), first
+    assert any("compiles the simulation kernels" in line for line in first), first
+    assert "sgdsweep: sweep 'default' finished" in text
+    assert "points: 16 of 16 stored, 16 simulated in this run" in text
+    assert re.search(r"power_law: log_A = \S+ \[\S+, \S+\] \(exact theory", text)
+    assert f"report: {tmp_path / 'results' / 'default' / 'report.html'}" in text
+    print(f"cold, saturated first run: {seconds:.0f} s")
+
+
+@pytest.mark.workflow
+def test_quiet_run_prints_the_summary_only(tmp_path):
+    cfg = write_yaml(tmp_path / "t.yaml", tiny_config())
+    assert run_cli("run", str(cfg), "--cores", "2", cwd=tmp_path).returncode == 0
+    (tmp_path / "results" / "tiny" / "report.html").unlink()  # one job to run, quietly
+    quiet = run_cli("run", str(cfg), "--cores", "2", "-q", cwd=tmp_path)
+    assert quiet.returncode == 0
+    text = quiet.stdout + quiet.stderr
+    assert "sgdsweep: sweep 'tiny' finished" in text and "points: 4 of 4 stored, 0 simulated" in text
+    for chatter in ("sweep 'tiny': 4 points", "sgdsweep plan for sweep", "localrule", "Finished jobid",
+                    "report written to"):
+        assert chatter not in text, chatter
