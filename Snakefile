@@ -19,7 +19,11 @@ include: "workflow/rules/fit.smk"
 include: "workflow/rules/report.smk"
 
 
+# Every result, not only the report: a deleted ensemble or fits file is rebuilt from what
+# is stored (Snakemake would not rerun a job only because an intermediate file is gone).
 rule all:
     input:
-        PLAN.report,
+        str(PLAN.ensemble),
+        str(PLAN.fits),
+        str(PLAN.report),
     default_target: True

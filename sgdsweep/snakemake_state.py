@@ -1,8 +1,10 @@
 """Clear Snakemake state that a killed run leaves behind for *this* sweep.
 
 After ``kill -9`` Snakemake leaves lock files (``.snakemake/locks/``) that refuse every later run
-until ``--unlock``, and "incomplete" markers (``.snakemake/incomplete/``) that refuse outputs a
-still-running job finished after the kill. Neither protects anything for sgdsweep: the sweep lock
+until ``--unlock``, "incomplete" markers (``.snakemake/incomplete/``) that refuse outputs a
+still-running job finished after the kill, and the copy of an ``update()`` output
+(``.snakemake/backups/<path>``, the ensemble's) that makes the next job updating it fail
+("File exists"). None of them protects anything for sgdsweep: the sweep lock
 (:mod:`sgdsweep.locking`) excludes concurrent runs and dies with its process, and every output
 is written atomically, so an existing output is complete. This module removes exactly the
 entries that refer to files under the sweep's directory, and only while the caller holds the
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import os
+import shutil
 from pathlib import Path
 
 
@@ -42,7 +45,7 @@ def clear_stale_state(workdir: Path, sweep_dir: Path) -> list[str]:
             for name in files:
                 marker = Path(dirpath) / name
                 parts = marker.relative_to(incomplete).parts
-                encoded = "".join(p[1:] if p.startswith("@") else p for p in parts)
+                encoded = "".join(p.removeprefix("@") for p in parts)
                 try:
                     path = base64.urlsafe_b64decode(encoded.encode()).decode()
                 except (ValueError, UnicodeDecodeError):
@@ -50,4 +53,9 @@ def clear_stale_state(workdir: Path, sweep_dir: Path) -> list[str]:
                 if any(_under(path, r) for r in roots):
                     marker.unlink(missing_ok=True)
                     removed.append(str(marker))
+    for root in roots:  # Snakemake keeps the backup of output <path> at backups/<path> (made relative)
+        backup = workdir / ".snakemake" / "backups" / root.lstrip(os.sep)
+        if backup.is_dir() and not backup.is_symlink():
+            shutil.rmtree(backup)
+            removed.append(str(backup))
     return removed

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,16 +16,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xarray as xr
+from conftest import REPO, run_cli, run_snakemake, tiny_config, write_yaml
 
 from sgdsweep import store
-
-from conftest import REPO, run_cli, run_snakemake, tiny_config, write_yaml
 
 pytestmark = pytest.mark.workflow
 
 # 8 points of ~0.5 s each, one per task, on one worker: a run long enough to interrupt.
-SLOW = dict(grid={"lr": [0.2, 0.25, 0.3, 0.35], "batch_size": [2, 4]},
-            dynamics={"steps": 40000, "replicas": 8}, execution={"workers": 1, "points_per_task": 1})
+SLOW = {"grid": {"lr": [0.2, 0.25, 0.3, 0.35], "batch_size": [2, 4]},
+        "dynamics": {"steps": 40000, "replicas": 8}, "execution": {"workers": 1, "points_per_task": 1}}
 
 
 def _start(workdir: Path, cfg: Path) -> subprocess.Popen:
@@ -85,7 +85,7 @@ def test_kill_9_mid_sweep_then_resume(tmp_path, reference):
     assert all(after[name] == inode for name, inode in finished.items())  # none recomputed
     _assert_same_results(_ensemble(sweep), reference)
     # the killed run's local cluster is gone too
-    _wait_for(lambda: subprocess.run(["pgrep", "-f", f"cluster-daemon --state {sweep}"]).returncode == 1,
+    _wait_for(lambda: subprocess.run(["pgrep", "-f", f"cluster-daemon --state {sweep}"], check=False).returncode == 1,
               timeout=30, what="the orphaned cluster daemon to exit")
 
 
@@ -125,12 +125,17 @@ def test_two_runs_at_once_second_refuses(tmp_path):
 
 
 def test_corrupted_point_store_is_recomputed(tmp_path):
-    cfg = write_yaml(tmp_path / "t.yaml", tiny_config())
+    cfg = write_yaml(tmp_path / "t.yaml", tiny_config(grid={"lr": [0.2, 0.4, 0.6], "batch_size": [2, 4]}))
     assert run_snakemake(tmp_path, cfg).returncode == 0
     sweep = tmp_path / "results" / "tiny"
     before = _ensemble(sweep)
     stores = sorted((sweep / "points").glob("*.zarr.zip"))
-    stores[0].write_bytes(stores[0].read_bytes()[:500])  # truncated
+    stores[0].write_bytes(stores[0].read_bytes()[: stores[0].stat().st_size // 2])  # cut to half its size
+    with store.PointFiles(stores[2]) as files:
+        chunk = files["weight_var_replica/c.0"]
+    raw = bytearray(stores[2].read_bytes())
+    raw[raw.index(chunk) + 3] ^= 0x10  # a flipped bit inside a chunk
+    stores[2].write_bytes(bytes(raw))
     with store.PointFiles(stores[1]) as files:  # a store missing an array...
         kept = {k: v for k, v in files.items() if not k.startswith("weight_var_replica/")}
     meta = json.loads(kept["zarr.json"])
@@ -138,6 +143,7 @@ def test_corrupted_point_store_is_recomputed(tmp_path):
     kept["zarr.json"] = json.dumps(meta).encode()
     stores[1].unlink()
     store.place_point(stores[1], kept)
+    intact = {p.name: p.stat().st_ino for p in stores[3:]}
     # what a write killed long ago left beside the truncated store goes at once; a young one may
     # be live until the point is stored, then it goes too
     orphan = stores[0].with_name(f".{stores[0].name}.tmp-0badf00d")
@@ -147,15 +153,103 @@ def test_corrupted_point_store_is_recomputed(tmp_path):
     past = time.time() - store.STALE_TEMPORARY_SECONDS - 60
     os.utime(orphan, (past, past))
     plan = run_cli("plan", str(cfg), cwd=tmp_path)
-    assert plan.returncode == 0 and "2 to simulate (2 corrupt)" in plan.stdout, plan.stdout
+    assert plan.returncode == 0 and "3 to simulate (3 corrupt)" in plan.stdout, plan.stdout
     proc = run_snakemake(tmp_path, cfg)
     assert proc.returncode == 0, proc.stderr[-3000:]
     log = next((sweep / "logs" / "simulate").glob("*.log")).read_text()
-    assert "2 to simulate" in log
+    assert "3 to simulate" in log
     assert "removed 1 temporary file(s) that killed writes left" in log
     assert "removed 1 temporary file(s) of writes that did not finish, e.g. " + young.name in log
     assert not orphan.exists() and not young.exists()
+    assert {name: ino for name, ino in _stores(sweep).items() if name in intact} == intact  # not recomputed
     _assert_same_results(_ensemble(sweep), before)
+
+
+def _files(directory: Path) -> dict[Path, bytes]:
+    return {p: p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def test_deleted_results_are_rebuilt_without_simulating(tmp_path):
+    """A deleted ensemble, fits file or report is rebuilt by the next run from the point stores
+    (none is simulated again); what a killed run left is removed: an aggregate's temporary
+    ensemble, and failure records of points that were stored after all."""
+    cfg = write_yaml(tmp_path / "t.yaml", tiny_config())
+    assert run_snakemake(tmp_path, cfg).returncode == 0
+    sweep = tmp_path / "results" / "tiny"
+    stores, before = _stores(sweep), _ensemble(sweep)
+    fits = (sweep / "fits.json").read_text()
+    for lost in ("ensemble.zarr", "fits.json", "report.html"):
+        target = sweep / lost
+        shutil.rmtree(target) if target.is_dir() else target.unlink()
+        proc = run_snakemake(tmp_path, cfg)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "Nothing to be done" not in proc.stdout + proc.stderr and "rule simulate" not in proc.stderr
+        assert target.exists(), lost
+        assert _stores(sweep) == stores
+    _assert_same_results(_ensemble(sweep), before)
+    assert json.loads((sweep / "fits.json").read_text()) == json.loads(fits)
+    # a run that was adding points and was killed: while aggregating (its temporary ensemble),
+    # and while simulating (failure records of points a worker stored before it died)
+    orphan = sweep / ".ensemble.zarr.tmp-0badf00d"
+    shutil.copytree(sweep / "ensemble.zarr", orphan)
+    markers = [store.failed_marker(sweep / "points", name.split(".")[0]) for name in sorted(stores)[:2]]
+    for marker in markers:
+        marker.write_text(json.dumps({"error": "KilledWorker: ..."}))
+    cfg = write_yaml(tmp_path / "t.yaml", tiny_config(grid={"lr": [0.2, 0.4, 0.3]}))
+    proc = run_snakemake(tmp_path, cfg)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not orphan.exists() and not any(m.exists() for m in markers)
+    assert [p.name for p in sweep.iterdir() if p.name.startswith(".ensemble")] == []
+    after = _stores(sweep)
+    assert len(after) == 6 and {name: after[name] for name in stores} == stores
+
+
+def test_failed_aggregate_keeps_the_ensemble(tmp_path):
+    """An aggregate that fails (here on a point store whose bytes are intact but whose array
+    metadata is not Zarr's) exits non-zero naming the store, and the previous ensemble stays as
+    it was; a backup Snakemake keeps while it runs, left by a killed run, does not block the next."""
+    cfg = write_yaml(tmp_path / "t.yaml", tiny_config())
+    assert run_snakemake(tmp_path, cfg).returncode == 0
+    sweep = tmp_path / "results" / "tiny"
+    ensemble = _files(sweep / "ensemble.zarr")
+    victim = min((sweep / "points").glob("*.zarr.zip"))
+    good = victim.read_bytes()
+    with store.PointFiles(victim) as files:
+        broken = {**files, "weight_var_replica/zarr.json": b"{"}
+    victim.unlink()
+    store.place_point(victim, broken)
+    proc = run_snakemake(tmp_path, cfg, "--forcerun", "aggregate")
+    assert proc.returncode != 0
+    assert f"point store results/tiny/points/{victim.name}" in proc.stdout + proc.stderr
+    assert _files(sweep / "ensemble.zarr") == ensemble
+    victim.write_bytes(good)
+    backup = tmp_path / ".snakemake" / "backups" / "results" / "tiny" / "ensemble.zarr"
+    shutil.copytree(sweep / "ensemble.zarr", backup)  # what a run killed in aggregate leaves
+    proc = run_snakemake(tmp_path, cfg, "--forcerun", "aggregate")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not backup.exists()
+
+
+def test_immutable_points_directory_is_named(tmp_path):
+    """A points directory that refuses writes gives a clear error naming it and the fix, without
+    a traceback. Tests run as root, where permission bits do not stop writes; the directory is
+    made immutable with ``chattr +i`` before the run (a run where it becomes immutable midway
+    fails at its next write, the same way)."""
+    cfg = write_yaml(tmp_path / "t.yaml", tiny_config())
+    points = tmp_path / "results" / "tiny" / "points"
+    points.mkdir(parents=True)
+    if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(points)], check=False).returncode:
+        pytest.skip("chattr +i is not available here (needs root on ext4/xfs/btrfs)")
+    try:
+        proc = run_cli("run", str(cfg), "--cores", "2", cwd=tmp_path)
+    finally:
+        subprocess.run(["chattr", "-i", str(points)], check=True)
+    out = proc.stdout + proc.stderr
+    log = next((tmp_path / "results" / "tiny" / "logs" / "simulate").glob("*.log")).read_text()
+    assert proc.returncode != 0
+    assert f"the directory {points} is not writable" in out and f"'chattr -i {points}'" in out
+    assert "Traceback" not in out and "Traceback" not in log
+    assert os.listdir(points) == []
 
 
 def test_unwritable_results_directory(tmp_path):
@@ -170,13 +264,13 @@ def test_unwritable_results_directory(tmp_path):
     mnt = tmp_path / "ro"
     mnt.mkdir()
     if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mnt)],
-                      capture_output=True).returncode != 0:
+                      capture_output=True, check=False).returncode != 0:
         pytest.skip("cannot mount a tmpfs here (needs root); the blocked-path case above ran")
     try:
         write_yaml(cfg_path, tiny_config(results_dir=str(mnt / "results")))
         assert run_snakemake(tmp_path, cfg_path).returncode == 0
         snapshot = {p: p.read_bytes() for p in (mnt / "results").rglob("*") if p.is_file()}
-        assert subprocess.run(["mount", "-o", "remount,ro", str(mnt)]).returncode == 0
+        assert subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=False).returncode == 0
         write_yaml(cfg_path, tiny_config(results_dir=str(mnt / "results"), grid={"lr": [0.2, 0.4, 0.3]}))
         proc = run_snakemake(tmp_path, cfg_path)
         assert proc.returncode != 0
@@ -185,7 +279,7 @@ def test_unwritable_results_directory(tmp_path):
         assert cli.returncode != 0 and "is not writable" in cli.stdout + cli.stderr
         assert {p: p.read_bytes() for p in (mnt / "results").rglob("*") if p.is_file()} == snapshot
     finally:
-        subprocess.run(["umount", "-l", str(mnt)])
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def test_bitwise_identical_across_workers_and_chunking(tmp_path):
