@@ -267,7 +267,7 @@ def spectra(ds: xr.Dataset, max_points: int = 4) -> plt.Figure | None:
             ax.plot(modes, th, style, lw=1, label=name.replace("weight_cov_eigenvalues_", "").replace("_", " "))
         ax.set_yscale("log")
         ax.set_xlabel("mode (largest first)")
-        ax.set_title(label_of(named, tuple(ds[a].values[i].item() for a in named)), fontsize=8)
+        ax.set_title(label_of(named, tuple(ds[a].values[i:i + 1].tolist()[0] for a in named)), fontsize=8)
     axes[0][0].set_ylabel("covariance eigenvalue [weight²]")
     axes[0][0].legend(fontsize=7)
     fig.suptitle("Spectrum of the stationary weight covariance")
@@ -390,7 +390,7 @@ def coverage_worth_showing(ds: xr.Dataset) -> bool:
     if (point_status(ds) != 0).any():
         return True
     axes = list(dict.fromkeys(["lr", "batch_size", *_swept(ds)]))
-    full = int(np.prod([np.unique(np.asarray(ds[a].values).astype(str)).size for a in axes]))
+    full = int(np.prod([len(set(ds[a].values.tolist())) for a in axes]))
     return len(split_by(ds, axes)) < full
 
 
