@@ -9,18 +9,20 @@ when ``auto``, and required to be shorter than ``steps``).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
 from . import grid as gridmod
+from .cost import Footprint, footprint
 from .errors import ConfigError
 from .identity import content_hash
 from .models import get_model, noise_types
 from .paths import sweep_dir
-from .schema import read_yaml, validate_and_fill
+from .schema import load_schema, read_yaml, validate_and_fill
 
 #: Axes every sweep must set (in the grid or in every explicit point) when the model uses them.
 REQUIRED_AXES = ("lr", "batch_size", "samples_per_param", "hidden_width")
@@ -60,6 +62,8 @@ class Sweep:
     config: Mapping[str, Any]
     points: tuple[Point, ...]
     coords: tuple[str, ...]
+    #: shard id → the memory its simulation tasks need (:mod:`sgdsweep.cost`)
+    footprints: Mapping[str, Footprint] = field(default_factory=dict, repr=False, compare=False)
     _shards: dict[str, list[Point]] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -109,7 +113,7 @@ def _resolve_burn_in(params: Mapping[str, Any], problem, where: str) -> int:
     tau = problem.relaxation_steps(params["lr"], params["momentum"])
     if math.isinf(tau):
         return steps // 2  # unstable in the mean: the replicas will diverge and be flagged
-    burn = int(math.ceil(params["burn_in_relaxations"] * tau))
+    burn = math.ceil(params["burn_in_relaxations"] * tau)
     if burn >= steps:
         raise ConfigError(
             "dynamics.burn_in", "auto", f"a burn-in shorter than steps = {steps}",
@@ -170,6 +174,7 @@ def build_sweep(raw: Mapping[str, Any]) -> Sweep:
     base.setdefault("noise", noise_types(model, options)[0])
     points: list[Point] = []
     seen: dict[str, int] = {}
+    footprints: dict[str, Footprint] = {}
     for i, gp in enumerate(expanded):
         where = _describe(gp)
         for axis in gp:
@@ -193,11 +198,13 @@ def build_sweep(raw: Mapping[str, Any]) -> Sweep:
                               f"{where} appears twice in the sweep; remove the duplicate.")
         seen[h] = i
         shard = content_hash({k: v for k, v in params.items() if k not in IN_SHARD_KEYS})
+        if shard not in footprints:
+            footprints[shard] = footprint(problem, params)
         points.append(Point(hash=h, params=params, burn_in=burn, shard=shard))
 
     coords = tuple(a for a in gridmod.AXES if a in model.AXES) + tuple(
         k for k in gridmod.EXTRA_GRID_KEYS if any(k in gp for gp in expanded))
-    return Sweep(config=cfg, points=tuple(points), coords=coords)
+    return Sweep(config=cfg, points=tuple(points), coords=coords, footprints=footprints)
 
 
 def _model_options(section: Mapping[str, Any], model, kind: str, raw_grid: Mapping[str, Any]) -> dict[str, Any]:
@@ -244,16 +251,22 @@ def _check_dynamics(params: Mapping[str, Any], model, where: str) -> None:
         if abs(k - round(k)) > 1e-9:
             raise ConfigError("dynamics.dt_over_lr", params["dt_over_lr"], "1/k for an integer k (1, 0.5, 0.25, 0.1, …)",
                               "Each SGD step must be a whole number of SDE steps.")
+        limit = load_schema()["$defs"]["steps"]["maximum"]
+        if params["steps"] * round(k) > limit:
+            raise ConfigError("dynamics.dt_over_lr", params["dt_over_lr"],
+                              f"at most {limit:.0e} integrator steps (steps / dt_over_lr)",
+                              f"At {where}, {params['steps']} steps of {round(k)} SDE steps each; use a larger "
+                              "dt_over_lr or fewer steps.")
     elif params["dt_over_lr"] != 1.0:
         raise ConfigError("dynamics.dt_over_lr", params["dt_over_lr"], "1.0 unless dynamics.method is sde",
                           "Only the SDE integrator has its own step.")
     observe = params["observe"]
-    if observe["gradient_noise"]:
-        if params["model"] not in ("linear", "digits", "matrix") or noise not in ("minibatch", "minibatch_replace",
-                                                                                    "epoch", "label"):
-            raise ConfigError("dynamics.observe.gradient_noise", True,
-                              "single-layer models (linear, digits, matrix) with noise minibatch, minibatch_replace, "
-                              "epoch or label", f"D(m) is the noise of the sampled batches. At {where}.")
+    sampled_single_layer = params["model"] in ("linear", "digits", "matrix") and noise in (
+        "minibatch", "minibatch_replace", "epoch", "label")
+    if observe["gradient_noise"] and not sampled_single_layer:
+        raise ConfigError("dynamics.observe.gradient_noise", True,
+                          "single-layer models (linear, digits, matrix) with noise minibatch, minibatch_replace, "
+                          "epoch or label", f"D(m) is the noise of the sampled batches. At {where}.")
     if observe["escape"] and params["model"] != "landscape":
         raise ConfigError("dynamics.observe.escape", True, "model.kind landscape",
                           "Only landscapes define a basin to escape from.")
@@ -263,8 +276,26 @@ def _check_dynamics(params: Mapping[str, Any], model, where: str) -> None:
 
 
 def load_sweep(path: str | Path, overrides: Mapping[str, Any] | None = None) -> Sweep:
-    """Read a YAML config file (safely), apply top-level ``overrides`` and build the sweep."""
+    """Read a YAML config file (safely), apply top-level ``overrides`` and build the sweep, which
+    must fit in memory (:func:`check_fits`)."""
     raw = read_yaml(path)
     if overrides:
         raw.update(overrides)
-    return build_sweep(raw)
+    sweep = build_sweep(raw)
+    check_fits(sweep)
+    return sweep
+
+
+def check_fits(sweep: Sweep) -> None:
+    """Raise :class:`ConfigError` if simulating the points of ``sweep`` that have no complete
+    store needs more memory than ``execution.max_memory`` (:func:`sgdsweep.cost.check_memory`).
+    Every point is checked first; only when they do not fit are the stores read, so that a
+    finished or imported sweep that simulates nothing is never refused."""
+    from .cost import check_memory
+    from .store import complete_points
+
+    try:
+        check_memory(sweep)
+    except ConfigError:
+        done = complete_points(sweep.directory / "points", (p.hash for p in sweep.points))
+        check_memory(sweep, [p.hash for p in sweep.points if p.hash not in done])

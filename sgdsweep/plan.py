@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from .config import Point, Sweep
+from .cost import check_memory, describe
+from .errors import StoreError
 from .grid import AXES
 from .paths import write_if_changed
 from .store import complete_points, failed_marker, point_path, read_attrs
-from .errors import StoreError
 
 
 def _dump(obj: Any) -> str:
@@ -97,9 +98,15 @@ def _previous_repair(spec: Path) -> int:
 
 
 def write_plan(sweep: Sweep) -> PlanFiles:
-    """Write (if changed) every spec file of ``sweep``; return the paths."""
+    """Write (if changed) every spec file of ``sweep``; return the paths.
+
+    Raises:
+        ConfigError: before writing anything, if simulating the points without a complete store
+            needs more memory than ``execution.max_memory`` (:func:`sgdsweep.cost.check_memory`).
+    """
     files = PlanFiles(sweep.directory)
     pending = pending_points(sweep)
+    check_memory(sweep, [h for hashes in pending.values() for h in hashes])
     for shard, points in sweep.shards.items():
         spec = files.shard_spec(shard)
         repair = _previous_repair(spec)
@@ -185,9 +192,11 @@ def _param_diff(points_dir: Path, old_hash: str, point: Point) -> str:
 
 
 def format_explanation(sweep: Sweep, reasons: dict[str, str], verbose: bool = True,
-                       max_lines: int | None = None) -> str:
+                       max_lines: int | None = None, cost: bool = False) -> str:
     """Human-readable plan: counts by reason, then (verbose) one line per point to simulate
-    (at most ``max_lines`` of them)."""
+    (at most ``max_lines`` of them), then (``cost``) the estimated cost of simulating them
+    (:func:`sgdsweep.cost.describe`: replica-steps, memory, and time at a kernel rate measured
+    now)."""
     counts: dict[str, int] = {}
     for r in reasons.values():
         kind = r.split(" (")[0].split(":")[0]
@@ -206,4 +215,6 @@ def format_explanation(sweep: Sweep, reasons: dict[str, str], verbose: bool = Tr
             p = by_hash[h]
             coords = ", ".join(f"{c}={p.params[c]}" for c in sweep.coords if c in p.params)
             lines.append(f"  {h}  {coords}: {reason}")
+    if cost:
+        lines += describe(sweep, reasons)
     return "\n".join(lines)

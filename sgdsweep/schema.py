@@ -12,8 +12,10 @@ import difflib
 import functools
 import math
 import re
+from collections import deque
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import jsonschema
 import yaml
@@ -36,7 +38,7 @@ def _extend_with_default(validator_class: type) -> type:
     """A validator class that also fills each property's ``default`` into the instance."""
     validate_properties = validator_class.VALIDATORS["properties"]
 
-    def set_defaults(validator, properties, instance, schema):  # noqa: ANN001
+    def set_defaults(validator, properties, instance, schema):
         if isinstance(instance, dict):
             for name, subschema in properties.items():
                 if "default" in subschema and name not in instance:
@@ -207,6 +209,28 @@ def normalise_numbers(node: Any) -> Any:
     return node
 
 
+def check_tree(node: Any) -> None:
+    """Raise :class:`ConfigError` if a mapping or list occurs twice in ``node`` (a YAML alias
+    that a loader other than :func:`read_yaml` let through, e.g. in Snakemake's ``--config``).
+
+    Shared parts would be expanded by every walk over the config: nine lists of nine aliases
+    make 9⁹ values from a few hundred bytes. The walk visits each object once, so it costs the
+    size of what was loaded, never of its expansion."""
+    seen: dict[int, tuple] = {}
+    queue: deque[tuple[Any, tuple]] = deque([(node, ())])  # breadth first: the shallowest repeat
+    while queue:
+        item, path = queue.popleft()
+        if not isinstance(item, (dict, list)):
+            continue
+        if id(item) in seen:
+            raise ConfigError(key_path(path), f"the same {type(item).__name__} as {key_path(seen[id(item)])}",
+                              "a value written out in full", "YAML anchors (&name) and aliases (*name) are "
+                              "refused: nested aliases can expand a few hundred bytes into billions of values.")
+        seen[id(item)] = path
+        children = item.items() if isinstance(item, dict) else enumerate(item)
+        queue.extend((v, (*path, k)) for k, v in children)
+
+
 def check_keys_and_numbers(node: Any, path: tuple = ()) -> None:
     """Raise :class:`ConfigError` for a key that is not a string or a number that is not finite
     (YAML reads ``.nan``, ``.inf`` and numbers beyond ±1.8e308 as such), anywhere in ``node``."""
@@ -233,6 +257,7 @@ def validate_and_fill(raw: dict[str, Any]) -> dict[str, Any]:
     """
     if not isinstance(raw, dict):
         raise ConfigError("<config>", raw, "a YAML mapping of keys to values (e.g. 'grid: {...}')")
+    check_tree(raw)  # first: the walks below would expand shared parts
     filled = normalise_numbers(copy.deepcopy(raw))
     check_keys_and_numbers(filled)
     validator = _DefaultFillingValidator(load_schema())
@@ -242,9 +267,27 @@ def validate_and_fill(raw: dict[str, Any]) -> dict[str, Any]:
     return filled
 
 
+class _AliasError(yaml.YAMLError):
+    """An anchor (``&name``) or alias (``*name``) in a config file, at ``mark``."""
+
+    def __init__(self, what: str, mark: yaml.Mark) -> None:
+        super().__init__(what)
+        self.what, self.mark = what, mark
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
     """``yaml.SafeLoader`` that refuses a key repeated in one mapping (PyYAML keeps the last one
-    silently: a second ``sweep:`` would send the results to another sweep's directory)."""
+    silently: a second ``sweep:`` would send the results to another sweep's directory), and any
+    anchor or alias: a few hundred bytes of nested aliases ("billion laughs") expand to billions
+    of values in whatever walks the result. They are refused as the parser meets them, before
+    anything is built."""
+
+    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node:
+        event = self.peek_event()
+        if event.anchor is not None:
+            sign = "*" if isinstance(event, yaml.AliasEvent) else "&"
+            raise _AliasError(f"{'alias' if sign == '*' else 'anchor'} {sign}{event.anchor}", event.start_mark)
+        return super().compose_node(parent, index)
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
@@ -273,6 +316,11 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise ConfigError("<config file>", str(path), "a UTF-8 encoded YAML file",
                           f"Byte {exc.start} is not UTF-8 ({exc.reason}); save the file as UTF-8.") from None
+    except _AliasError as exc:
+        raise ConfigError("<config file>", str(path), "YAML without anchors (&name) or aliases (*name)",
+                          f"Line {exc.mark.line + 1}, column {exc.mark.column + 1} has the {exc.what}; sgdsweep "
+                          "refuses them (nested aliases can expand a few hundred bytes into billions of values). "
+                          "Write the values out in full.") from None
     except yaml.YAMLError as exc:
         raise ConfigError("<config file>", str(path), "valid YAML", f"YAML parse error: {exc}") from None
     if data is None:

@@ -7,11 +7,14 @@ The catalogue is listed in the README ("Bad inputs"); this file is its executabl
 from __future__ import annotations
 
 import copy
+import resource
+import subprocess
+import sys
 import zipfile
 
 import pytest
-from conftest import REPO, TINY, make_finished_sweep, tiny_config, write_yaml
-from test_config import BAD_CONFIGS, _set
+from conftest import REPO, TINY, make_finished_sweep, run_snakemake, tiny_config, write_yaml
+from test_config import BAD_CONFIGS, _laughs, _set
 
 from sgdsweep.cli import main
 
@@ -73,6 +76,14 @@ OTHER_BAD_INPUTS = [
      ["c.yaml", "a UTF-8 encoded YAML file"]),
     ("config_repeated_key", lambda t: ["validate", str(_text(t / "c.yaml", "sweep: a\nsweep: b\n"))], {},
      ["found the key 'sweep' twice"]),
+    ("config_yaml_alias", lambda t: ["validate", str(_text(t / "c.yaml", "sweep: &a a\n"))], {},
+     ["c.yaml", "Line 1, column 8 has the anchor &a", "without anchors"]),
+    ("replicas_beyond_memory", lambda t: ["run", str(write_yaml(t / "c.yaml", tiny_config(
+        dynamics={"replicas": 10**9})))], {}, ["dynamics.replicas", "1000000000", "execution.max_memory",
+                                              "estimated memory is", "TiB", "fewer replicas"]),
+    ("max_memory_below_the_estimate", lambda t: ["plan", str(write_yaml(t / "c.yaml", tiny_config(
+        execution={"max_memory": "100MiB"})))], {}, ["execution.max_memory = 100 MiB", "per worker process",
+                                                     "raise execution.max_memory"]),
     ("config_sweep_name_trailing_newline", lambda t: ["validate", str(write_yaml(t / "c.yaml", tiny_config(
         sweep="x\n")))], {}, ["config key 'sweep'", "got 'x\\n'", "letters, digits"]),
     ("fit_missing_ensemble", lambda t: ["fit", str(t / "nope.zarr"), "--spec", str(_text(t / "s.json", "{}")),
@@ -145,6 +156,68 @@ def test_import_refuses_paths_escaping_the_results_directory(tmp_path, capsys, m
     assert code == 2 and "escape the results directory" in out
     assert not (tmp_path.parent / "escape.txt").exists() and not (tmp_path / "escape.txt").exists()
     assert not (tmp_path / "results" / "evil").exists()
+
+
+#: Address space and time that a refused alias bomb may take; the unrefused bomb takes gigabytes
+#: and minutes, so a regression fails here (MemoryError or timeout) instead of eating the machine.
+BOMB_ADDRESS_SPACE = 2 * 2**30
+BOMB_TIMEOUT_S = 120
+
+
+def _bounded(cmd: list[str], cwd) -> subprocess.CompletedProcess:
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (BOMB_ADDRESS_SPACE, BOMB_ADDRESS_SPACE))
+
+    return subprocess.run(cmd, check=False, cwd=cwd, capture_output=True, text=True, timeout=BOMB_TIMEOUT_S,
+                          preexec_fn=limit)
+
+
+def test_yaml_alias_bomb_is_refused_by_every_reader(tmp_path):
+    """A 9-level "billion laughs" (under 500 bytes, 9⁹ values) is refused, with its line, by
+    validate, plan and run and by snakemake reading the file itself, each in a process limited
+    to 2 GiB of address space and 120 s; and so is the nesting of mappings that Snakemake's own
+    config merge would expand, by `sgdsweep run` before Snakemake starts."""
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(_laughs())
+    assert len(bomb.read_bytes()) < 500
+    mappings = tmp_path / "mappings.yaml"
+    lines = ["sweep: laughs", "m0: &m0 {" + ", ".join(f"k{j}: lol" for j in range(9)) + "}"]
+    lines += [f"m{i}: &m{i} {{" + ", ".join(f"k{j}: *m{i - 1}" for j in range(9)) + "}" for i in range(1, 9)]
+    mappings.write_text("\n".join(lines) + "\n")
+    sgdsweep = [sys.executable, "-m", "sgdsweep"]
+    runs = [sgdsweep + [verb, str(bomb)] for verb in ("validate", "plan", "run")]
+    runs += [sgdsweep + ["run", str(mappings)]]
+    runs += [[sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--cores", "1",
+              "--configfile", str(bomb), "--dry-run"]]
+    for cmd in runs:
+        proc = _bounded(cmd, tmp_path)
+        text = proc.stdout + proc.stderr
+        assert proc.returncode != 0 and "Line 2, column 5 has the anchor" in text, (cmd, text[-2000:])
+        assert "without anchors (&name) or aliases (*name)" in text, text[-2000:]
+        if cmd[:3] == sgdsweep:
+            assert proc.returncode == 2 and "Traceback" not in text, text[-2000:]
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_sweep_beyond_max_memory_is_refused_by_snakemake_before_the_plan(tmp_path):
+    """snakemake run directly on a config whose simulation does not fit refuses it in the main
+    process, naming the estimate, before any plan file or job."""
+    cfg = write_yaml(tmp_path / "c.yaml", tiny_config(execution={"max_memory": "100MiB"}))
+    proc = run_snakemake(tmp_path, cfg)
+    assert proc.returncode != 0
+    assert "execution.max_memory = 100 MiB" in proc.stderr and "estimated memory is" in proc.stderr, proc.stderr[-3000:]
+    assert not (tmp_path / "results" / "tiny" / "plan").exists()
+
+
+def test_a_finished_sweep_is_not_refused_for_memory(tmp_path, capsys, monkeypatch):
+    """Only the points without a store count: a finished (or imported) sweep simulates nothing
+    and runs its fits and report whatever execution.max_memory says."""
+    sweep_dir = make_finished_sweep(tmp_path)
+    cfg = write_yaml(tmp_path / "c.yaml", tiny_config(results_dir=str(sweep_dir.parent),
+                                                     dynamics={"steps": 1500, "replicas": 4},
+                                                     execution={"max_memory": "100MiB"}))
+    code, text = _run(capsys, "plan", str(cfg))
+    assert code == 0 and "4 stored, 0 to simulate" in text and "cost: nothing to simulate" in text, text
 
 
 def test_catalogue_size():

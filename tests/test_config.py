@@ -7,11 +7,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import REPO, TINY, tiny_config, write_yaml
 
 from sgdsweep.config import build_sweep, load_sweep
 from sgdsweep.errors import ConfigError
-
-from conftest import REPO, TINY, tiny_config, write_yaml
 
 
 def test_default_config_is_valid_and_has_16_points():
@@ -168,6 +167,14 @@ BAD_CONFIGS = [
                                                               "does not fit in memory"]),
     ("digits_degenerate", {"model": {"kind": "digits", "pixel_scale": 1e-300}, "grid.samples_per_param": _DELETE},
      ["'model'", "'pixel_scale': 1e-300", "degenerate"]),
+    ("steps_beyond_int64", {"dynamics.steps": 18446744073709551617},
+     ["dynamics.steps", "18446744073709551617", "<= 1000000000"]),
+    ("steps_beyond_limit_in_grid", {"dynamics.steps": _DELETE, "grid.steps": [3000, 1000000001]},
+     ["grid.steps[1]", "1000000001", "<= 1000000000"]),
+    ("sde_integrator_steps_beyond_limit", {"dynamics.method": "sde", "grid.noise": "gaussian",
+                                           "dynamics.dt_over_lr": 1e-6},
+     ["dynamics.dt_over_lr", "1e-06", "integrator steps", "3000 steps of 1000000 SDE steps"]),
+    ("max_memory_not_a_size", {"execution.max_memory": "lots"}, ["execution.max_memory", "'lots'", "auto"]),
 ]
 
 
@@ -275,3 +282,40 @@ def test_model_example_configs_are_valid(path):
     sweep = load_sweep(path)
     assert sweep.points and sweep.config["sweep"] == path.stem
     assert {p.params["model"] for p in sweep.points} == {sweep.config["model"]["kind"]}
+
+
+def _laughs(levels: int = 9) -> str:
+    """A "billion laughs" YAML document: ``levels`` lists of nine aliases of the one before
+    (9^levels values from a few hundred bytes)."""
+    lines = ["sweep: laughs", "l0: &l0 [" + ",".join(["lol"] * 9) + "]"]
+    lines += [f"l{i}: &l{i} [" + ",".join([f"*l{i - 1}"] * 9) + "]" for i in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+def test_yaml_anchors_and_aliases_are_refused_naming_the_line(tmp_path):
+    """An alias is refused where the parser meets it, so nothing is expanded; a harmless one too
+    (one rule, stated in the error)."""
+    path = tmp_path / "c.yaml"
+    path.write_text("sweep: a\ngrid: {lr: 0.1, batch_size: 2, samples_per_param: 8}\nfit: {wigner: {pair: &p [0, 1]}}\n")
+    with pytest.raises(ConfigError, match=r"Line 3, column 22 has the anchor &p.*Write the values out"):
+        load_sweep(path)
+    path.write_text("sweep: a\ngrid: {lr: 0.1, batch_size: 2, samples_per_param: 8}\n"
+                    "model: {<<: {n_inputs: 4}}\ndynamics: {steps: *s}\n")
+    with pytest.raises(ConfigError, match=r"Line 4, column 19 has the alias \*s"):
+        load_sweep(path)
+    path.write_text(_laughs())
+    with pytest.raises(ConfigError, match=r"c\.yaml.*Line 2, column 5 has the anchor &l0"):
+        load_sweep(path)
+
+
+def test_shared_parts_of_a_config_mapping_are_refused_before_any_walk():
+    """A mapping loaded elsewhere (Snakemake's ``--config``, another YAML loader) may hold one
+    object twice: build_sweep refuses it before anything walks (and would expand) it."""
+    lol = ["lol"] * 9
+    for _ in range(12):  # 9^12 ≈ 2.8e11 values if expanded
+        lol = [lol] * 9
+    with pytest.raises(ConfigError, match=r"config key 'laughs\[1\]': got 'the same list as laughs\[0\]'"):
+        build_sweep({**TINY, "laughs": [lol, lol]})
+    lr = [0.1, 0.2]
+    with pytest.raises(ConfigError, match=r"points\[1\].*the same dict as points\[0\]"):
+        build_sweep(tiny_config(points=[{"lr": lr}] * 2))

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+from conftest import make_finished_sweep, run_cli, run_snakemake, tiny_config, write_yaml
+
 from sgdsweep.config import build_sweep
 from sgdsweep.plan import PlanFiles, explain, failed_marker
-
-from conftest import make_finished_sweep, run_cli, run_snakemake, tiny_config, write_yaml
 
 
 def _reasons(root: Path, **sections) -> dict[str, str]:
@@ -69,3 +70,65 @@ def test_changing_a_model_parameter_reruns_only_affected_points(tmp_path):
     new = {p.name for p in points.glob("*.zarr.zip")} - before
     assert len(new) == 4  # only the label_noise = 0.6 points; the 0.1 shard did not run
     assert (proc.stdout + proc.stderr).count("localrule simulate:") == 1
+
+
+MEASURED_CASES = {  # (config, replicas): the full covariance, the diagonal and sketch, a 1-parameter model
+    "linear_d30": ({"model": {"kind": "linear", "n_inputs": 30}, "grid": {"lr": 0.1, "batch_size": 4,
+                                                                         "samples_per_param": 4}}, 1024),
+    "linear_d100": ({"model": {"kind": "linear", "n_inputs": 100}, "grid": {"lr": 0.1, "batch_size": 4,
+                                                                           "samples_per_param": 4}}, 512),
+    "quadratic": ({"model": {"kind": "quadratic"}, "grid": {"lr": 0.1, "batch_size": 4, "noise": "gaussian"}}, 2048),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MEASURED_CASES))
+def test_memory_estimate_is_within_a_factor_2_of_the_measured_peak(tmp_path, case):
+    """The estimate of one task (sgdsweep.cost) against the peak that tracemalloc measures while
+    simulate_points runs that task (after a warm-up that compiles and imports): 10–60 MB here."""
+    import tracemalloc
+
+    from sgdsweep.cost import tasks
+    from sgdsweep.simulate import simulate_points
+
+    cfg, replicas = MEASURED_CASES[case]
+    sweep = build_sweep({"sweep": "m", **cfg, "dynamics": {"steps": 200, "replicas": replicas, "burn_in": 50}})
+    (task,) = tasks(sweep)
+    warm = build_sweep({"sweep": "m", **cfg, "dynamics": {"steps": 60, "replicas": 2, "burn_in": 10}})
+    simulate_points([p.spec() for p in warm.points], str(tmp_path / "warm"))
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        simulate_points([p.spec() for p in sweep.points], str(tmp_path / "points"))
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    assert 0.5 <= peak / task.memory <= 2.0, (case, peak, task.memory)
+
+
+def test_plan_prints_the_estimated_cost(tmp_path):
+    """Replica-steps, memory per task and at once against the limit, and a time at the kernel
+    rate measured now (labelled as such; not checked against a clock). --summary stays one line."""
+    cfg = write_yaml(tmp_path / "t.yaml", tiny_config(execution={"workers": 2, "points_per_task": 2,
+                                                                 "max_memory": "4GiB"}))
+    out = run_cli("plan", str(cfg), cwd=tmp_path).stdout
+    # 4 points × 8 replicas × 3000 steps, as 2 tasks (one per batch size) of 2 points
+    assert "cost (estimates): 2 task(s) of up to 2 points, 9.6e4 replica-steps" in out, out
+    assert "for the largest task (2 point(s), 16 replicas)" in out
+    assert "with 2 task(s) at once (2 local worker(s))" in out and "limit 4 GiB (execution.max_memory)" in out
+    assert "time: about" in out and "replica-steps/s per worker: the kernel rate measured just now" in out
+
+
+def test_time_and_memory_follow_the_work(tmp_path):
+    """The estimates scale as the work does: twice the replicas, twice the replica-steps and
+    (beyond the fixed part) twice the memory per task; only the points to simulate count."""
+    from sgdsweep.cost import tasks
+
+    base = tiny_config(results_dir=str(tmp_path / "results"))
+    small = tasks(build_sweep(base))
+    double = tasks(build_sweep(tiny_config(results_dir=str(tmp_path / "results"),
+                                           dynamics={"steps": 3000, "replicas": 16})))
+    assert [t.replica_steps for t in double] == [2 * t.replica_steps for t in small] == [2 * 48000] * 2
+    sweep = build_sweep(base)
+    fp = sweep.footprints[small[0].shard]
+    assert [t.memory for t in double] == [t.memory + 16 * fp.per_lane for t in small]
+    assert [t.points for t in tasks(sweep, [sweep.points[0].hash])] == [1]
