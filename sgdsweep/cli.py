@@ -186,9 +186,9 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
     from .aggregate import build_ensemble, write_ensemble
     from .cluster import RUN_ID_ENV, release_shared_cluster
 
-    if args.release_cluster and RUN_ID_ENV in os.environ:
-        if release_shared_cluster(Path(args.release_cluster), os.environ[RUN_ID_ENV]):
-            log.info("simulation done: the run's local Dask cluster is stopping")
+    if (args.release_cluster and RUN_ID_ENV in os.environ
+            and release_shared_cluster(Path(args.release_cluster), os.environ[RUN_ID_ENV])):
+        log.info("simulation done: the run's local Dask cluster is stopping")
     ds = build_ensemble(_read_json(args.sweep_spec))
     write_ensemble(ds, args.out)
     log.info("ensemble with %d points written to %s", ds.sizes["point"], args.out)

@@ -31,8 +31,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from .errors import SgdsweepError, UsageError
 from .paths import atomic_write_text
@@ -273,7 +274,7 @@ def serve(state_path: Path, workers: int, run_id: str, host: str = "127.0.0.1") 
     """
     stop = False
 
-    def _stop(signum, frame):  # noqa: ANN001, ARG001
+    def _stop(signum, frame):
         nonlocal stop
         stop = True
 
@@ -320,7 +321,7 @@ def serve(state_path: Path, workers: int, run_id: str, host: str = "127.0.0.1") 
 
 def _check_workers_import_sgdsweep(client: Any, address: str) -> None:
     """Fail clearly when an existing cluster's workers cannot run sgdsweep's tasks."""
-    import importlib.util  # noqa: F401  (used on the workers through the lambda)
+    import importlib.util
 
     found = client.run(lambda: importlib.util.find_spec("sgdsweep") is not None)
     missing = [w for w, ok in found.items() if not ok]
