@@ -5,11 +5,11 @@ each array one ``zarr.json`` and one chunk), written to a temporary file next to
 and renamed into place when complete, so a killed run leaves either a complete store or nothing
 under the final name. The zip's archive comment, the last bytes of the file, holds the CRC-32 of
 every byte before it (:data:`CHECKSUM_MARKER`): a store cut short or with any byte changed after
-it was written fails :func:`is_complete` and is recomputed by the next run. One file per point, not a directory of ~40 files and ~20 directories:
-file-system metadata was most of the cost of writing a store here (1–28 ms a store on this
-machine's ext4, against ~1 ms zipped), and on a cluster's parallel file system each of those
-files is a metadata operation and an inode of the user's quota. Directory stores
-(``<hash>.zarr``, written by sgdsweep before) are still read.
+it was written fails :func:`is_complete` and is recomputed by the next run. A store is one file
+rather than a directory of ~40 files in ~20 directories because file-system metadata dominates
+the cost of writing many small files, and on a cluster's parallel file system each file is a
+metadata operation and an inode of the user's quota. Directory stores (``<hash>.zarr``, store
+layout 1) are still read.
 
 The group's attributes hold the point's identity (hash, parameters) and its scalar summary;
 arrays hold per-replica values and matrices, with ``dimension_names``, so that xarray opens a
