@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 #: Environment variable: run the in-process tests on other random numbers — the replica streams
 #: and data sets keyed by this STREAM_VERSION instead of sgdsweep's own — to check that the
-#: statistical tests hold for more than their seed (README, "Tests"). Subprocesses (snakemake,
+#: statistical tests hold for more than their seed (docs/testing.md). Subprocesses (snakemake,
 #: Dask workers) keep the default.
 STREAM_VERSION_ENV = "SGDSWEEP_TEST_STREAM_VERSION"
 if os.environ.get(STREAM_VERSION_ENV):

@@ -1,7 +1,7 @@
 """The bad-input catalogue: every bad config value, command-line argument, environment variable
 and path gets a clear message and a non-zero exit code from the ``sgdsweep`` command.
 
-The catalogue is listed in the README ("Bad inputs"); this file is its executable form.
+The catalogue is listed in docs/bad-inputs.md; this file is its executable form.
 """
 
 from __future__ import annotations
