@@ -1,0 +1,366 @@
+"""Exact mean escape time of the discrete-time SGD chain at any learning rate (physics.md §6).
+
+With step noise of a known law, SGD without momentum is a Markov chain: one update maps w to
+``w′ = w − λ(∇L(w) + ξ)``, so its one-step kernel ``K(w, w′)`` is the density of that w′. The
+mean number of updates until the chain first satisfies the escape criterion, started at w,
+solves
+
+    τ(w) = 1 + ∫_{w′ not escaped} K(w, w′) τ(w′) dw′,
+
+exactly, with no continuous-time limit. This module solves it on a grid and returns τ at the
+starting point, in *updates of the chain* (for the SDE integrator, substeps).
+
+**Which τ:** the escape criterion the measurement uses (sgdsweep.models.landscape), checked
+after every update, so τ counts the update that crosses: the double well has escaped when
+``w ≥`` its second minimum; the thesis landscape when ``(w − saddle)·n > 0`` (n the saddle's
+unstable direction, pointing to the other basin).
+
+**1-D (double well).** Cells of width h on ``[lo, threshold)``; ``K_ij`` is the probability
+that w′ lands in cell j from the centre of cell i (differences of the noise's CDF: Gaussian, or
+Student-t with ν = 4 scaled to the same variance, as :mod:`sgdsweep.noise` draws it); the mass
+below ``lo`` is put in the first cell, the mass at or above the threshold escapes. Dense solve.
+
+**2-D (thesis landscape).** Coordinates u = (w − saddle)·n ≤ 0 and v along the separatrix; a
+tensor grid of cell centres (the boundary u = 0 is a cell edge); ``K_ij`` = the Gaussian density
+of w′ at node j times the cell area, each row scaled so that it sums to the exact probability of
+*not* escaping, ``Φ(−μ_u/σ_u)`` (the projection of a Gaussian on n is Gaussian), so the leak
+over the separatrix — which sets τ — is exact per node and only its distribution over the
+remaining nodes is discretised. The covariance is state-dependent for ``gaussian_matched`` (the
+minibatch covariance of the per-sample gradients at w). Sparse solve (scipy.sparse).
+
+**Resolution.** Each problem is solved on a grid and on one refined by a factor r per axis
+(2 in 1-D, √2 in 2-D), refining until ``|τ_fine − τ_coarse|/τ_fine`` is below ``rtol``
+(default 1 %); τ_fine is returned. The scheme is second order in h, so the error of τ_fine is
+``|Δ|/(r² − 1)`` — a third of the estimate in 1-D, equal to it in 2-D.
+
+Momentum makes the chain 2-D per parameter (w and the velocity); it is not solved here (the
+caller records why).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import scipy.sparse
+import scipy.sparse.linalg
+import scipy.special
+
+from ..noise import STUDENT_NU
+
+FORMULA = (
+    "mean first-passage time of the discrete SGD chain itself, tau(w) = 1 + int_{not escaped} "
+    "K(w,w') tau(w') dw' with the one-step kernel K of w' = w - lr (grad L(w) + xi), solved on a grid "
+    "(exact at any lr; no continuous-time limit), in steps, from the start point to the escape "
+    "criterion the measurement uses")
+#: what the approximation column for sampled noise on the thesis landscape is
+MATCHED_FORMULA = (
+    "approximation: the exact discrete-chain escape time of the Gaussian-matched chain (step noise "
+    "N(0, C(w)), C(w) the minibatch covariance of the per-sample gradients at w) standing in for "
+    "the sampled minibatch noise, which has the same covariance but not the same law")
+#: largest grid (cells) of one solve
+MAX_CELLS_1D = 4096
+MAX_NODES_2D = 9000
+#: kernel fill (nonzeros over N²) above which the 2-D system is solved dense
+DENSE_FILL = 0.1
+
+
+class ResolutionError(RuntimeError):
+    """The grid needed for the requested accuracy exceeds the node budget."""
+
+
+@dataclass(frozen=True)
+class ExactEscape:
+    """Result of one exact escape-time computation.
+
+    Attributes:
+        steps: mean number of chain updates from the start until escape (≥ 1).
+        nodes: grid nodes per axis of the returned (finer) solve.
+        spacing: cell widths per axis (the model's weight units).
+        error: ``|τ_fine − τ_coarse|/τ_fine`` of the last refinement (the estimated relative
+            discretisation error; see the module docstring).
+    """
+
+    steps: float
+    nodes: tuple[int, ...]
+    spacing: tuple[float, ...]
+    error: float
+
+    def describe(self) -> str:
+        grid = " x ".join(str(n) for n in self.nodes)
+        width = ", ".join(f"{h:.3g}" for h in self.spacing)
+        return (f"grid {grid} cells of width {width}; refinement changed tau by "
+                f"{100 * self.error:.2f} %")
+
+
+# ---------------------------------------------------------------------------------------------
+# one dimension
+# ---------------------------------------------------------------------------------------------
+
+def _noise_cdf(noise: str) -> Callable[[np.ndarray], np.ndarray]:
+    """CDF of the standardised step noise (unit variance)."""
+    if noise == "gaussian":
+        return scipy.special.ndtr
+    if noise == "student_t":
+        c = math.sqrt((STUDENT_NU - 2) / STUDENT_NU)  # z·√((ν−2)/χ²_ν) = c·t_ν
+        return lambda x: scipy.special.stdtr(STUDENT_NU, x / c)
+    raise ValueError(f"noise must be 'gaussian' or 'student_t' for the 1-D chain, got {noise!r}")
+
+
+def solve_1d(drift: Callable[[np.ndarray], np.ndarray], step: float, noise_std: float, noise: str,
+             lo: float, threshold: float, start: float, cells: int) -> float:
+    """τ(start) of ``w′ = w − step·(drift(w) + noise_std·ξ)`` on ``cells`` cells of ``[lo, threshold)``.
+
+    ``drift`` is the gradient (vectorised), ``ξ`` has unit variance (``noise``: gaussian or
+    student_t). Escape: ``w′ ≥ threshold``. Mass below ``lo`` goes to the first cell.
+    """
+    cdf = _noise_cdf(noise)
+    width = step * noise_std
+    edges = np.linspace(lo, threshold, cells + 1)
+    centres = 0.5 * (edges[1:] + edges[:-1])
+
+    def row(w: np.ndarray) -> np.ndarray:
+        mean = w - step * drift(w)
+        f = cdf((edges[None, :] - mean[:, None]) / width)
+        k = np.diff(f, axis=1)
+        k[:, 0] += f[:, 0]
+        return k
+
+    k = row(centres)
+    a = -k
+    a[np.diag_indices_from(a)] += 1.0
+    tau = np.linalg.solve(a, np.ones(cells))
+    return float(1.0 + row(np.array([float(start)]))[0] @ tau)
+
+
+def double_well(problem, step: float, noise_var: float, noise: str = "gaussian", start: float = 0.0,
+                rtol: float = 0.01, lo: float | None = None) -> ExactEscape:
+    """Exact escape time (in updates) of the double well (sgdsweep.models.landscape.DoubleWell).
+
+    ``step``: the update's step size λ (dt for the SDE); ``noise_var``: the variance of the noise
+    added to the gradient per update (σ²/S, times the SDE's gain); ``noise``: gaussian or
+    student_t; escape at ``w ≥ problem.escape_threshold``. ``lo`` (default: far enough left
+    that the chain never gets there, from the discrete stationary variance at the minimum)
+    is the left end of the grid. Raises :class:`ResolutionError` when ``rtol`` needs more than
+    :data:`MAX_CELLS_1D` cells.
+    """
+    threshold = float(problem.escape_threshold)
+    std = math.sqrt(noise_var)
+    width = step * std
+    lk = step * problem.k_min
+    if not 0.0 < lk < 2.0:
+        raise ValueError(f"lr * curvature_min = {lk:.3g}: the minimum is unstable (needs 0 < λk_a < 2)")
+    sd_stat = width / math.sqrt(lk * (2.0 - lk))
+    if lo is None:
+        tails = 4.0 if noise == "gaussian" else 25.0  # Student-t (ν = 4) jumps are heavy-tailed
+        lo = start - 8.0 * sd_stat - tails * width
+        lo = min(lo, start - problem.saddle)
+    cells = max(200, math.ceil((threshold - lo) / (0.5 * width)))
+    previous = None
+    while cells <= MAX_CELLS_1D:
+        tau = solve_1d(problem.grad, step, std, noise, lo, threshold, start, cells)
+        if previous is not None:
+            error = abs(tau - previous) / tau
+            if error < rtol:
+                return ExactEscape(tau, (cells,), ((threshold - lo) / cells,), error)
+        previous = tau
+        cells *= 2
+    raise ResolutionError(f"the double well needs more than {MAX_CELLS_1D} cells for a "
+                          f"{100 * rtol:g} % error at step {step:g}")
+
+
+# ---------------------------------------------------------------------------------------------
+# two dimensions (thesis landscape)
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Chain2D:
+    """A 2-D chain ``w′ ~ N(w − step·grad(w), cov(w))`` with escape at ``(w − origin)·normal > 0``.
+
+    ``grad(w)``: (N, 2) → (N, 2); ``cov(w)``: (N, 2) → (N, 2, 2), the covariance of w′ (already
+    including step²); ``start``: (2,).
+    """
+
+    grad: Callable[[np.ndarray], np.ndarray]
+    cov: Callable[[np.ndarray], np.ndarray]
+    step: float
+    origin: np.ndarray
+    normal: np.ndarray
+    start: np.ndarray
+
+    @property
+    def tangent(self) -> np.ndarray:
+        return np.array([-self.normal[1], self.normal[0]])
+
+    def to_uv(self, w: np.ndarray) -> np.ndarray:
+        d = w - self.origin
+        return np.stack([d @ self.normal, d @ self.tangent], axis=-1)
+
+    def from_uv(self, uv: np.ndarray) -> np.ndarray:
+        return self.origin + uv[..., :1] * self.normal + uv[..., 1:] * self.tangent
+
+
+def _rows(chain: Chain2D, points: np.ndarray, nodes_uv: np.ndarray, area: float,
+          cutoff: float = 1e-13) -> scipy.sparse.csr_matrix:
+    """Kernel rows (sparse) from ``points`` (w coordinates) to the grid nodes (u, v)."""
+    mean = chain.to_uv(points - chain.step * chain.grad(points))
+    rot = np.stack([chain.normal, chain.tangent])
+    cov = np.einsum("ij,njk,lk->nil", rot, chain.cov(points), rot)
+    cov = cov + 1e-12 * np.trace(cov, axis1=1, axis2=2)[:, None, None] * np.eye(2)
+    det = cov[:, 0, 0] * cov[:, 1, 1] - cov[:, 0, 1] ** 2
+    inv = np.stack([np.stack([cov[:, 1, 1], -cov[:, 0, 1]], -1),
+                    np.stack([-cov[:, 0, 1], cov[:, 0, 0]], -1)], 1) / det[:, None, None]
+    stay = scipy.special.ndtr(-mean[:, 0] / np.sqrt(cov[:, 0, 0]))
+    rows, cols, vals = [], [], []
+    for start in range(0, len(points), 256):
+        sl = slice(start, start + 256)
+        d = nodes_uv[None, :, :] - mean[sl, None, :]
+        q = np.einsum("nmi,nij,nmj->nm", d, inv[sl], d)
+        dens = np.exp(-0.5 * q) * (area / (2 * np.pi * np.sqrt(det[sl])))[:, None]
+        total = dens.sum(axis=1)
+        for r in range(dens.shape[0]):
+            i = start + r
+            if total[r] > 0:
+                keep = np.flatnonzero(dens[r] > cutoff * total[r])
+                w = dens[r, keep] * (stay[i] / total[r])
+            else:  # the kernel misses every node: its mass to the nearest one
+                keep = np.array([int(np.argmin(np.sum(d[r] ** 2, axis=1)))])
+                w = np.array([stay[i]])
+            rows.append(np.full(keep.size, i))
+            cols.append(keep)
+            vals.append(w)
+    return scipy.sparse.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+                                   shape=(len(points), len(nodes_uv)))
+
+
+def solve_2d(chain: Chain2D, box: tuple[float, float, float], n_u: int, n_v: int) -> float:
+    """τ(start) of ``chain`` on the box ``u ∈ [u_lo, 0]``, ``v ∈ [v_lo, v_hi]`` (``box`` =
+    (u_lo, v_lo, v_hi)) with ``n_u × n_v`` cells, nodes at the cell centres."""
+    u_lo, v_lo, v_hi = box
+    hu, hv = -u_lo / n_u, (v_hi - v_lo) / n_v
+    u = u_lo + (np.arange(n_u) + 0.5) * hu
+    v = v_lo + (np.arange(n_v) + 0.5) * hv
+    uv = np.stack(np.meshgrid(u, v, indexing="ij"), -1).reshape(-1, 2)
+    k = _rows(chain, chain.from_uv(uv), uv, hu * hv)
+    if k.nnz > DENSE_FILL * len(uv) ** 2:  # a wide kernel: LU of the dense matrix is faster
+        a = -k.toarray()
+        a[np.diag_indices_from(a)] += 1.0
+        tau = np.linalg.solve(a, np.ones(len(uv)))
+    else:
+        a = scipy.sparse.identity(len(uv), format="csc") - k.tocsc()
+        tau = scipy.sparse.linalg.spsolve(a, np.ones(len(uv)))
+    k0 = _rows(chain, chain.start[None, :], uv, hu * hv)
+    return float(1.0 + (k0 @ tau)[0])
+
+
+def box_2d(chain: Chain2D, hessian: np.ndarray, width: float = 9.0) -> tuple[float, float, float]:
+    """A box (u_lo, v_lo, v_hi) that holds the start's basin: ``width`` stationary standard
+    deviations (discrete chain, local quadratic approximation at the start) around the start,
+    and the saddle (u = v = 0) with the kernel's width around it."""
+    from .quadratic import stationary_covariance
+
+    c0 = chain.cov(chain.start[None, :])[0] / chain.step**2
+    sigma = stationary_covariance(hessian, c0, chain.step, 0.0)
+    rot = np.stack([chain.normal, chain.tangent])
+    s_uv = np.sqrt(np.diag(rot @ sigma @ rot.T))
+    k_uv = np.sqrt(np.diag(rot @ chain.cov(chain.origin[None, :])[0] @ rot.T))
+    u0, v0 = chain.to_uv(chain.start)
+    u_lo = min(u0 - width * s_uv[0], -width * k_uv[0])
+    v_lo = min(v0 - width * s_uv[1], -width * k_uv[1])
+    v_hi = max(v0 + width * s_uv[1], width * k_uv[1])
+    return float(u_lo), float(v_lo), float(v_hi)
+
+
+def chain_escape(chain: Chain2D, box: tuple[float, float, float], rtol: float = 0.01,
+                 first: int = 1200) -> ExactEscape:
+    """Refine the grid on ``box`` by √2 per axis, starting at about ``first`` nodes with cells of
+    the box's aspect ratio, until two successive τ differ by less than ``rtol``."""
+    u_lo, v_lo, v_hi = box
+    aspect = (v_hi - v_lo) / -u_lo
+    n_u = max(8, round(math.sqrt(first / aspect)))
+    previous = None
+    while True:
+        n_v = max(8, round(n_u * aspect))
+        if n_u * n_v > MAX_NODES_2D:
+            raise ResolutionError(f"the 2-D chain needs more than {MAX_NODES_2D} nodes for a "
+                                  f"{100 * rtol:g} % error")
+        tau = solve_2d(chain, box, n_u, n_v)
+        if previous is not None:
+            error = abs(tau - previous) / tau
+            if error < rtol:
+                return ExactEscape(tau, (n_u, n_v), (-u_lo / n_u, (v_hi - v_lo) / n_v), error)
+        previous = tau
+        n_u = round(n_u * math.sqrt(2.0))
+
+
+def thesis_chain(problem, step: float, batch_size: int, noise: str, gain: float = 1.0,
+                 replace: bool = False) -> Chain2D:
+    """The thesis landscape's chain (sgdsweep.models.landscape.Thesis): ``noise`` ``gaussian`` —
+    isotropic N(0, v I) per update, v = problem.gaussian_noise_var(S) (the minibatch trace at the
+    minimum over d) — or ``matched``: N(0, C(w)), C(w) = f·Σ_μ(g_μ − ḡ)(g_μ − ḡ)ᵀ/P the minibatch
+    covariance at w (f = (P−S)/(S(P−1)), or 1/S with ``replace``). ``gain`` multiplies the noise
+    variance (the SDE's λ/dt)."""
+    p = problem.n_samples
+    if noise == "gaussian":
+        var = problem.gaussian_noise_var(batch_size) * gain
+
+        def cov(w: np.ndarray) -> np.ndarray:
+            return np.broadcast_to(step**2 * var * np.eye(2), (len(w), 2, 2))
+    elif noise == "matched":
+        f = 1.0 / batch_size if replace else (p - batch_size) / (batch_size * (p - 1))
+
+        def cov(w: np.ndarray) -> np.ndarray:
+            g = problem.sample_grads(w)
+            g = g - g.mean(axis=1, keepdims=True)
+            return step**2 * gain * f * np.einsum("npd,npe->nde", g, g) / p
+    else:
+        raise ValueError(f"noise must be 'gaussian' or 'matched', got {noise!r}")
+    return Chain2D(problem.grad, cov, step, np.asarray(problem.saddle_point, float),
+                   np.asarray(problem.normal, float), np.asarray(problem.w_min, float))
+
+
+# ---------------------------------------------------------------------------------------------
+# a point of a sweep
+# ---------------------------------------------------------------------------------------------
+
+#: sampled noise types whose Gaussian-matched chain is the approximation column
+SAMPLED = ("minibatch", "minibatch_replace")
+
+
+def for_point(problem, params: Mapping[str, Any], rtol: float = 0.01) -> tuple[str, ExactEscape | None, str]:
+    """(column, result, note) for a landscape point: column ``exact`` or ``matched`` (the
+    approximation for sampled noise); result None when there is no prediction, ``note`` then
+    says why (else the formula and the grid). τ is returned in SGD steps (λ; for the SDE, its
+    substeps divided by their number per step)."""
+    noise, s = params["noise"], int(params["batch_size"])
+    column = "matched" if noise in SAMPLED and problem.n_samples is not None else "exact"
+    if params["momentum"] != 0:
+        return column, None, ("with momentum the chain is 2-D per parameter (w and the velocity); "
+                              "the exact escape time is computed for momentum 0 only")
+    lr = float(params["lr"])
+    if params["method"] == "sde":
+        step = lr * float(params["dt_over_lr"])
+        gain, substeps = lr / step, round(1.0 / float(params["dt_over_lr"]))
+    else:
+        step, gain, substeps = lr, 1.0, 1
+    try:
+        if problem.n_samples is None:
+            if noise not in ("gaussian", "student_t"):
+                return column, None, f"no exact kernel for noise {noise} on the double well"
+            res = double_well(problem, step, problem.step_noise_var(s) * gain, noise, rtol=rtol)
+        else:
+            if noise not in ("gaussian", "gaussian_matched") + SAMPLED:
+                return column, None, (f"no exact kernel for noise {noise} on the thesis landscape "
+                                      "(gaussian and gaussian_matched; minibatch via the matched "
+                                      "approximation)")
+            chain = thesis_chain(problem, step, s, "gaussian" if noise == "gaussian" else "matched",
+                                 gain, replace=noise == "minibatch_replace")
+            res = chain_escape(chain, box_2d(chain, problem.hessian(problem.w_min)), rtol=rtol)
+    except (ResolutionError, ValueError, np.linalg.LinAlgError, MemoryError) as exc:
+        return column, None, f"{type(exc).__name__}: {exc}"
+    res = ExactEscape(res.steps / substeps, res.nodes, res.spacing, res.error)
+    head = MATCHED_FORMULA if column == "matched" else FORMULA
+    return column, res, f"{head}; {res.describe()}"
