@@ -510,10 +510,13 @@ def check_ensemble(path: str | Path) -> None:
 
     Raises:
         StoreError: naming the array and how many of its chunks are missing.
+        zarr.errors.NodeNotFoundError: no Zarr group at ``path``.
     """
     try:
         group = zarr.open_group(str(path), mode="r")
         arrays = list(group.arrays())
+    except zarr.errors.NodeNotFoundError:  # not an ensemble at all: the caller says what is there
+        raise
     except (OSError, ValueError, KeyError) as exc:
         raise StoreError(f"ensemble {path} is unreadable ({exc}); delete it and rerun the workflow "
                          "(the aggregate step rebuilds it from the point stores)") from None
