@@ -6,7 +6,7 @@ sweep builds it. Its flops per replica-step are those of the gradient and update
 cheapest algorithm (``CASES`` below; observables excluded): for noise matched to the per-sample
 gradients, two passes over all P samples (4·P·d); the ratio is
 (throughput × flops) against the same product of the reference, linear regression N = 100,
-S = 10, minibatch (linreg-ref). Every case runs a fused kernel (:mod:`sgdsweep.kernels`).
+S = 10, minibatch (linreg-ref). Every case runs a fused kernel (:mod:`sgdsweep.fused`).
 
 The lanes' generators are timed (:class:`TimedGenerator`), so each case also says what share
 of its time went to drawing random numbers outside the compiled loop (one thread; the normals —
@@ -23,15 +23,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import time
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
-from sgdsweep import engine, kernels, noise
+from sgdsweep import engine, fused, noise
 from sgdsweep.config import build_sweep
 from sgdsweep.engine import run_lanes
-from sgdsweep.kernels import loop
 from sgdsweep.models import get_model
 from sgdsweep.simulate import observe_spec, replica_streams
 
@@ -132,10 +130,10 @@ def rate(cfg: dict[str, Any], steps: int, use_fused: bool = True) -> tuple[float
     problem = model.make_problem(model.data_params(p))
     gens = replica_streams(0, point.hash, LANES)
     clock = [0.0]
-    supports = kernels.supports
+    supports = fused.supports
     if not use_fused:
-        kernels.supports = lambda *a: False
-    loop.draw_normals = engine.draw_normals = TimedGenerator.normals
+        fused.supports = lambda *a: False
+    fused.draw_normals = engine.draw_normals = TimedGenerator.normals
     try:
         t0 = time.perf_counter()
         run_lanes(problem, noise=p["noise"], batch_size=int(p["batch_size"]), steps=steps,
@@ -145,8 +143,8 @@ def rate(cfg: dict[str, Any], steps: int, use_fused: bool = True) -> tuple[float
                   observe=dataclasses.replace(observe_spec(p), escape=False))
         seconds = time.perf_counter() - t0
     finally:
-        kernels.supports = supports
-        loop.draw_normals = engine.draw_normals = noise.draw_normals
+        fused.supports = supports
+        fused.draw_normals = engine.draw_normals = noise.draw_normals
     return LANES * steps / seconds, clock[0] / seconds, problem, int(p["batch_size"])
 
 

@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from sgdsweep import kernels
+from sgdsweep import fused
 from sgdsweep.config import build_sweep
 from sgdsweep.engine import run_lanes
 from sgdsweep.models import get_model
@@ -55,10 +55,10 @@ def engine_span(points, steps: int, threads: int, use_fused: bool) -> tuple[floa
     problem = model.make_problem(model.data_params(first))
     lanes = [(p, g) for p in points for g in replica_streams(0, p.hash, REPLICAS)]
     n = len(lanes)
-    os.environ[kernels.THREADS_ENV] = str(threads)
-    supports = kernels.supports
+    os.environ[fused.THREADS_ENV] = str(threads)
+    supports = fused.supports
     if not use_fused:
-        kernels.supports = lambda *a: False
+        fused.supports = lambda *a: False
     try:
         t0 = time.monotonic()
         run_lanes(problem, noise="minibatch", batch_size=10, steps=steps,
@@ -69,11 +69,11 @@ def engine_span(points, steps: int, threads: int, use_fused: bool) -> tuple[floa
                   loss_stride=np.array([loss_stride(problem, p.params, p.burn_in, 1) for p, _ in lanes]))
         return t0, time.monotonic()
     finally:
-        kernels.supports = supports
+        fused.supports = supports
 
 
 def kernel_span(points, steps: int) -> tuple[float, float]:
-    """:func:`engine_span` of the compiled kernel on one thread."""
+    """:func:`engine_span` of the fused kernel on one thread."""
     return engine_span(points, steps, 1, True)
 
 
@@ -81,7 +81,7 @@ def shard_span(points, steps: int) -> tuple[float, float]:
     """Start and end (``time.monotonic``) of :func:`sgdsweep.simulate.simulate_points` on
     ``points`` on one thread — engine, exact theory, results and a store per point — writing
     into a fresh temporary directory (removed after)."""
-    os.environ[kernels.THREADS_ENV] = "1"
+    os.environ[fused.THREADS_ENV] = "1"
     with tempfile.TemporaryDirectory() as out:
         t0 = time.monotonic()
         simulate_points([p.spec() for p in points], out)
