@@ -59,7 +59,7 @@ from .vecmath import exp
 #: code in every checkout that pulls it; ``tests/test_fused.py`` fails until the digest is
 #: updated here, and that edit makes Numba compile the kernels again.
 COMPILED_DEPENDENCIES = ("noise.py", "observables.py", "pcg64.py", "vecmath.py")
-DEPENDENCY_DIGEST = "95326bc560c303c7"
+DEPENDENCY_DIGEST = "fd5135cce0e82d3d"
 #: Environment variable: threads the fused kernel may use in one process (default 1: a
 #: sweep's parallelism is its Dask workers, one per core; set it for in-process runs).
 THREADS_ENV = "SGDSWEEP_THREADS"

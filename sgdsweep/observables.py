@@ -17,6 +17,10 @@ What is accumulated after a lane's burn-in, per lane (``L`` lanes, ``d`` paramet
 
 The engine compacts lanes that stop (diverged or escaped) out of the working arrays; their
 accumulators are flushed into the full-size result first.
+
+Hand-written: Sokal's automatic window (:func:`integrated_autocorr_times`) here works on these
+streaming lagged sums; library estimators (emcee, ArviZ) need the whole series, which a sweep
+does not keep. ``tests/test_observables.py`` pins it against the estimate on the full series.
 """
 
 from __future__ import annotations
@@ -60,7 +64,7 @@ class Accumulators:
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
 
     @classmethod
-    def create(cls, n_lanes: int, problem, spec: ObserveSpec, reference_per_lane: bool) -> "Accumulators":
+    def create(cls, n_lanes: int, problem, spec: ObserveSpec, reference_per_lane: bool) -> Accumulators:
         d = problem.dim
         a: dict[str, np.ndarray] = {
             "n": np.zeros(n_lanes, np.int64),

@@ -1,14 +1,14 @@
 """NumPy's PCG64 uniform stream inside compiled loops.
 
+Hand-written: NumPy's generators cannot be stepped from Numba-compiled code, and the kernels
+must draw exactly ``Generator.random``'s doubles (``tests/test_pcg64.py`` pins the identity).
 A lane's uniforms (its sample selection) come from a :class:`numpy.random.Generator` on
-:class:`numpy.random.PCG64`. Drawing them with NumPy means a pass over a buffer of every step's
-numbers before the compiled block loop reads them back (4 ns a number here, and 1.3 MB for 32
-lanes × 512 steps × S = 10, more than L2). The kernels of :mod:`sgdsweep.fused` instead carry
-each lane's generator state — the 128-bit LCG state and increment as (hi, lo) words, a row of
-4 uint64 — in registers and step it themselves: :func:`next_double` gives exactly the doubles
-of ``Generator.random`` (``tests/test_pcg64.py`` checks the identity), about 2 ns each.
-:func:`states` reads the generators' states before a block loop, :func:`store` writes them
-back after it, so the generators continue where the compiled loop stopped.
+:class:`numpy.random.PCG64`. The kernels of :mod:`sgdsweep.fused` carry each lane's generator
+state — the 128-bit LCG state and increment as (hi, lo) words, a row of 4 uint64 — and step it
+themselves inside the block loop (no buffer of every step's numbers):
+:func:`next_double` gives the doubles of ``Generator.random``. :func:`states` reads the
+generators' states before a block loop, :func:`store` writes them back after it, so the
+generators continue where the compiled loop stopped.
 """
 
 from __future__ import annotations

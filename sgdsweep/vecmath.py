@@ -1,22 +1,18 @@
 """An exponential that compiled loops can vectorise.
 
-Numba calls libm's ``exp`` one number at a time (its LLVM has no vector math library), so a
-loop over samples that takes an exponential per sample — the thesis landscape's sigmoid
-σ(a x_μ) over all P samples — runs scalar. :func:`exp` is plain arithmetic instead (Cody–Waite
-reduction by ln 2, a degree-13 Taylor polynomial, the power of two written into the exponent
-bits), which LLVM vectorises with the rest of the loop. Within 2 ulp of ``np.exp`` on
-[−708, 709] (``tests/test_fused.py``); the argument is clamped to that range, so it does not
-overflow to inf or underflow to subnormals: exp(−708) ≈ 3.3e−308 and exp(709) ≈ 8.2e307 stand in
-for both ends.
+Hand-written: Numba's ``math.exp``/``np.exp`` call libm one number at a time (no vector math
+library), so the thesis landscape's per-sample loop stays scalar and runs 2–3× slower.
+:func:`exp` is plain arithmetic instead (Cody–Waite reduction by ln 2, a degree-13 Taylor
+polynomial, the power of two written into the exponent bits), which LLVM vectorises with the
+rest of the loop. Within 2 ulp of ``np.exp`` on [−708, 709] (``tests/test_fused.py`` pins it);
+the argument is clamped to that range, so it does not overflow to inf or underflow to
+subnormals: exp(−708) ≈ 3.3e−308 and exp(709) ≈ 8.2e307 stand in for both ends.
 
 The loops that use it are compiled with ``error_model="numpy"``: Numba's default inserts a
 division-by-zero check before every float division, and that branch alone stops LLVM from
 vectorising a loop. A NaN argument gives NaN (``min``/``max`` keep it), so a diverged weight
-still shows as one.
-
-Numba caches a compiled caller with this function built in and checks only the caller's own
-source file: after editing this module, update ``fused.DEPENDENCY_DIGEST`` (``tests/test_fused.py``
-says to), which makes Numba compile the kernels again.
+still shows as one. Numba caches the kernels built with it and checks only fused.py: after
+editing this module, update ``fused.DEPENDENCY_DIGEST`` (``tests/test_fused.py`` says to).
 """
 
 from __future__ import annotations
