@@ -87,6 +87,13 @@ VARIABLES: dict[str, tuple[str, str, str]] = {
     "escape_censored": ("censored replicas", "1", "replicas that did not escape within steps (kept as censored)"),
     "escape_time_theory_arrhenius": ("Kramers escape time", "steps", "Arrhenius/Kramers law (physics.md §6)"),
     "escape_time_theory_powerlaw": ("power-law escape time", "steps", "Mori's state-dependent law (physics.md §6)"),
+    "escape_time_theory_exact": ("exact escape time of the discrete chain", "steps",
+                                 ("mean first-passage time of the SGD chain itself at any λ, solved on a grid "
+                                  "(theory/escape_exact.py; 'formula' names each point's grid)")),
+    "escape_time_theory_exact_matched": ("Gaussian-matched escape time (approximation)", "steps",
+                                         ("the exact discrete-chain escape time of N(0, C(w)) noise standing in for "
+                                          "sampled minibatch noise of the same covariance")),
+    "lr_curvature": ("λh", "1", "learning rate times the largest Hessian eigenvalue at the starting minimum"),
     "diverged": ("diverged", "1", ("True if any replica of the point diverged (|w−w*|² beyond the bound "
                  "or not finite); such replicas are excluded from every average")),
     "diverged_replicas": ("diverged replicas", "1", "number of replicas that diverged"),
@@ -171,6 +178,8 @@ THEORY_SOURCES = {"weight_var_theory": "weight_cov", "weight_cov_eigenvalues_the
                   "mode_curvature_theory": "weight_cov",
                   "loss_theory": "loss", "escape_time_theory_arrhenius": "escape_time_arrhenius",
                   "escape_time_theory_powerlaw": "escape_time_powerlaw",
+                  "escape_time_theory_exact": "escape_time_exact",
+                  "escape_time_theory_exact_matched": "escape_time_exact_matched",
                   "joint_eigenvalue_theory": "joint_eigenvalue",
                   "weight_var_theory_continuous": "weight_cov_continuous",
                   "weight_cov_eigenvalues_theory_continuous": "weight_cov_continuous",

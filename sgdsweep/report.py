@@ -31,6 +31,7 @@ import numpy as np
 import xarray as xr
 
 from . import figures
+from .fit.escape import follows_sentence
 from .fit.verdict import MAX_LISTED, NAMES, Verdict, assess, judge
 
 _STYLE = ("body{font-family:sans-serif;max-width:1200px;margin:0.8em auto;padding:0 1em;color:#222;font-size:15px}"
@@ -272,6 +273,13 @@ def _fit_sections(ds: xr.Dataset, fits: dict[str, Any], figs: _Figures) -> list[
     drawn = _drawn_groups(fits.get("escape", []))
     for i, res in enumerate(fits.get("escape", [])):
         parts.append(f"<h3>{NAMES['escape']} at {html.escape(_where(res['group']))}</h3>")
+        if res.get("table"):  # per λ: measured τ, the exact discrete chain's τ and each law's (steps)
+            parts.append(_table(["λ", "λh", "measured τ", "SE", "exact τ (discrete chain)",
+                                 "Gaussian-matched τ (approximation)", "Kramers", "power law (unit prefactor)"],
+                                [[r["lr"], r["lr_h"], r["tau"], r["tau_se"], r["exact"], r["exact_matched"],
+                                  r["arrhenius"], r["powerlaw"]] for r in res["table"]], "fit"))
+            if res.get("exact_follows"):
+                parts.append(f"<p>{html.escape(follows_sentence(res['exact_follows']))}.</p>")
         if res.get("error"):
             parts.append(f"<p>{html.escape(res['error'])}</p>")
             continue

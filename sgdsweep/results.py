@@ -9,8 +9,9 @@ flagged and excluded, never averaged in.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -21,11 +22,11 @@ from .theory import two_layer as two_layer_theory
 #: (long_name, units, description) of the arrays that only point stores hold (matrices).
 POINT_ARRAYS: dict[str, tuple[str, str, str]] = {
     "weight_mean": ("mean of w − w*", "weight", "time- and replica-averaged deviation from the reference point"),
-    "weight_cov": ("weight covariance", "weight²", "stationary E[(w−w*)(w−w*)ᵀ] (around each replica's mean when "
-                   "minima form a manifold), averaged over non-diverged replicas"),
+    "weight_cov": ("weight covariance", "weight²", ("stationary E[(w−w*)(w−w*)ᵀ] (around each replica's mean when "
+                   "minima form a manifold), averaged over non-diverged replicas")),
     "weight_cov_theory": ("predicted weight covariance", "weight²", "the theory's Σ (see the summary's formulas)"),
-    "weight_var_diag": ("weight variances", "weight²", "diagonal of the covariance (kept instead of it beyond "
-                        "cov_max_dim)"),
+    "weight_var_diag": ("weight variances", "weight²", ("diagonal of the covariance (kept instead of it beyond "
+                        "cov_max_dim)")),
     "weight_cov_eigenvectors": ("leading covariance eigenvectors", "1", "from the streaming Nyström sketch"),
     "sigma_ww": ("Σ_WW", "weight²", "mean W̄ᵀW̄ around the minimum (Han et al.)"),
     "noise_cov_lag": ("D(m)", "gradient²", "mean b_{t+m}ᵀ b_t of the gradient noise at the minimum"),
@@ -406,6 +407,9 @@ def point_result(problem, params: Mapping[str, Any], burn_in: int, lanes: Mappin
         arrays["escape_time_replica"] = (("replica",), np.where(alive, times, np.nan))
         summary["escape_time_theory_arrhenius"] = finite_or_none(pred.escape_arrhenius)
         summary["escape_time_theory_powerlaw"] = finite_or_none(pred.escape_powerlaw)
+        summary["escape_time_theory_exact"] = finite_or_none(pred.escape_exact)
+        summary["escape_time_theory_exact_matched"] = finite_or_none(pred.escape_exact_matched)
+        summary["lr_curvature"] = float(params["lr"] * np.max(problem.curvatures()))
     if pred.joint_eigenvalue is not None:
         summary["joint_eigenvalue_theory"] = finite_or_none(pred.joint_eigenvalue)
     arrays.update(_layer_arrays(problem, lanes, ok))

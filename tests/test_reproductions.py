@@ -169,7 +169,8 @@ def test_park2024_binder_and_wigner_of_the_degenerate_pair(tmp_path):
 def test_vescovi_escape_time_falls_steeply_with_lr(tmp_path):
     """Thesis landscape: every replica escapes at λ = 3.5e-3 within the run, and τ grows steeply as λ
     falls (ln τ against 1/λ: measured slope 0.05 per unit 1/λ in steps ⇒ ×3 from 3.5e-3 to 3e-3)."""
-    rows = _run("vescovi_escape", tmp_path, grid__lr=[3.0e-3, 3.5e-3], dynamics__steps=8000, dynamics__replicas=32)
+    rows = _run("vescovi_escape", tmp_path, grid__lr=[3.0e-3, 3.5e-3], grid__noise="minibatch", dynamics__steps=8000,
+                dynamics__replicas=32)
     slow, fast = (r["summary"] for r in rows)
     assert fast["escape_censored"] == 0 and fast["escape_time"] < 200, fast
     assert slow["escape_time"] > 2 * fast["escape_time"], (slow, fast)

@@ -184,3 +184,23 @@ def test_for_point_labels_columns_and_refuses_momentum():
     assert column == "exact" and res is None and "momentum" in note
     column, res, note = escape_exact.for_point(problem, {**base, "noise": "epoch"})
     assert res is None and "epoch" in note
+
+
+def test_escape_fit_tabulates_the_exact_theory_and_says_which_law_it_follows():
+    """The double well at fixed T = 0.05: the exact τ is within 20 % of Kramers at small λk_a and
+    not at λk_a = 0.9; the fit's table carries each λ's measured, exact and Kramers τ."""
+    from sgdsweep.fit.escape import fit_escape, follows_sentence
+
+    lrs = np.array([0.0225, 0.09, 0.45])
+    exact, kramers = [], []
+    for lr, s in zip(lrs, (1, 4, 20)):
+        sigma2 = 2 * 0.05 * s / lr
+        exact.append(escape_exact.double_well(_well(math.sqrt(sigma2)), lr, sigma2 / s).steps)
+        kramers.append(kramers_steps(BARRIER, K_A, K_B, lr, sigma2 / s))
+    tau = np.array(exact) * 1.02
+    res = fit_escape(lrs, tau, tau / 16, theory_arrhenius=np.array(kramers), theory_exact=np.array(exact),
+                     lr_h=K_A * lrs)
+    assert [r["lr"] for r in res["table"]] == list(lrs) and res["exact_agreement"] < 1
+    assert res["exact_follows"] == [{"laws": ["arrhenius"], "lr_h": [0.045, 0.18]},
+                                    {"laws": [], "lr_h": [0.9, 0.9]}], res["exact_follows"]
+    assert "λh 0.9: neither law" in follows_sentence(res["exact_follows"])

@@ -126,10 +126,16 @@ def fit_ensemble(ds: xr.Dataset, fit_config: dict[str, Any]) -> dict[str, Any]:
             def theory(name: str, i: np.ndarray) -> np.ndarray | None:
                 return ds[name].values[i] if name in ds else None
 
-            run_groups("escape", ("lr",), lambda i: fit_escape(
+            # a sweep at fixed temperature zips batch_size with lr: one fit over both
+            fitted = ("lr", "batch_size") if all(np.unique(ds["lr"].values[m]).size < 2 for _, m in groups(
+                ds, ("lr",))) and np.unique(ds["lr"].values).size > 1 else ("lr",)
+            run_groups("escape", fitted, lambda i: fit_escape(
                 ds["lr"].values[i], ds["escape_time"].values[i], ds["escape_time_se"].values[i],
                 theory_arrhenius=theory("escape_time_theory_arrhenius", i),
                 theory_powerlaw=theory("escape_time_theory_powerlaw", i),
+                theory_exact=theory("escape_time_theory_exact", i),
+                theory_exact_matched=theory("escape_time_theory_exact_matched", i),
+                lr_h=theory("lr_curvature", i),
                 times=times[i] if times is not None else None, escaped=esc[i] if esc is not None else None,
                 rng=rng(), **common))
     if enabled["wigner"]:

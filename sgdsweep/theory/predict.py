@@ -8,15 +8,15 @@ failing solver records its error and the point keeps its measurements.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
 from . import escape as escape_theory
-from . import fdr
+from . import escape_exact, fdr, lyapunov
 from . import linear as linear_theory
-from . import lyapunov
 from . import quadratic as quadratic_theory
 from . import two_layer as two_layer_theory
 
@@ -29,6 +29,9 @@ class Prediction:
         weight_cov: stationary E[(w − w*)(w − w*)ᵀ] (d × d), or None.
         loss: stationary E[L].
         escape_arrhenius, escape_powerlaw: mean escape time in SGD steps.
+        escape_exact: mean escape time in SGD steps of the discrete chain itself (exact kernel).
+        escape_exact_matched: the same for the Gaussian-matched chain standing in for sampled
+            (minibatch) noise on a data landscape: an approximation.
         joint_eigenvalue: two_layer's isotropic joint fluctuation eigenvalue λ⟨r²⟩/(2S).
         test_loss: stationary E[test loss] = test_loss(ŵ) + ½ Tr(Σ_pop M) (linear regression).
         fdr_residual: residual of the papers' fluctuation–dissipation relation at the exact M.
@@ -46,6 +49,8 @@ class Prediction:
     loss: float | None = None
     escape_arrhenius: float | None = None
     escape_powerlaw: float | None = None
+    escape_exact: float | None = None
+    escape_exact_matched: float | None = None
     joint_eigenvalue: float | None = None
     test_loss: float | None = None
     fdr_residual: float | None = None
@@ -191,3 +196,24 @@ def _escape(problem, params: Mapping[str, Any], pred: Prediction) -> None:
     else:
         pred.reasons["escape_time_powerlaw"] = ("the state-dependent law needs SGD's own noise at a minimum with "
                                                 "L_min > 0 (the thesis landscape); this landscape has additive noise")
+    if params["observe"]["escape"]:  # seconds per point: only where escape is measured
+        _escape_exact(problem, params, pred)
+
+
+def _escape_exact(problem, params: Mapping[str, Any], pred: Prediction) -> None:
+    """The discrete chain's exact mean escape time (theory.escape_exact), or the Gaussian-matched
+    approximation of it for sampled noise; the formula names the grid it was solved on."""
+    column, result, note = escape_exact.for_point(problem, params)
+    other = "escape_time_exact" if column == "matched" else "escape_time_exact_matched"
+    key = "escape_time_exact_matched" if column == "matched" else "escape_time_exact"
+    pred.reasons[other] = ("sampled noise has no exact kernel here; see escape_time_exact_matched"
+                           if column == "matched" else
+                           "the matched approximation is for sampled (minibatch) noise on a data landscape")
+    if result is None:
+        pred.reasons[key] = note
+        return
+    pred.formulas[key] = note
+    if column == "matched":
+        pred.escape_exact_matched = result.steps
+    else:
+        pred.escape_exact = result.steps
