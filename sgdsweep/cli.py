@@ -120,6 +120,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     sweep = load_sweep(args.config)  # fail fast, with our message, before Snakemake starts
     scheduler_address(sweep.config["execution"])
+    locking.ensure_writable(Path.cwd(), "the working directory, where Snakemake keeps its state (.snakemake),",
+                            "or run sgdsweep from a writable directory")
     locking.ensure_writable(sweep.directory)
     # the sweep's lock before anything starts: a second run is refused here, before it starts
     # a Dask cluster; Snakemake inherits the lock (locking.acquire_or_inherit)

@@ -28,11 +28,17 @@ class SweepLocked(SgdsweepError):
     exit_code = 3
 
 
-def ensure_writable(directory: Path) -> None:
+def ensure_writable(directory: Path, what: str = "results directory",
+                    fix: str = "or set results_dir in the config to a writable directory") -> None:
     """Create ``directory`` if needed and prove that files can be written in it.
 
+    Args:
+        directory: the directory to check.
+        what: what the directory is, for the message.
+        fix: the way out besides fixing its permissions or mount, for the message.
+
     Raises:
-        SgdsweepError: naming the directory and the operating system's reason.
+        UsageError: naming the directory, the operating system's reason and the fix.
     """
     directory = Path(directory)
     probe = directory / f".write-probe-{os.getpid()}"
@@ -42,9 +48,8 @@ def ensure_writable(directory: Path) -> None:
         probe.unlink()
     except OSError as exc:
         raise UsageError(
-            f"results directory {directory} is not writable ({exc.strerror or exc}); nothing was "
-            "changed. Fix its permissions or mount, or set results_dir in the config to a writable "
-            "directory") from None
+            f"{what} {directory} is not writable ({exc.strerror or exc}); nothing was changed. Fix "
+            f"its permissions or mount (an immutable one: chattr -i), {fix}") from None
 
 
 def acquire(sweep_dir: Path) -> IO[str]:

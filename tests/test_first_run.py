@@ -290,3 +290,25 @@ def test_quiet_run_prints_the_summary_only(tmp_path):
     for chatter in ("sweep 'tiny': 4 points", "sgdsweep plan for sweep", "localrule", "Finished jobid",
                     "report written to"):
         assert chatter not in text, chatter
+
+
+def test_an_unwritable_working_directory_is_named(tmp_path):
+    """Snakemake keeps its state in the working directory: one that refuses writes (immutable;
+    tests run as root, where permission bits do not stop writes) is named before Snakemake
+    starts, with the fix, and no traceback."""
+    import shutil
+
+    workdir = tmp_path / "wd"
+    workdir.mkdir()
+    cfg = write_yaml(tmp_path / "t.yaml", tiny_config(results_dir=str(tmp_path / "results")))
+    if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(workdir)], check=False).returncode:
+        pytest.skip("chattr +i is not available here (needs root on ext4/xfs/btrfs)")
+    try:
+        proc = run_cli("run", str(cfg), "--cores", "2", cwd=workdir)
+    finally:
+        subprocess.run(["chattr", "-i", str(workdir)], check=True)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 2, text[-2000:]
+    assert f"the working directory, where Snakemake keeps its state (.snakemake), {workdir} is not writable" in text
+    assert "run sgdsweep from a writable directory" in text and "Traceback" not in text
+    assert os.listdir(workdir) == [] and not (tmp_path / "results").exists()
