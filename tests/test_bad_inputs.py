@@ -7,14 +7,12 @@ The catalogue is listed in docs/bad-inputs.md; this file is its executable form.
 from __future__ import annotations
 
 import copy
-import resource
-import subprocess
 import sys
 import zipfile
 
 import pytest
 from conftest import REPO, TINY, make_finished_sweep, run_snakemake, tiny_config, write_yaml
-from test_config import BAD_CONFIGS, _laughs, _set
+from test_config import BAD_CONFIGS, _laughs, _set, bounded_run
 
 from sgdsweep.cli import main
 
@@ -78,7 +76,7 @@ OTHER_BAD_INPUTS = [
      ["found the key 'sweep' twice"]),
     ("config_yaml_alias", lambda t: ["validate", str(_text(t / "c.yaml", "sweep: &a a\n"))], {},
      ["c.yaml", "Line 1, column 8 has the anchor &a", "without anchors"]),
-    ("replicas_beyond_memory", lambda t: ["run", str(write_yaml(t / "c.yaml", tiny_config(
+    ("replicas_beyond_memory", lambda t: ["validate", str(write_yaml(t / "c.yaml", tiny_config(
         dynamics={"replicas": 10**9})))], {}, ["dynamics.replicas", "1000000000", "execution.max_memory",
                                               "estimated memory is", "TiB", "fewer replicas"]),
     ("max_memory_below_the_estimate", lambda t: ["plan", str(write_yaml(t / "c.yaml", tiny_config(
@@ -158,20 +156,6 @@ def test_import_refuses_paths_escaping_the_results_directory(tmp_path, capsys, m
     assert not (tmp_path / "results" / "evil").exists()
 
 
-#: Address space and time that a refused alias bomb may take; the unrefused bomb takes gigabytes
-#: and minutes, so a regression fails here (MemoryError or timeout) instead of eating the machine.
-BOMB_ADDRESS_SPACE = 2 * 2**30
-BOMB_TIMEOUT_S = 120
-
-
-def _bounded(cmd: list[str], cwd) -> subprocess.CompletedProcess:
-    def limit() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (BOMB_ADDRESS_SPACE, BOMB_ADDRESS_SPACE))
-
-    return subprocess.run(cmd, check=False, cwd=cwd, capture_output=True, text=True, timeout=BOMB_TIMEOUT_S,
-                          preexec_fn=limit)
-
-
 def test_yaml_alias_bomb_is_refused_by_every_reader(tmp_path):
     """A 9-level "billion laughs" (under 500 bytes, 9⁹ values) is refused, with its line, by
     validate, plan and run and by snakemake reading the file itself, each in a process limited
@@ -190,7 +174,7 @@ def test_yaml_alias_bomb_is_refused_by_every_reader(tmp_path):
     runs += [[sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--cores", "1",
               "--configfile", str(bomb), "--dry-run"]]
     for cmd in runs:
-        proc = _bounded(cmd, tmp_path)
+        proc = bounded_run(cmd, tmp_path)
         text = proc.stdout + proc.stderr
         assert proc.returncode != 0 and "Line 2, column 5 has the anchor" in text, (cmd, text[-2000:])
         assert "without anchors (&name) or aliases (*name)" in text, text[-2000:]

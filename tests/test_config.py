@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import copy
+import resource
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -301,21 +304,44 @@ def test_yaml_anchors_and_aliases_are_refused_naming_the_line(tmp_path):
         load_sweep(path)
     path.write_text("sweep: a\ngrid: {lr: 0.1, batch_size: 2, samples_per_param: 8}\n"
                     "model: {<<: {n_inputs: 4}}\ndynamics: {steps: *s}\n")
-    with pytest.raises(ConfigError, match=r"Line 4, column 19 has the alias \*s"):
+    with pytest.raises(ConfigError, match=r"c\.yaml.*Line 4, column 19 has the alias \*s"):
         load_sweep(path)
-    path.write_text(_laughs())
-    with pytest.raises(ConfigError, match=r"c\.yaml.*Line 2, column 5 has the anchor &l0"):
-        load_sweep(path)
+    # a bomb, in a bounded process: tests/test_bad_inputs.py::test_yaml_alias_bomb_is_refused_by_every_reader
 
 
-def test_shared_parts_of_a_config_mapping_are_refused_before_any_walk():
+#: Address space and time that a refused alias bomb may take; expanded, the bombs of these tests
+#: take gigabytes and minutes, so a regression fails (MemoryError or timeout) instead of eating
+#: the machine.
+BOMB_ADDRESS_SPACE = 2 * 2**30
+BOMB_TIMEOUT_S = 120
+
+
+def bounded_run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """Run ``cmd`` limited to :data:`BOMB_ADDRESS_SPACE` bytes of address space and
+    :data:`BOMB_TIMEOUT_S` seconds."""
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (BOMB_ADDRESS_SPACE, BOMB_ADDRESS_SPACE))
+
+    return subprocess.run(cmd, check=False, cwd=cwd, capture_output=True, text=True, timeout=BOMB_TIMEOUT_S,
+                          preexec_fn=limit)
+
+
+def test_shared_parts_of_a_config_mapping_are_refused_before_any_walk(tmp_path):
     """A mapping loaded elsewhere (Snakemake's ``--config``, another YAML loader) may hold one
-    object twice: build_sweep refuses it before anything walks (and would expand) it."""
-    lol = ["lol"] * 9
-    for _ in range(12):  # 9^12 ≈ 2.8e11 values if expanded
-        lol = [lol] * 9
-    with pytest.raises(ConfigError, match=r"config key 'laughs\[1\]': got 'the same list as laughs\[0\]'"):
-        build_sweep({**TINY, "laughs": [lol, lol]})
+    object twice: build_sweep refuses it before anything walks (and would expand) it. Checked in
+    a bounded process: 9⁹ values if expanded."""
+    code = ("from sgdsweep.config import build_sweep\n"
+            "from sgdsweep.errors import ConfigError\n"
+            "lol = ['lol'] * 9\n"
+            "for _ in range(8):\n"
+            "    lol = [lol] * 9\n"
+            "try:\n"
+            f"    build_sweep({{**{TINY!r}, 'laughs': [lol, lol]}})\n"
+            "except ConfigError as exc:\n"
+            "    print(exc)\n")
+    proc = bounded_run([sys.executable, "-c", code], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "config key 'laughs[1]': got 'the same list as laughs[0]'" in proc.stdout, proc.stdout
     lr = [0.1, 0.2]
     with pytest.raises(ConfigError, match=r"points\[1\].*the same dict as points\[0\]"):
         build_sweep(tiny_config(points=[{"lr": lr}] * 2))
