@@ -2,8 +2,8 @@
 matplotlib figure, or None when the data hold nothing to draw. Axes carry names and units;
 measured values carry ±1 standard-error bars; theory is drawn as lines. Every swept axis that
 tells points apart is named in the titles or legends; a panel is drawn only when it has
-something to show (no residual panel without a theory). The PNG plumbing is in
-:mod:`sgdsweep.plotting`.
+something to show (no residual panel without a theory). The PNG of a figure is
+:func:`sgdsweep.plotting.png`.
 """
 
 from __future__ import annotations
@@ -16,15 +16,7 @@ import xarray as xr
 from matplotlib.colors import ListedColormap
 
 from .fit.spectra import ALL_WEIGHTS, flatness_columns
-from .plotting import (  # noqa: F401  (re-exported: the report and the benchmarks use them from here)
-    PlainLogFormatter,
-    axis_label,
-    integer_ticks,
-    plain_label,
-    plain_log_labels,
-    plt,
-    tight_png,
-)
+from .plotting import axis_label, integer_ticks, plt
 
 
 def _ok(ds: xr.Dataset) -> np.ndarray:

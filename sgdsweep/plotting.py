@@ -1,13 +1,11 @@
-"""Matplotlib plumbing shared by the report's figures: Unicode log-axis labels, PNGs drawn once
-and cut to their content, no overlapping tick labels, and axis labels from a variable's attributes.
+"""Matplotlib plumbing shared by the report's figures: a figure's PNG in matplotlib's tight box
+with no overlapping tick labels, and axis labels from a variable's attributes.
 """
 
 from __future__ import annotations
 
 import io
 import itertools
-import math
-import re
 
 import matplotlib
 import numpy as np
@@ -16,93 +14,23 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 from matplotlib import ticker
-
-#: A log axis's mathtext tick label: optional minus, optional ``coefficient\times``, base, optional exponent.
-_LOG_LABEL = re.compile(r"\$\\mathdefault\{(-?)(?:([0-9.]+)\\times)?([0-9.]+)(?:\^\{(-?[0-9]+)\})?\}\$")
-_SUPERSCRIPT = str.maketrans("0123456789-", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻")
+from matplotlib.transforms import Bbox
 
 
-def plain_label(label: str) -> str:
-    """A log-axis tick label written in mathtext (``$\\mathdefault{2\\times10^{-3}}$``) as the
-    same text in Unicode (``2×10⁻³``); any other label unchanged."""
-    m = _LOG_LABEL.fullmatch(label)
-    if m is None:
-        return label
-    sign, coeff, base, exponent = m.groups()
-    return ("−" if sign else "") + (f"{coeff}×" if coeff else "") + base + (exponent or "").translate(_SUPERSCRIPT)
+def png(fig: plt.Figure, dpi: float = 100.0, pad_inches: float = 0.1) -> bytes:
+    """The PNG of ``fig`` at ``dpi`` (pixels per inch) in its tight box (every drawn artist) with
+    ``pad_inches`` (inches) around: what ``fig.savefig(…, bbox_inches="tight")`` gives, after
+    :func:`thin_tick_labels` has dropped the tick labels that would overlap.
 
-
-class PlainLogFormatter(ticker.Formatter):
-    """Wraps a log axis's own formatter (which ticks get a label, and which label, stay its
-    choice) and writes its labels in Unicode instead of mathtext (:func:`plain_label`).
-
-    Parsing mathtext tick labels is most of the time matplotlib spends drawing a log-scaled
-    figure (a few milliseconds per label, for every label of every draw).
-    """
-
-    def __init__(self, inner: ticker.Formatter) -> None:
-        self.inner = inner
-
-    def set_axis(self, axis) -> None:
-        self.axis = axis
-        self.inner.set_axis(axis)
-
-    def set_locs(self, locs) -> None:
-        self.inner.set_locs(locs)
-
-    def __call__(self, x, pos=None) -> str:
-        return plain_label(self.inner(x, pos))
-
-    def format_data_short(self, value) -> str:
-        return self.inner.format_data_short(value)
-
-    def get_offset(self) -> str:
-        return self.inner.get_offset()
-
-
-def plain_log_labels(fig: plt.Figure) -> plt.Figure:
-    """Give every log-scaled axis of ``fig`` :class:`PlainLogFormatter` labels (call once the
-    scales are set, before drawing); returns ``fig``."""
-    for ax in fig.axes:
-        for axis in (ax.xaxis, ax.yaxis):
-            if axis.get_scale() != "log":
-                continue
-            for get, put in ((axis.get_major_formatter, axis.set_major_formatter),
-                             (axis.get_minor_formatter, axis.set_minor_formatter)):
-                if isinstance(get(), ticker.LogFormatterMathtext):
-                    put(PlainLogFormatter(get()))
-    return fig
-
-
-def tight_png(fig: plt.Figure, dpi: float = 100.0, pad_inches: float = 0.1) -> bytes:
-    """The PNG of ``fig`` at ``dpi`` cut to its tight box (every drawn artist) plus
-    ``pad_inches``: what ``fig.savefig(…, format="png", bbox_inches="tight")`` gives, drawn once.
-
-    ``bbox_inches="tight"`` draws a figure twice: once to measure its artists, once to render it
-    into the measured box (a third of the report's drawing time). Here the figure is drawn once at
-    its own size, the box is measured on that drawing, and its pixels are cut out (the padding
-    stops at the figure's edge). Where an artist reaches beyond the figure (a legend placed
-    outside its axes) the pixels do not hold it, and the figure is drawn again into the measured
-    box (an explicit box: ``savefig`` does not measure again), as ``"tight"`` would.
-    """
-    from PIL import Image
-
+    The figure is laid out once to find the overlaps and its box; ``savefig`` is given that box
+    (a figure without a layout engine is then laid out only once more, as it is rendered)."""
     fig.set_dpi(dpi)
-    canvas = fig.canvas
-    canvas.draw()
-    if thin_tick_labels(fig):  # rare: drawn again without the labels that overlapped
-        canvas.draw()
-    box = fig.get_tightbbox(canvas.get_renderer())  # inches
-    width, height = canvas.get_width_height()
+    fig.draw_without_rendering()
+    if thin_tick_labels(fig):  # rare: laid out again without the labels that overlapped
+        fig.draw_without_rendering()
+    box = fig.get_tightbbox(fig.canvas.get_renderer()).padded(pad_inches)
     out = io.BytesIO()
-    if box.x0 >= 0 and box.y0 >= 0 and box.x1 * dpi <= width and box.y1 * dpi <= height:
-        padded = box.padded(pad_inches)
-        left, right = max(0, math.floor(padded.x0 * dpi)), min(width, math.ceil(padded.x1 * dpi))
-        top, bottom = max(0, math.floor(height - padded.y1 * dpi)), min(height, math.ceil(height - padded.y0 * dpi))
-        pixels = Image.frombuffer("RGBA", (width, height), canvas.buffer_rgba(), "raw", "RGBA", 0, 1)
-        pixels.crop((left, top, right, bottom)).save(out, format="png")
-    else:
-        fig.savefig(out, format="png", dpi=dpi, bbox_inches=box.padded(pad_inches))
+    fig.savefig(out, format="png", dpi=dpi, bbox_inches=box)
     return out.getvalue()
 
 
@@ -126,54 +54,53 @@ class _Only(ticker.Formatter):
         return self.inner.get_offset()
 
 
-def _labels(axis, which: str, renderer) -> list[tuple[float, str, object]]:
-    """(location, text, window box) of every visible, non-empty tick label of ``axis`` inside its
-    view, ``which`` "major" or "minor", in the order of their locations (figure drawn)."""
-    locs = axis.get_majorticklocs() if which == "major" else axis.get_minorticklocs()
-    ticks = axis.get_major_ticks(len(locs)) if which == "major" else axis.get_minor_ticks(len(locs))
+def _labels(axis, along: int, minor: bool, renderer) -> list[tuple[float, str, Bbox]]:
+    """(location, text, window box padded by 1 px) of every visible, non-empty major or ``minor``
+    tick label of ``axis`` inside its view, in the order of their locations; ``along`` is 0 for
+    an x axis, 1 for a y axis (the coordinate of a label's position that is its tick's location).
+    The figure must have been laid out (drawn) at the size and dpi it is measured for."""
     lo, hi = sorted(axis.get_view_interval())
-    out = []
-    for loc, tick in zip(locs, ticks):
-        if not lo <= loc <= hi:
-            continue
-        for label in (tick.label1, tick.label2):
-            if label.get_visible() and label.get_text():
-                out.append((float(loc), label.get_text(), label.get_window_extent(renderer).padded(1)))
-    return sorted(out, key=lambda t: t[0])
+    inside = [(float(label.get_position()[along]), label) for label in axis.get_ticklabels(minor=minor)
+              if label.get_text()]
+    return sorted(((loc, label.get_text(), label.get_window_extent(renderer).padded(1))
+                   for loc, label in inside if lo <= loc <= hi), key=lambda t: t[0])
+
+
+def _axes_labels(fig: plt.Figure):
+    """(axis, its major labels, its minor labels) for every x and y axis of ``fig`` (:func:`_labels`)."""
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        for along, axis in enumerate((ax.xaxis, ax.yaxis)):
+            yield axis, _labels(axis, along, False, renderer), _labels(axis, along, True, renderer)
 
 
 def overlapping_tick_labels(fig: plt.Figure) -> list[tuple[str, str]]:
-    """Pairs of tick labels (texts) of one axis of ``fig`` whose boxes overlap, as last drawn."""
-    renderer = fig.canvas.get_renderer()
+    """Pairs of tick labels (texts) of one axis of ``fig`` whose boxes overlap, as last laid out."""
     pairs = []
-    for ax in fig.axes:
-        for axis in (ax.xaxis, ax.yaxis):
-            labels = _labels(axis, "major", renderer) + _labels(axis, "minor", renderer)
-            pairs += [(a[1], b[1]) for i, a in enumerate(labels) for b in labels[i + 1:] if a[2].overlaps(b[2])]
+    for _, major, minor in _axes_labels(fig):
+        labels = major + minor
+        pairs += [(a[1], b[1]) for i, a in enumerate(labels) for b in labels[i + 1:] if a[2].overlaps(b[2])]
     return pairs
 
 
 def thin_tick_labels(fig: plt.Figure) -> bool:
-    """After a draw: on every axis whose tick labels overlap, drop the minor labels, and if major
-    labels still overlap keep each one only if it clears the last one kept. Returns whether
-    anything changed (then the figure must be drawn again)."""
-    renderer = fig.canvas.get_renderer()
+    """After a layout (a draw): on every axis whose tick labels overlap, drop the minor labels,
+    and if major labels still overlap keep each one only if it clears the last one kept.
+    Returns whether anything changed (the figure's next draw shows the change)."""
     changed = False
-    for ax in fig.axes:
-        for axis in (ax.xaxis, ax.yaxis):
-            major, minor = _labels(axis, "major", renderer), _labels(axis, "minor", renderer)
-            both = sorted(major + minor, key=lambda t: t[0])
-            if not any(a[2].overlaps(b[2]) for a, b in itertools.pairwise(both)):
-                continue
-            changed = True
-            if minor:
-                axis.set_minor_formatter(ticker.NullFormatter())
-            if any(a[2].overlaps(b[2]) for a, b in itertools.pairwise(major)):
-                keep = [major[0]]
-                for label in major[1:]:
-                    if not label[2].overlaps(keep[-1][2]):
-                        keep.append(label)
-                axis.set_major_formatter(_Only(axis.get_major_formatter(), {k[0] for k in keep}))
+    for axis, major, minor in _axes_labels(fig):
+        both = sorted(major + minor, key=lambda t: t[0])
+        if not any(a[2].overlaps(b[2]) for a, b in itertools.pairwise(both)):
+            continue
+        changed = True
+        if minor:
+            axis.set_minor_formatter(ticker.NullFormatter())
+        if any(a[2].overlaps(b[2]) for a, b in itertools.pairwise(major)):
+            keep = [major[0]]
+            for label in major[1:]:
+                if not label[2].overlaps(keep[-1][2]):
+                    keep.append(label)
+            axis.set_major_formatter(_Only(axis.get_major_formatter(), {k[0] for k in keep}))
     return changed
 
 

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from . import figures
+from . import figures, plotting
 from .fit.escape import follows_sentence
 from .fit.verdict import MAX_LISTED, NAMES, Verdict, assess, judge
 
@@ -67,7 +67,7 @@ def _png(make: Callable[..., Any], args: tuple[Any, ...]) -> bytes | None:
     if fig is None:
         return None
     try:
-        return figures.tight_png(figures.plain_log_labels(fig), dpi=100)
+        return plotting.png(fig, dpi=100)
     finally:
         figures.plt.close(fig)
 
