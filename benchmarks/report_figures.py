@@ -4,8 +4,9 @@ does it (``sgdsweep.report._png``: :func:`sgdsweep.plotting.png`), serially, in 
 The figures are the ones :func:`sgdsweep.report.build_report` draws for a finished sweep (its
 results directory: ``ensemble.zarr``, ``fits.json``, ``plan/report.json``; for instance one kept
 by ``python benchmarks/pipeline.py --keep DIR``). Each round draws every figure once; printed: the
-best seconds of each figure over the rounds and their sum. Run it with ``PYTHONPATH`` set to
-another checkout to time that checkout's figures on the same sweep.
+best CPU seconds of each figure over the rounds and their sum (drawing is single-threaded: on an
+idle machine, the wall time; on a shared one, steadier than it). Run it from another checkout's
+root to time that checkout's figures on the same sweep.
 
     python benchmarks/report_figures.py RESULTS_DIR [--rounds 3]
 """
@@ -50,12 +51,12 @@ def main() -> None:
     drawn: set[int] = set()
     for _ in range(args.rounds):
         for i, (make, fargs) in enumerate(calls):
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             if report._png(make, fargs) is not None:
                 drawn.add(i)
-            best[i] = min(best.get(i, float("inf")), time.perf_counter() - t0)
+            best[i] = min(best.get(i, float("inf")), time.process_time() - t0)
     print(f"{len(drawn)} figures of {args.results} ({len(calls)} asked for), drawn serially, "
-          f"best of {args.rounds} rounds, seconds:")
+          f"best of {args.rounds} rounds, CPU seconds:")
     for i in sorted(drawn):
         print(f"  {calls[i][0].__name__:24s} {best[i]:6.3f}")
     print(f"  {'total':24s} {sum(best.values()):6.3f}")
