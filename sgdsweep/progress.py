@@ -35,12 +35,14 @@ def verbosity() -> int:
 MIN_BAR_COLUMNS = 40
 
 
-def _terminal_columns(stream: IO[str]) -> int:
-    """The width of the terminal ``stream`` writes to; 0 if it is not a terminal."""
+def _terminal_size(stream: IO[str]) -> os.terminal_size:
+    """The size of the terminal ``stream`` writes to; 0 × 0 if it is not a terminal."""
     try:
-        return os.get_terminal_size(stream.fileno()).columns if stream.isatty() else 0
+        if stream.isatty():
+            return os.get_terminal_size(stream.fileno())
     except (AttributeError, OSError, ValueError):
-        return 0
+        pass
+    return os.terminal_size((0, 0))
 
 
 def _fmt_time(seconds: float) -> str:
@@ -66,11 +68,15 @@ class ShardProgress:
         self.t0 = self.last = time.perf_counter()
         stream = sys.stderr if stream is None else stream
         self.bar = None
-        if verbosity >= 0 and _terminal_columns(stream) >= MIN_BAR_COLUMNS:
+        size = _terminal_size(stream)
+        if verbosity >= 0 and size.columns >= MIN_BAR_COLUMNS:
             from tqdm import tqdm
 
+            # the size is fixed here: a terminal that reports no rows (a pty nobody sized, which
+            # tqdm's dynamic sizing reads again at each refresh) would hide the bar
             self.bar = tqdm(total=total_steps, unit="replica-step", unit_scale=True, file=stream,
-                            desc=f"shard {shard[:8]}", dynamic_ncols=True, mininterval=1.0)
+                            desc=f"shard {shard[:8]}", ncols=size.columns, nrows=size.lines or 24,
+                            mininterval=1.0)
             self.bar.set_postfix_str(self._points())
 
     def _points(self) -> str:

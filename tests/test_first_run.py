@@ -146,7 +146,7 @@ def test_progress_on_a_terminal_is_a_bar():
             "assert p.bar is not None\n"
             "p.advance(4, 400); p.close()\n")
     env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "120"}
-    subprocess.run(["stty", "cols", "120", "rows", "40"], stdin=child, check=True)
+    subprocess.run(["stty", "cols", "120", "rows", "0"], stdin=child, check=True)  # rows unknown, as under `script`
     proc = subprocess.run([sys.executable, "-c", code], stderr=child, env=env, timeout=120, check=False)
     os.close(child)
     out = b""
