@@ -152,6 +152,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             except (OSError, SgdsweepError) as exc:  # the first shard job starts it instead
                 log.warning("could not start the local Dask cluster early (%s); the shard jobs will", exc)
         code = proc.wait()
+    if code < 0:  # Snakemake was killed: a run of the same command resumes where it stopped
+        raise SgdsweepError(f"Snakemake was killed by signal {-code}; run the same command again to resume "
+                            f"(stored points are kept, and only what is missing is computed)")
     if code == 0 and not args.dry_run:
         from .summary import run_summary
 

@@ -67,17 +67,44 @@ def acquire(sweep_dir: Path) -> IO[str]:
         if exc.errno not in (errno.EAGAIN, errno.EACCES):
             raise
         fh.seek(0)
-        holder = fh.read().strip() or "unknown process"
+        holder = fh.read().strip()
         fh.close()
-        raise SweepLocked(
-            f"another sgdsweep workflow is running on {sweep_dir} ({holder}); wait for it to finish "
-            "or stop it — two runs on the same results would race") from None
+        raise SweepLocked(f"another sgdsweep workflow is running on {sweep_dir}: {_describe(holder)}; "
+                          "wait for it to finish or stop it — two runs on the same results would "
+                          "race") from None
     fh.seek(0)
     fh.truncate()
     fh.write(json.dumps({"pid": os.getpid(), "host": platform.node(),
                          "since": _dt.datetime.now().isoformat(timespec="seconds")}))
     fh.flush()
     return fh
+
+
+def _alive(pid: object) -> bool:
+    try:
+        os.kill(int(pid), 0)  # type: ignore[arg-type]
+    except (OSError, TypeError, ValueError):
+        return False
+    return True
+
+
+def _describe(holder: str) -> str:
+    """Who holds the lock, from the lock file's record: ``sgdsweep run`` and the Snakemake process
+    it started (which goes on holding the lock if ``sgdsweep run`` itself was killed)."""
+    try:
+        info = json.loads(holder)
+    except ValueError:
+        return holder or "an unknown process"
+    if not isinstance(info, dict):
+        return holder
+    where = f" on {info['host']}" if info.get("host") else ""
+    since = f" since {info['since']}" if info.get("since") else ""
+    snakemake = info.get("snakemake_pid")
+    if snakemake is not None and info.get("pid") != snakemake and not _alive(info.get("pid")):
+        return (f"its Snakemake process (pid {snakemake}{where}{since}) goes on although the sgdsweep "
+                f"run that started it (pid {info.get('pid')}) is gone; stop it with kill {snakemake}")
+    text = f"pid {info.get('pid')}{where}{since}"
+    return text + (f", Snakemake pid {snakemake}" if snakemake not in (None, info.get("pid")) else "")
 
 
 #: Environment variable: the descriptor of the sweep lock that ``sgdsweep run`` took and passed
@@ -106,7 +133,21 @@ def acquire_or_inherit(sweep_dir: Path) -> IO[str] | int:
         if same:
             try:  # succeeds at once when this open file already holds the lock
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return fd
             except OSError:
                 pass
-    return acquire(sweep_dir)
+            else:
+                _record_snakemake(Path(sweep_dir) / LOCK_NAME)
+                return fd
+    fh = acquire(sweep_dir)
+    _record_snakemake(Path(sweep_dir) / LOCK_NAME)
+    return fh
+
+
+def _record_snakemake(lock_file: Path) -> None:
+    """Add this (Snakemake) process to the lock file's record of who holds the lock."""
+    try:
+        info = json.loads(lock_file.read_text())
+        info["snakemake_pid"] = os.getpid()
+        lock_file.write_text(json.dumps(info))
+    except (OSError, ValueError, TypeError):
+        pass  # the record only serves the refusal's message

@@ -312,3 +312,56 @@ def test_an_unwritable_working_directory_is_named(tmp_path):
     assert f"the working directory, where Snakemake keeps its state (.snakemake), {workdir} is not writable" in text
     assert "run sgdsweep from a writable directory" in text and "Traceback" not in text
     assert os.listdir(workdir) == [] and not (tmp_path / "results").exists()
+
+
+@pytest.mark.workflow
+def test_a_killed_front_end_is_named_and_a_killed_snakemake_is_reported(tmp_path):
+    """kill -9 of ``sgdsweep run`` leaves its Snakemake going (it holds the sweep): the next run's
+    refusal names that process and how to stop it. kill -9 of Snakemake makes ``sgdsweep run``
+    say so and exit 1, and the next run resumes."""
+    import shutil
+    import signal
+
+    cfg = write_yaml(tmp_path / "slow.yaml", tiny_config(sweep="slow", **SLOW))
+    state = tmp_path / "results" / "slow" / ".cluster" / "cluster.json"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("SGDSWEEP_RUN_ID", None)
+
+    def start() -> subprocess.Popen:
+        shutil.rmtree(tmp_path / "results" / "slow" / "points", ignore_errors=True)  # work to do
+        log = open(tmp_path / "run.log", "w")  # a file, not a pipe: Snakemake outlives the front end
+        proc = subprocess.Popen([sys.executable, "-m", "sgdsweep", "run", str(cfg), "--cores", "2"],
+                                cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+        log.close()
+        deadline = time.monotonic() + 300
+        while not (state.exists() and "address" in state.read_text()):
+            assert time.monotonic() < deadline and proc.poll() is None, "the run's cluster did not start"
+            time.sleep(0.1)
+        return proc
+
+    front = start()
+    snakemake = int(json.loads(state.read_text())["run_id"].split("@")[0])
+    front.kill()
+    front.wait()
+    refused = run_cli("run", str(cfg), "--cores", "2", cwd=tmp_path)
+    assert refused.returncode == 3
+    assert f"its Snakemake process (pid {snakemake}" in refused.stderr and f"kill {snakemake}" in refused.stderr
+    os.kill(snakemake, signal.SIGKILL)
+    deadline = time.monotonic() + 120
+    while cluster_daemons(tmp_path):  # the daemon follows its Snakemake process
+        assert time.monotonic() < deadline, "the cluster daemon outlived its Snakemake process"
+        time.sleep(0.2)
+
+    second = start()
+    os.kill(int(json.loads(state.read_text())["run_id"].split("@")[0]), signal.SIGKILL)
+    second.wait(timeout=300)
+    out = (tmp_path / "run.log").read_text()
+    assert second.returncode == 1, out[-2000:]
+    assert "sgdsweep: error: Snakemake was killed by signal 9; run the same command again to resume" in out
+    deadline = time.monotonic() + 120
+    while cluster_daemons(tmp_path):
+        assert time.monotonic() < deadline, "the cluster daemon outlived its Snakemake process"
+        time.sleep(0.2)
+    resumed = run_cli("run", str(cfg), "--cores", "2", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "points: 8 of 8 stored" in resumed.stderr
