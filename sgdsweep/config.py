@@ -21,7 +21,7 @@ from .cost import Footprint, footprint
 from .errors import ConfigError
 from .identity import content_hash
 from .models import get_model, noise_types
-from .paths import sweep_dir
+from .paths import nested_sweep, sweep_dir
 from .schema import load_schema, read_yaml, validate_and_fill
 
 #: Axes every sweep must set (in the grid or in every explicit point) when the model uses them.
@@ -282,8 +282,24 @@ def load_sweep(path: str | Path, overrides: Mapping[str, Any] | None = None) -> 
     if overrides:
         raw.update(overrides)
     sweep = build_sweep(raw)
+    check_place(sweep)
     check_fits(sweep)
     return sweep
+
+
+def check_place(sweep: Sweep) -> None:
+    """Raise :class:`ConfigError` if the sweep's directory lies inside another sweep's directory,
+    or holds one (:func:`sgdsweep.paths.nested_sweep`): runs of the outer sweep would lose the
+    inner one's results."""
+    found = nested_sweep(sweep.directory)
+    if found is not None:
+        other, how = found
+        where = "inside another sweep's directory" if how == "inside" else "around another sweep's directory"
+        raise ConfigError("results_dir", sweep.config["results_dir"],
+                          "a directory whose sweeps lie side by side, none inside another",
+                          f"With sweep '{sweep.name}' the sweep's directory {sweep.directory} lies {where}, "
+                          f"{other}: a run of the outer sweep would delete the inner one's results. Choose "
+                          "another results_dir (e.g. results) or sweep name")
 
 
 def check_fits(sweep: Sweep) -> None:

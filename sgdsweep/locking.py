@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import IO
 
 from .errors import SgdsweepError, UsageError
+from .paths import SWEEP_MARKER
 
-LOCK_NAME = ".sgdsweep.lock"
+LOCK_NAME = SWEEP_MARKER
 
 
 class SweepLocked(SgdsweepError):
@@ -60,7 +61,7 @@ def acquire(sweep_dir: Path) -> IO[str]:
     """
     sweep_dir = Path(sweep_dir)
     ensure_writable(sweep_dir)
-    fh = open(sweep_dir / LOCK_NAME, "a+")
+    fh = open(sweep_dir / LOCK_NAME, "a+")  # noqa: SIM115 - returned: the open file holds the lock
     try:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:

@@ -38,6 +38,33 @@ def sweep_dir(results_dir: str | Path, sweep: str) -> Path:
     return Path(results_dir) / sweep
 
 
+#: The file every sweep directory holds once a run took it (:mod:`sgdsweep.locking`).
+SWEEP_MARKER = ".sgdsweep.lock"
+
+
+def nested_sweep(directory: str | Path) -> tuple[Path, str] | None:
+    """Another sweep's directory that ``directory`` lies inside or holds, and which of the two,
+    or None. A sweep directory is one with :data:`SWEEP_MARKER` or a ``plan/sweep.json``.
+
+    One sweep's results inside another's are lost: the outer sweep's runs replace its ensemble,
+    figures and plan, and clear what they do not know. Cost: a look at each parent, and a walk of
+    ``directory`` if it exists (one listing of its points)."""
+    directory = Path(directory).resolve()
+
+    def is_sweep(path: Path) -> bool:
+        return (path / SWEEP_MARKER).is_file() or (path / "plan" / "sweep.json").is_file()
+
+    for parent in directory.parents:
+        if is_sweep(parent):
+            return parent, "inside"
+    if directory.is_dir():
+        for root, dirs, files in os.walk(directory):
+            if Path(root) != directory and (SWEEP_MARKER in files or is_sweep(Path(root))):
+                return Path(root), "holds"
+            dirs[:] = [d for d in dirs if d != "points"]  # point stores are files
+    return None
+
+
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Write ``text`` to ``path`` atomically (temporary file + rename)."""
     path = Path(path)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, cluster_daemons, run_cli, tiny_config, write_yaml
+from conftest import REPO, cluster_daemons, run_cli, run_snakemake, tiny_config, write_yaml
 
 from sgdsweep import cluster, progress
 from sgdsweep.cli import EXIT_CODES, build_parser
@@ -329,7 +329,7 @@ def test_a_killed_front_end_is_named_and_a_killed_snakemake_is_reported(tmp_path
 
     def start() -> subprocess.Popen:
         shutil.rmtree(tmp_path / "results" / "slow" / "points", ignore_errors=True)  # work to do
-        log = open(tmp_path / "run.log", "w")  # a file, not a pipe: Snakemake outlives the front end
+        log = open(tmp_path / "run.log", "w")  # noqa: SIM115 - a file, not a pipe: Snakemake outlives the front end
         proc = subprocess.Popen([sys.executable, "-m", "sgdsweep", "run", str(cfg), "--cores", "2"],
                                 cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
         log.close()
@@ -365,3 +365,29 @@ def test_a_killed_front_end_is_named_and_a_killed_snakemake_is_reported(tmp_path
     resumed = run_cli("run", str(cfg), "--cores", "2", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "points: 8 of 8 stored" in resumed.stderr
+
+
+@pytest.mark.workflow
+def test_a_sweep_inside_or_around_another_sweeps_directory_is_refused(tmp_path):
+    """A sweep whose directory lies inside another's (its results would be deleted by the outer
+    sweep's next run) or holds one is a config error before anything is written."""
+    cfg = write_yaml(tmp_path / "t.yaml", tiny_config())
+    assert run_cli("run", str(cfg), "--cores", "2", cwd=tmp_path).returncode == 0
+    outer = tmp_path / "results" / "tiny"
+    before = sorted(p.relative_to(outer) for p in outer.rglob("*"))
+    cases = {"inside": tiny_config(sweep="ensemble.zarr", results_dir=str(outer)),
+             "in its points": tiny_config(sweep="points", results_dir=str(outer)),
+             "around": tiny_config(sweep="results", results_dir=str(tmp_path))}
+    for name, config in cases.items():
+        path = write_yaml(tmp_path / f"{name.replace(' ', '_')}.yaml", config)
+        for verb in ("validate", "run"):
+            out = run_cli(verb, str(path), cwd=tmp_path)
+            assert out.returncode == 2, (name, verb, out.stderr[-2000:])
+            assert "config key 'results_dir'" in out.stderr and f", {outer}: a run of the outer" in out.stderr, out.stderr
+            assert "Traceback" not in out.stderr
+    direct = run_snakemake(tmp_path, write_yaml(tmp_path / "direct.yaml", cases["inside"]))
+    assert direct.returncode != 0 and "lies inside another sweep's directory" in direct.stdout + direct.stderr
+    after = sorted(p.relative_to(outer) for p in outer.rglob("*"))
+    assert after == before, (set(after) ^ set(before))  # nothing written there
+    beside = write_yaml(tmp_path / "beside.yaml", tiny_config(sweep="other"))
+    assert run_cli("validate", str(beside), cwd=tmp_path).returncode == 0

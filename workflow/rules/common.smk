@@ -8,7 +8,7 @@ from snakemake.exceptions import WorkflowError
 
 from sgdsweep import locking
 from sgdsweep.cluster import RUN_ID_ENV, current_run_id, scheduler_address, stop_shared_cluster
-from sgdsweep.config import build_sweep
+from sgdsweep.config import build_sweep, check_place
 from sgdsweep.errors import ConfigError, SgdsweepError
 from sgdsweep.plan import PlanFiles, explain, format_explanation, write_plan
 from sgdsweep.progress import VERBOSITY_ENV
@@ -19,6 +19,7 @@ try:
     for _configfile in workflow.configfiles:  # read as `sgdsweep run` reads them: a repeated key or
         read_yaml(_configfile)  # a file that is not UTF-8 fails here too, not only through the CLI
     SWEEP = build_sweep(config)
+    check_place(SWEEP)  # not inside another sweep's directory, before anything is written there
     scheduler_address(SWEEP.config["execution"])  # a bad SGDSWEEP_SCHEDULER fails here, before any job
     if workflow.is_main_process:
         # One run per sweep: a kernel lock that dies with this process (never stale after kill -9).
