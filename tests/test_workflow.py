@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from conftest import REPO, run_cli, run_snakemake, tiny_config, write_yaml
+from conftest import REPO, cluster_daemons, run_cli, run_snakemake, tiny_config, write_yaml
 
 pytestmark = pytest.mark.workflow
 

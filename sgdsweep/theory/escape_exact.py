@@ -40,6 +40,7 @@ caller records why).
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -251,7 +252,15 @@ def solve_2d(chain: Chain2D, box: tuple[float, float, float], n_u: int, n_v: int
         tau = np.linalg.solve(a, np.ones(len(uv)))
     else:
         a = scipy.sparse.identity(len(uv), format="csc") - k.tocsc()
-        tau = scipy.sparse.linalg.spsolve(a, np.ones(len(uv)))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", scipy.sparse.linalg.MatrixRankWarning)  # checked below
+            try:
+                tau = scipy.sparse.linalg.spsolve(a, np.ones(len(uv)))
+            except RuntimeError:  # SuperLU gives up on some wide kernels: LU of the dense matrix
+                tau = np.linalg.solve(a.toarray(), np.ones(len(uv)))
+    if not np.all(np.isfinite(tau)):
+        raise ResolutionError(f"the chain on a {n_u} × {n_v} grid cannot leave some nodes (its linear "
+                              "system is singular): no escape time on this grid")
     k0 = _rows(chain, chain.start[None, :], uv, hu * hv)
     return float(1.0 + (k0 @ tau)[0])
 
