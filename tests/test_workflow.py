@@ -18,7 +18,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xarray as xr
-
 from conftest import REPO, cluster_daemons, run_cli, run_snakemake, tiny_config, write_yaml
 
 pytestmark = pytest.mark.workflow
