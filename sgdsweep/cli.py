@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import SgdsweepError, UsageError
-from .progress import VERBOSITY_ENV, verbosity
+from .progress import VERBOSITY_ENV, heartbeat, verbosity
 
 log = logging.getLogger("sgdsweep")
 
@@ -194,8 +194,9 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
     if (args.release_cluster and RUN_ID_ENV in os.environ
             and release_shared_cluster(Path(args.release_cluster), os.environ[RUN_ID_ENV])):
         log.info("simulation done: the run's local Dask cluster is stopping")
-    ds = build_ensemble(_read_json(args.sweep_spec))
-    write_ensemble(ds, args.out)
+    with heartbeat("aggregate: reading the point stores and writing the ensemble"):
+        ds = build_ensemble(_read_json(args.sweep_spec))
+        write_ensemble(ds, args.out)
     log.info("ensemble with %d points written to %s", ds.sizes["point"], args.out)
     return 0
 
@@ -204,7 +205,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
     from .fit import fit_ensemble
     from .paths import atomic_write_text
 
-    fits = fit_ensemble(_read_ensemble(args.ensemble), _read_json(args.spec))
+    with heartbeat("fit: bootstrapping the fits"):
+        fits = fit_ensemble(_read_ensemble(args.ensemble), _read_json(args.spec))
     atomic_write_text(args.out, json.dumps(fits, indent=1) + "\n")
     for kind, results in fits.items():
         if kind in ("skipped", "settings"):
@@ -228,8 +230,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     try:
         from .paths import atomic_write_text
 
-        text = build_report(_read_ensemble(args.ensemble), _read_json(args.fits), _read_json(args.spec),
-                            figures_dir=args.figures, pool=pool)
+        with heartbeat("report: drawing the figures"):
+            text = build_report(_read_ensemble(args.ensemble), _read_json(args.fits), _read_json(args.spec),
+                                figures_dir=args.figures, pool=pool)
     finally:
         if pool is not None:
             pool.shutdown()
@@ -299,8 +302,8 @@ the scaling laws and writes an HTML report.
 Start with:  sgdsweep run config/config.yaml --cores 2"""
 
 
-def _epilog() -> str:
-    codes = "\n".join(f"  {code}  {meaning}" for code, meaning in EXIT_CODES.items())
+def _epilog(codes: tuple[int, ...] = tuple(EXIT_CODES)) -> str:
+    codes = "\n".join(f"  {code}  {EXIT_CODES[code]}" for code in codes)
     return f"exit status:\n{codes}\n\nsgdsweep COMMAND --help shows a command's arguments."
 
 
@@ -318,9 +321,9 @@ def build_parser() -> argparse.ArgumentParser:
     output = argparse.ArgumentParser(add_help=False)
     group = output.add_argument_group("output")
     group.add_argument("-q", "--quiet", action="count", default=0,
-                       help="print only warnings, errors and the final summary")
+                       help="print only warnings and errors (run: and its closing summary)")
     group.add_argument("-v", "--verbose", action="count", default=0,
-                       help="print debugging detail (and Snakemake's shell commands)")
+                       help="print debugging detail (run: and Snakemake's shell commands)")
     fmt = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(prog="sgdsweep", description=_DESCRIPTION, epilog=_epilog(),
                                      formatter_class=fmt)
@@ -330,7 +333,8 @@ def build_parser() -> argparse.ArgumentParser:
     def verb(name: str, help: str | None, usage: str | None = None) -> argparse.ArgumentParser:
         """A subcommand; without ``help`` it is not listed in the top-level help."""
         kwargs = {"help": help} if help else {}
-        return sub.add_parser(name, description=help, usage=usage, parents=[output], epilog=_epilog(),
+        codes = tuple(EXIT_CODES) if name == "run" else (0, 1, 2)  # only a run takes the sweep's lock
+        return sub.add_parser(name, description=help, usage=usage, parents=[output], epilog=_epilog(codes),
                               formatter_class=fmt, **kwargs)
 
     p = verb("run", "validate a config and run its sweep through Snakemake",

@@ -73,12 +73,33 @@ def scheduler_address(execution: Mapping[str, Any]) -> str | None:
     """
     env = os.environ.get(SCHEDULER_ENV)
     if env is not None and env.strip():
-        if not _ADDRESS.match(env.strip()):
+        if not _valid_address(env.strip()):
             raise UsageError(f"environment variable {SCHEDULER_ENV}={env!r} is not a Dask scheduler "
                              "address; expected e.g. tcp://127.0.0.1:8786 (or unset it to start a "
                              "local cluster)")
         return env.strip()
-    return execution.get("scheduler")
+    address = execution.get("scheduler")
+    if address is not None and not _valid_address(address):
+        raise UsageError(f"config key 'execution.scheduler': {address!r} is not a Dask scheduler address; "
+                         "expected e.g. tcp://127.0.0.1:8786 (a host and a port from 1 to 65535), or "
+                         "null to start a local cluster")
+    return address
+
+
+def _valid_address(address: str) -> bool:
+    """Whether ``address`` is ``protocol://host:port`` with a port in 1–65535 (``inproc://`` takes
+    any name)."""
+    from urllib.parse import urlsplit
+
+    if not _ADDRESS.match(address):
+        return False
+    if address.startswith("inproc://"):
+        return True
+    try:
+        parts = urlsplit(address)
+        return bool(parts.hostname) and parts.port is not None and 0 < parts.port
+    except ValueError:  # a port beyond 65535, an unclosed [ of an IPv6 host
+        return False
 
 
 def worker_count(execution: Mapping[str, Any]) -> int:

@@ -8,11 +8,14 @@ never waits long without a sign of life.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from typing import IO
 
 log = logging.getLogger("sgdsweep.execute")
@@ -120,3 +123,25 @@ class ShardProgress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+@contextlib.contextmanager
+def heartbeat(what: str, every: float | None = None) -> Iterator[None]:
+    """Log ``<what>: still running (N s)`` every ``every`` seconds (default :data:`HEARTBEAT_S`)
+    while the block runs: for a job that has nothing else to say until it is done (aggregation,
+    fits, the report's figures) on a machine busy enough to make it slow."""
+    every = HEARTBEAT_S if every is None else every
+    stop = threading.Event()
+    t0 = time.perf_counter()
+
+    def beat() -> None:
+        while not stop.wait(every):
+            logging.getLogger("sgdsweep").info("%s: still running (%.0f s)", what, time.perf_counter() - t0)
+
+    thread = threading.Thread(target=beat, name="sgdsweep-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()

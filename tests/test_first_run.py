@@ -135,6 +135,13 @@ def test_progress_without_a_terminal_is_plain_lines_with_a_heartbeat(monkeypatch
     assert "100/300 replica-steps" in lines[0]
 
 
+def test_a_job_with_nothing_to_say_still_says_it_runs(caplog):
+    with caplog.at_level("INFO", logger="sgdsweep"), progress.heartbeat("report: drawing", every=0.05):
+        time.sleep(0.3)
+    beats = [r.getMessage() for r in caplog.records]
+    assert len(beats) >= 2 and all(re.fullmatch(r"report: drawing: still running \(\d+ s\)", b) for b in beats)
+
+
 def test_progress_on_a_terminal_is_a_bar():
     import pty
 
@@ -391,3 +398,15 @@ def test_a_sweep_inside_or_around_another_sweeps_directory_is_refused(tmp_path):
     assert after == before, (set(after) ^ set(before))  # nothing written there
     beside = write_yaml(tmp_path / "beside.yaml", tiny_config(sweep="other"))
     assert run_cli("validate", str(beside), cwd=tmp_path).returncode == 0
+
+
+@pytest.mark.parametrize("where, address", [("env", "tcp://127.0.0.1:99999"), ("env", "tcp://[::1"),
+                                            ("config", "tcp://host-without-port"), ("config", "tcp://h:0")])
+def test_a_malformed_scheduler_address_is_refused_before_anything_starts(tmp_path, where, address):
+    cfg = tiny_config(execution={"scheduler": address} if where == "config" else {})
+    path = write_yaml(tmp_path / "t.yaml", cfg)
+    env = {cluster.SCHEDULER_ENV: address} if where == "env" else {cluster.SCHEDULER_ENV: ""}
+    out = run_cli("run", str(path), "--cores", "2", cwd=tmp_path, env=env)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert "is not a Dask scheduler address" in out.stderr and repr(address) in out.stderr
+    assert not (tmp_path / "results").exists() and "Traceback" not in out.stderr
