@@ -208,3 +208,16 @@ def test_ensemble_write_keeps_the_old_one_until_the_new_is_complete(tmp_path):
     assert not old_tmp.exists() and not old_swap.exists() and young_tmp.exists()
     aggregate.write_ensemble(ds, path)
     assert sorted(os.listdir(tmp_path)) == ["ensemble.zarr", "points"]
+
+
+def test_an_ensemble_written_without_checksums_still_opens(tmp_path):
+    """Ensembles written before the checksums left all-fill chunks unwritten; they open as before
+    (only arrays with the CRC-32C codec are held to every chunk existing)."""
+    ds = aggregate.build_ensemble(_sweep(tmp_path / "points"))
+    ds["all_fill"] = ("point", np.full(ds.sizes["point"], np.nan))
+    path = tmp_path / "old.zarr"
+    ds.to_zarr(path, zarr_format=3, consolidated=False)  # Zarr's defaults: no checksum, no fill chunks
+    assert not _chunk_files(path, "all_fill")
+    got = aggregate.load_ensemble(path)
+    assert np.isnan(got["all_fill"].values).all()
+    np.testing.assert_array_equal(got["weight_var"].values, ds["weight_var"].values)
