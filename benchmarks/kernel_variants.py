@@ -128,8 +128,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=40, help="timed calls per kernel and case (the best is kept)")
     ap.add_argument("--drop-shared", type=int, default=0, metavar="K",
                     help="give the variants the captured arguments without their last K (the problem's): for a "
-                         "copy of fused.py from before K problem arguments were added (1 for the affine kernel "
-                         "before session 15's padded inputs)")
+                         "copy of fused.py from before K problem arguments were added (1 for an affine kernel "
+                         "without the padded-inputs argument)")
     args = ap.parse_args()
     for path in args.variants:
         if not path.is_file():

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +74,8 @@ def run_snakemake(workdir: Path, configfile: Path | None = None, *extra: str,
     cmd += list(extra)
     full_env = {k: v for k, v in os.environ.items() if k not in ("SGDSWEEP_RUN_ID", "SGDSWEEP_SCHEDULER")}
     full_env.update(env or {})
-    return subprocess.run(cmd, cwd=workdir, env=full_env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(cmd, cwd=workdir, env=full_env, capture_output=True, text=True, timeout=timeout,
+                          check=False)
 
 
 def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
@@ -80,7 +84,19 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = No
     full_env = {**os.environ, **(env or {})}
     full_env["PYTHONPATH"] = str(REPO) + os.pathsep + full_env.get("PYTHONPATH", "")
     return subprocess.run([sys.executable, "-m", "sgdsweep", *args], cwd=cwd, env=full_env,
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+@contextlib.contextmanager
+def immutable(directory: Path) -> Iterator[None]:
+    """``directory`` made immutable (``chattr +i``) for the block; the test is skipped where that
+    is not possible. Tests run as root, where permission bits do not stop writes."""
+    if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(directory)], check=False).returncode:
+        pytest.skip("chattr +i is not available here (needs root on ext4/xfs/btrfs)")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(directory)], check=True)
 
 
 def cluster_daemons(workdir: Path) -> int:

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xarray as xr
-from conftest import REPO, run_cli, run_snakemake, tiny_config, write_yaml
+from conftest import REPO, immutable, run_cli, run_snakemake, tiny_config, write_yaml
 
 from sgdsweep import store
 
@@ -238,12 +238,8 @@ def test_immutable_points_directory_is_named(tmp_path):
     cfg = write_yaml(tmp_path / "t.yaml", tiny_config())
     points = tmp_path / "results" / "tiny" / "points"
     points.mkdir(parents=True)
-    if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(points)], check=False).returncode:
-        pytest.skip("chattr +i is not available here (needs root on ext4/xfs/btrfs)")
-    try:
+    with immutable(points):
         proc = run_cli("run", str(cfg), "--cores", "2", cwd=tmp_path)
-    finally:
-        subprocess.run(["chattr", "-i", str(points)], check=True)
     out = proc.stdout + proc.stderr
     log = next((tmp_path / "results" / "tiny" / "logs" / "simulate").glob("*.log")).read_text()
     assert proc.returncode != 0

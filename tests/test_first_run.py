@@ -16,7 +16,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, cluster_daemons, run_cli, run_snakemake, tiny_config, write_yaml
+from conftest import (
+    REPO,
+    cluster_daemons,
+    immutable,
+    run_cli,
+    run_snakemake,
+    tiny_config,
+    write_yaml,
+)
 
 from sgdsweep import cluster, progress
 from sgdsweep.cli import EXIT_CODES, build_parser
@@ -303,17 +311,11 @@ def test_an_unwritable_working_directory_is_named(tmp_path):
     """Snakemake keeps its state in the working directory: one that refuses writes (immutable;
     tests run as root, where permission bits do not stop writes) is named before Snakemake
     starts, with the fix, and no traceback."""
-    import shutil
-
     workdir = tmp_path / "wd"
     workdir.mkdir()
     cfg = write_yaml(tmp_path / "t.yaml", tiny_config(results_dir=str(tmp_path / "results")))
-    if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(workdir)], check=False).returncode:
-        pytest.skip("chattr +i is not available here (needs root on ext4/xfs/btrfs)")
-    try:
+    with immutable(workdir):
         proc = run_cli("run", str(cfg), "--cores", "2", cwd=workdir)
-    finally:
-        subprocess.run(["chattr", "-i", str(workdir)], check=True)
     text = proc.stdout + proc.stderr
     assert proc.returncode == 2, text[-2000:]
     assert f"the working directory, where Snakemake keeps its state (.snakemake), {workdir} is not writable" in text
