@@ -48,8 +48,8 @@ import numpy as np
 
 from sgdsweep.engine import run_lanes
 from sgdsweep.models import linear
-from sgdsweep.observables import ObserveSpec
 from sgdsweep.noise import lane_streams
+from sgdsweep.observables import ObserveSpec
 
 N, P, S, LR = 100, 1000, 10, 0.1
 FLOPS = 4 * S * N
@@ -257,7 +257,7 @@ def main() -> None:
         roof = min(row["gemm"] * 1e9 / FLOPS, row["gather"] * 1e9 / (8 * S * N))
         if args.torch:
             loop = torch_loop_baseline(data, min(r, 64), max(2, int(2e3 * args.seconds / min(r, 64))))
-            bmm = best(lambda: torch_bmm_baseline(data, r, max(10, int(3e5 * args.seconds / r))), args.repeat)
+            bmm = best(lambda r=r: torch_bmm_baseline(data, r, max(10, int(3e5 * args.seconds / r))), args.repeat)
             print(f"{r:>5} torch loop {loop:.3g} (over {min(r, 64)} replicas), torch bmm {bmm:.3g}; "
                   f"sgdsweep bare {t} / loop {bare[1] / loop:.0f}, / bmm {bare[1] / bmm:.1f}")
         print(f"{r:>5} {base:>9.3g} {nb:>9.3g} {jx:>9.3g} | {bare[0]:>9.3g} {bare[1]:>9.3g} {obs[0]:>9.3g} "

@@ -23,7 +23,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

@@ -44,7 +44,7 @@ def config(name: str, results: Path, lr_values: int = 10) -> dict:
 
 def timed(cmd: list[str], cwd: Path) -> tuple[float, str]:
     t0 = time.perf_counter()
-    out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - t0
     if out.returncode:
         sys.exit(f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stderr[-3000:]}")

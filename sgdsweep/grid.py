@@ -10,7 +10,8 @@ which must then hold a single value for it. The order of points is deterministic
 from __future__ import annotations
 
 import itertools
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .errors import ConfigError
 from .identity import canonical_value

@@ -11,7 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 #: Bump when a change of the simulation code changes stored results; every point then reruns
 #: (on the same random streams: see STREAM_VERSION). 4: the thesis landscape's matched noise is

@@ -32,7 +32,7 @@ def code_version() -> str:
     text = f"sgdsweep {__version__} (simulation v{SIMULATION_VERSION})"
     try:
         out = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=12"],
-                             cwd=workflow_root(), capture_output=True, text=True, timeout=5)
+                             cwd=workflow_root(), capture_output=True, text=True, timeout=5, check=False)
         if out.returncode == 0 and out.stdout.strip():
             text += f" git {out.stdout.strip()}"
     except (OSError, subprocess.SubprocessError):

@@ -32,7 +32,7 @@ def warm() -> None:
     draw_normals(np.random.default_rng(0), np.empty(COMPILED_NORMALS_MIN))
 
 
-def dask_setup(worker: Any) -> None:  # noqa: ARG001 - Dask's preload hook
+def dask_setup(worker: Any) -> None:
     """Called by Dask when the worker starts."""
     from . import allocator
 

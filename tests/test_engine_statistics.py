@@ -426,7 +426,7 @@ def test_leading_eigenpairs_beyond_cov_max_dim(tmp_path):
     sketch = run({**base, "dynamics": {**base["dynamics"], "observe": {"cov_max_dim": 8, "n_eigenpairs": 3}}},
                  tmp_path / "sketch")[0]
     cov = store.read_array(full["path"], "weight_cov")
-    vals, vecs = np.linalg.eigh(cov)
+    vals, _ = np.linalg.eigh(cov)
     est_vals = store.read_array(sketch["path"], "weight_cov_eigenvalues")
     est_vecs = store.read_array(sketch["path"], "weight_cov_eigenvectors")
     assert est_vals.shape == (3,) and est_vecs.shape == (d, 3)

@@ -35,7 +35,8 @@ def _problem(model: dict[str, Any]):
 
 def _run(problem, noise: str, *, lr, momentum, observe: ObserveSpec, steps: int = 700,
          batch_size: int = 5, threads: int = 1, use_fused: bool, monkeypatch,
-         dynamics: engine.Dynamics = engine.Dynamics(), w0: np.ndarray | None = None) -> dict[str, np.ndarray]:
+         dynamics: engine.Dynamics = engine.Dynamics(),  # noqa: B008 - a frozen dataclass
+         w0: np.ndarray | None = None) -> dict[str, np.ndarray]:
     n = len(lr)
     streams = [g[:2] for g in replica_streams(3, "00112233445566778899aabbccddeeff", n)]
     monkeypatch.setenv(fused.THREADS_ENV, str(threads))

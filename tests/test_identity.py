@@ -5,11 +5,10 @@ from __future__ import annotations
 import os
 
 import pytest
+from conftest import STREAM_VERSION_ENV, tiny_config
 
 from sgdsweep.config import build_sweep
 from sgdsweep.identity import canonical_json, content_hash
-
-from conftest import STREAM_VERSION_ENV, tiny_config
 
 
 def test_key_order_and_float_spelling_do_not_change_the_hash():

@@ -90,7 +90,7 @@ def test_landscape_landmarks():
     assert dw.grad(np.array([[dw.saddle], [dw.other_minimum]])) == pytest.approx(np.zeros((2, 1)), abs=1e-12)
     assert dw.loss(np.array([[dw.saddle]]))[0] == pytest.approx(dw.barrier)
     h = 1e-5
-    curv = lambda x: (dw.grad(np.array([[x + h]]))[0, 0] - dw.grad(np.array([[x - h]]))[0, 0]) / (2 * h)  # noqa: E731
+    curv = lambda x: (dw.grad(np.array([[x + h]]))[0, 0] - dw.grad(np.array([[x - h]]))[0, 0]) / (2 * h)
     assert curv(0.0) == pytest.approx(dw.k_min, rel=1e-6)
     assert curv(dw.saddle) == pytest.approx(-dw.k_saddle, rel=1e-6)
     th = _problem("thesis")  # physics.md §6: minima and saddle of the thesis model

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 import xarray as xr
-
 from conftest import REPO, run_snakemake, tiny_config, write_yaml
 
 pytestmark = pytest.mark.workflow
@@ -73,14 +72,14 @@ def slurm(tmp_path_factory):
     CONF.write_text(_slurm_conf(state))
     Path("/run/munge").mkdir(parents=True, exist_ok=True)
     shutil.chown("/run/munge", "munge", "munge")
-    if subprocess.run(["pgrep", "-x", "munged"], capture_output=True).returncode != 0:
+    if subprocess.run(["pgrep", "-x", "munged"], capture_output=True, check=False).returncode != 0:
         subprocess.run(["munged", "--force"], check=True, capture_output=True)
     subprocess.run(["slurmctld", "-f", str(CONF)], check=True)
     subprocess.run(["slurmd", "-f", str(CONF)], check=True)
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            out = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True)
+            out = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, check=False)
             if out.returncode == 0 and "idle" in out.stdout:
                 break
             time.sleep(0.5)
@@ -88,7 +87,7 @@ def slurm(tmp_path_factory):
             pytest.fail(f"SLURM did not come up: {(state / 'slurmctld.log').read_text()[-2000:]}")
         yield state
     finally:
-        subprocess.run(["scontrol", "shutdown"], capture_output=True)
+        subprocess.run(["scontrol", "shutdown"], capture_output=True, check=False)
         time.sleep(2)
         for name in ("slurmctld.pid", "slurmd.pid"):
             pid_file = state / name

@@ -88,8 +88,7 @@ def test_first_run_produces_ensemble_fit_and_report(first_run):
     # the run's shared cluster was released once every shard was done, and is gone at the end
     assert "the run's local Dask cluster is stopping" in (sweep / "logs" / "aggregate.log").read_text()
     assert not (sweep / ".cluster" / "cluster.json").exists()
-    out = subprocess.run(["pgrep", "-f", f"cluster-daemon --state {sweep}"], capture_output=True)
-    assert out.returncode == 1
+    assert cluster_daemons(work) == 0
 
 
 def test_snakemake_report_holds_the_report_figures_and_fits(first_run):

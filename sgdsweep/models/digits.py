@@ -11,7 +11,8 @@ scikit-learn: nothing is downloaded at run time.
 from __future__ import annotations
 
 import functools
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 

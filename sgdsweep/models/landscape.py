@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -99,8 +100,8 @@ class Thesis(Problem):
         self.n_samples = x.size
         self.dim = 2
         self.layers = (Layer("w", 0, 1, 2),)
-        full = lambda v: self.grad(np.asarray(v, float)[None])[0]  # noqa: E731
-        lossf = lambda v: float(self.loss(np.asarray(v, float)[None])[0])  # noqa: E731
+        full = lambda v: self.grad(np.asarray(v, float)[None])[0]
+        lossf = lambda v: float(self.loss(np.asarray(v, float)[None])[0])
         # BFGS finds each basin's minimum, but on some data sets stops with a gradient of 1e-6 (its
         # line search loses precision); a root of the gradient started there polishes it to rounding
         real, spur = (scipy.optimize.root(full, scipy.optimize.minimize(

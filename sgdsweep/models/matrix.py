@@ -14,7 +14,8 @@ of WᵀW) are what the random-matrix analysis histograms.
 from __future__ import annotations
 
 import functools
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 

@@ -10,7 +10,8 @@ adds noise ξ with Cov ξ = C / batch_size to the gradient: ``gaussian`` draws i
 from __future__ import annotations
 
 import functools
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 

@@ -13,7 +13,8 @@ N(0, 10⁻⁶/fan_in).
 from __future__ import annotations
 
 import functools
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
