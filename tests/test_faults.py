@@ -16,7 +16,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xarray as xr
-from conftest import REPO, immutable, run_cli, run_snakemake, tiny_config, write_yaml
+from conftest import (
+    REPO,
+    cluster_daemons,
+    immutable,
+    run_cli,
+    run_snakemake,
+    tiny_config,
+    write_yaml,
+)
 
 from sgdsweep import store
 
@@ -85,8 +93,7 @@ def test_kill_9_mid_sweep_then_resume(tmp_path, reference):
     assert all(after[name] == inode for name, inode in finished.items())  # none recomputed
     _assert_same_results(_ensemble(sweep), reference)
     # the killed run's local cluster is gone too
-    _wait_for(lambda: subprocess.run(["pgrep", "-f", f"cluster-daemon --state {sweep}"], check=False).returncode == 1,
-              timeout=30, what="the orphaned cluster daemon to exit")
+    _wait_for(lambda: cluster_daemons(tmp_path) == 0, timeout=30, what="the orphaned cluster daemon to exit")
 
 
 def test_lost_dask_worker_mid_task(tmp_path, reference):
