@@ -13,7 +13,7 @@ Benchmarks (replica-steps/s, float64): ``shard`` — :func:`kernel_shard.engine_
 small-model shard of 100 points × 16 replicas (N = 10) with the default observables, 3,000
 steps; ``linreg`` — :func:`kernel_linreg.sgdsweep_kernel`, linreg-ref at R = 1,024, bare steps,
 1,500 steps; ``points`` — the small-model shard as a worker runs it, 1,000 steps:
-:func:`sgdsweep.simulate.simulate_points` with its exact theory, results and 100 point stores,
+:func:`sgdsweep.sim.simulate.simulate_points` with its exact theory, results and 100 point stores,
 written under a fresh temporary directory (``TMPDIR=/dev/shm`` keeps the disk's noise out).
 """
 
@@ -45,7 +45,7 @@ print(max(kl.sgdsweep_kernel(data, 1024, {steps}, False, {threads}) for _ in ran
     "points": """
 import os, tempfile, time
 import kernel_shard as ks
-from sgdsweep.simulate import simulate_points
+from sgdsweep.sim.simulate import simulate_points
 os.environ["SGDSWEEP_THREADS"] = "{threads}"
 points = [p.spec() for p in ks.shard({steps})]
 with tempfile.TemporaryDirectory() as out:

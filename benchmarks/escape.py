@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from sgdsweep.config import build_sweep
-from sgdsweep.engine import run_lanes
 from sgdsweep.models import get_model
-from sgdsweep.simulate import observe_spec, replica_streams
+from sgdsweep.sim.engine import run_lanes
+from sgdsweep.sim.simulate import observe_spec, replica_streams
+from sgdsweep.sweep.config import build_sweep
 
 CONFIG = Path(__file__).resolve().parents[1] / "config" / "sweeps" / "vescovi_escape.yaml"
 

@@ -1,4 +1,4 @@
-"""The GPU path (:mod:`sgdsweep.gpu`, a CuPy kernel) on linreg-ref against JAX on the same GPU
+"""The GPU path (:mod:`sgdsweep.sim.gpu`, a CuPy kernel) on linreg-ref against JAX on the same GPU
 and the CPU kernels of the same machine, all measured in one run. Needs CuPy and a CUDA device;
 JAX is optional.
 
@@ -10,7 +10,7 @@ Measured here, in this process:
 
 - ``check``: the CuPy kernel against the numpy reference on a small case (same indices; the
   largest relative difference is printed and must be below 1e-9, or the run stops);
-- ``cupy``: :class:`sgdsweep.gpu.CupyEnsemble` at each R (one warp per replica, all steps of a
+- ``cupy``: :class:`sgdsweep.sim.gpu.CupyEnsemble` at each R (one warp per replica, all steps of a
   launch on the chip; the timing covers the launches, not the copies to and from the host);
 - ``jax``: ``kernel_linreg.jax_runner`` (the issue's "JAX vmap + lax.scan" row) on the same
   GPU, float64;
@@ -32,7 +32,7 @@ import kernel_linreg as kl
 import numba
 import numpy as np
 
-from sgdsweep import gpu
+from sgdsweep.sim import gpu
 
 LR, S = kl.LR, kl.S
 

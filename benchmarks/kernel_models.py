@@ -1,12 +1,12 @@
 """Throughput of every model and noise type per flop, against linear regression in the same run.
 
-Each case is one :func:`sgdsweep.engine.run_lanes` call of 256 lanes (one thread, bare steps:
+Each case is one :func:`sgdsweep.sim.engine.run_lanes` call of 256 lanes (one thread, bare steps:
 burn-in = all steps, escape off so that every lane runs every step), built from a config as a
 sweep builds it. Its flops per replica-step are those of the gradient and update by the
 cheapest algorithm (``CASES`` below; observables excluded): for noise matched to the per-sample
 gradients, two passes over all P samples (4·P·d); the ratio is
 (throughput × flops) against the same product of the reference, linear regression N = 100,
-S = 10, minibatch (linreg-ref). Every case runs a fused kernel (:mod:`sgdsweep.fused`).
+S = 10, minibatch (linreg-ref). Every case runs a fused kernel (:mod:`sgdsweep.sim.fused`).
 
 The lanes' generators are timed (:class:`TimedGenerator`), so each case also says what share
 of its time went to drawing random numbers outside the compiled loop (one thread; the normals —
@@ -28,11 +28,11 @@ from typing import Any
 
 import numpy as np
 
-from sgdsweep import engine, fused, noise
-from sgdsweep.config import build_sweep
-from sgdsweep.engine import run_lanes
 from sgdsweep.models import get_model
-from sgdsweep.simulate import observe_spec, replica_streams
+from sgdsweep.sim import engine, fused, noise
+from sgdsweep.sim.engine import run_lanes
+from sgdsweep.sim.simulate import observe_spec, replica_streams
+from sgdsweep.sweep.config import build_sweep
 
 LANES = 256
 
@@ -99,7 +99,7 @@ CASES: dict[str, tuple[dict[str, Any], Callable[[Any, int], float]]] = {
 class TimedGenerator:
     """A lane's generator that adds the seconds spent drawing to ``clock[0]``: its uniforms
     where the numpy engine draws them (``random(out=)``, once per lane and block) and, through
-    :meth:`normals`, which stands in for :func:`sgdsweep.noise.draw_normals` during a run, its
+    :meth:`normals`, which stands in for :func:`sgdsweep.sim.noise.draw_normals` during a run, its
     normals. The kernels draw uniforms themselves from the PCG64 state (``bit_generator``), so
     there their cost is part of the compiled loop's."""
 

@@ -9,7 +9,7 @@ observables (10×10 second moment, losses). Measured in the same run:
 - ``sgdsweep``: the fused kernel on 1 and 2 threads (``SGDSWEEP_THREADS``) in this process, and
   in two Dask worker processes of one thread each, half the points each, as a sweep's workers
   run a shard (the rate: all replica-steps over the span from the first start to the last end);
-- the whole shard as a worker runs it: :func:`sgdsweep.simulate.simulate_points` (engine, exact
+- the whole shard as a worker runs it: :func:`sgdsweep.sim.simulate.simulate_points` (engine, exact
   theory per point, 100 point stores), one thread, and on two Dask workers, half the points each.
 
     python benchmarks/kernel_shard.py [--steps 10000]
@@ -24,11 +24,11 @@ import time
 
 import numpy as np
 
-from sgdsweep import fused
-from sgdsweep.config import build_sweep
-from sgdsweep.engine import run_lanes
 from sgdsweep.models import get_model
-from sgdsweep.simulate import loss_stride, observe_spec, replica_streams, simulate_points
+from sgdsweep.sim import fused
+from sgdsweep.sim.engine import run_lanes
+from sgdsweep.sim.simulate import loss_stride, observe_spec, replica_streams, simulate_points
+from sgdsweep.sweep.config import build_sweep
 
 REPLICAS = 16
 
@@ -42,14 +42,14 @@ def shard(steps: int) -> list:
 
 
 def engine_rate(points, steps: int, threads: int, use_fused: bool) -> float:
-    """Replica-steps/s of one :func:`sgdsweep.engine.run_lanes` call on ``points`` (16 replicas each)."""
+    """Replica-steps/s of one :func:`sgdsweep.sim.engine.run_lanes` call on ``points`` (16 replicas each)."""
     start, end = engine_span(points, steps, threads, use_fused)
     return len(points) * REPLICAS * steps / (end - start)
 
 
 def engine_span(points, steps: int, threads: int, use_fused: bool) -> tuple[float, float]:
     """Start and end (``time.monotonic``, the same clock in every process here) of one
-    :func:`sgdsweep.engine.run_lanes` call on ``points``; the replica streams are made before."""
+    :func:`sgdsweep.sim.engine.run_lanes` call on ``points``; the replica streams are made before."""
     first = points[0].params
     model = get_model("linear")
     problem = model.make_problem(model.data_params(first))
@@ -78,7 +78,7 @@ def kernel_span(points, steps: int) -> tuple[float, float]:
 
 
 def shard_span(points, steps: int) -> tuple[float, float]:
-    """Start and end (``time.monotonic``) of :func:`sgdsweep.simulate.simulate_points` on
+    """Start and end (``time.monotonic``) of :func:`sgdsweep.sim.simulate.simulate_points` on
     ``points`` on one thread — engine, exact theory, results and a store per point — writing
     into a fresh temporary directory (removed after)."""
     os.environ[fused.THREADS_ENV] = "1"
@@ -97,7 +97,7 @@ def shard_rate(points, steps: int) -> float:
 def workers_rates(points, steps: int, spans=(kernel_span, shard_span), workers: int = 2) -> list[float]:
     """Per function of ``spans``: replica-steps/s of ``points`` split into ``workers`` equal parts,
     one per worker process of a local Dask cluster started here (one thread each, started as a
-    sweep's cluster starts them, with ``sgdsweep.warmup``), submitted at once: all replica-steps
+    sweep's cluster starts them, with ``sgdsweep.sim.warmup``), submitted at once: all replica-steps
     over the span from the earliest start to the latest end of the parts."""
     import sys
 
@@ -108,7 +108,7 @@ def workers_rates(points, steps: int, spans=(kernel_span, shard_span), workers: 
         cloudpickle.register_pickle_by_value(sys.modules[__name__])
     rates = []
     with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                      preload=["sgdsweep.warmup"]) as cluster, Client(cluster) as client:
+                      preload=["sgdsweep.sim.warmup"]) as cluster, Client(cluster) as client:
         addresses = list(client.scheduler_info()["workers"])
         parts = [points[i::workers] for i in range(workers)]
         for span in spans:

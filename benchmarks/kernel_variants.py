@@ -3,7 +3,7 @@
 The shard benchmarks drift by 20–40 % within minutes here, more than most single kernel
 changes gain or lose. This one takes a kernel change apart in one process: it runs the engine
 briefly, keeps the arguments of one chunk of a kernel (32 lanes × one block of steps), and
-then times that block loop (``KERNELS``) of the checkout's ``sgdsweep/fused.py`` and of
+then times that block loop (``KERNELS``) of the checkout's ``sgdsweep/sim/fused.py`` and of
 each VARIANT — a copy of that file with a change — on copies of those arguments, round after
 round, keeping each one's best. Three cases of the same chunk: as captured, with every step a
 loss sample (stride 1), and in burn-in (nothing measured). Printed: ns per replica-step, the
@@ -18,9 +18,9 @@ stride 2) after burn-in, in the additive kernel (``_advance_additive``); ``thesi
 of ``config/sweeps/vescovi_escape.yaml`` at lr 2.5e-3 (minibatch noise, S = 1, every step
 measured, no loss series: its stride-1 case is the same), in ``_advance_thesis``.
 
-    cp sgdsweep/fused.py /tmp/v1.py   # edit /tmp/v1.py
+    cp sgdsweep/sim/fused.py /tmp/v1.py   # edit /tmp/v1.py
     python benchmarks/kernel_variants.py /tmp/v1.py [/tmp/v2.py ...] [--chunk shard|linreg|double_well|thesis] [--rounds 40]
-    git show 919e33d:sgdsweep/fused.py > /tmp/old.py   # before the padded inputs: one problem argument fewer
+    git show 919e33d:sgdsweep/sim/fused.py > /tmp/old.py   # before the padded inputs: one problem argument fewer
     python benchmarks/kernel_variants.py /tmp/old.py --drop-shared 1
 
 A variant is compiled without Numba's cache (its ``cache=True`` read as ``False``), so an
@@ -44,10 +44,10 @@ import kernel_shard
 import numpy as np
 import yaml
 
-from sgdsweep import fused
-from sgdsweep.config import build_sweep
 from sgdsweep.models import linear
-from sgdsweep.simulate import simulate_points
+from sgdsweep.sim import fused
+from sgdsweep.sim.simulate import simulate_points
+from sgdsweep.sweep.config import build_sweep
 
 #: The repository's root (its ``config/``).
 ROOT = Path(__file__).resolve().parent.parent
@@ -99,7 +99,7 @@ def capture(chunk: str) -> list:
 
 
 def load_variant(path: Path, number: int):
-    """``path`` (a copy of ``sgdsweep/fused.py``) as module ``sgdsweep._variant<number>``, uncached."""
+    """``path`` (a copy of ``sgdsweep/sim/fused.py``) as module ``sgdsweep._variant<number>``, uncached."""
     source = path.read_text(encoding="utf-8").replace("cache=True", "cache=False")
     name = f"sgdsweep._variant{number}"
     with tempfile.TemporaryDirectory() as folder:  # compiled uncached: nothing is read back from it
@@ -123,7 +123,7 @@ def timed(kernel, args: list) -> tuple[float, list]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("variants", type=Path, nargs="+", help="modified copies of sgdsweep/fused.py")
+    ap.add_argument("variants", type=Path, nargs="+", help="modified copies of sgdsweep/sim/fused.py")
     ap.add_argument("--chunk", choices=tuple(KERNELS), default="shard")
     ap.add_argument("--rounds", type=int, default=40, help="timed calls per kernel and case (the best is kept)")
     ap.add_argument("--drop-shared", type=int, default=0, metavar="K",
@@ -133,7 +133,7 @@ def main() -> None:
     args = ap.parse_args()
     for path in args.variants:
         if not path.is_file():
-            raise SystemExit(f"{path}: no such file; give copies of sgdsweep/fused.py with a change")
+            raise SystemExit(f"{path}: no such file; give copies of sgdsweep/sim/fused.py with a change")
     captured = capture(args.chunk)
     stride_one, burn_in = list(captured), list(captured)
     stride_one[STRIDE] = np.ones_like(captured[STRIDE])

@@ -78,11 +78,11 @@ def rule_times(log: str) -> dict[str, float]:
 
 def simulation_only(cfg: dict) -> float:
     """Seconds to run the sweep's lanes in this process, batch by batch (no stores, no theory)."""
-    from sgdsweep.config import build_sweep
-    from sgdsweep.engine import Dynamics, run_lanes
-    from sgdsweep.execute import make_batches
     from sgdsweep.models import get_model
-    from sgdsweep.simulate import loss_stride, observe_spec, replica_streams
+    from sgdsweep.run.execute import make_batches
+    from sgdsweep.sim.engine import Dynamics, run_lanes
+    from sgdsweep.sim.simulate import loss_stride, observe_spec, replica_streams
+    from sgdsweep.sweep.config import build_sweep
 
     sweep = build_sweep(cfg)
     total = 0.0

@@ -5,7 +5,7 @@ The stores are those of the small-model shard (``kernel_shard.shard``: 100 point
 replicas, N = 10; their Zarr keys built once by ``simulate_points``). Measured, alternating the
 two layouts ``--rounds`` times, each round into fresh directories under ``--dir``:
 
-- write: ``store.place_point`` (one zip file, renamed into place) against the layout sgdsweep
+- write: ``point_store.place_point`` (one zip file, renamed into place) against the layout sgdsweep
   wrote before, a directory of the same keys (one directory per array, a file per key, renamed
   into place);
 - read: ``aggregate.build_ensemble`` of the 100 stores in each layout (both are read).
@@ -28,8 +28,9 @@ from pathlib import Path
 
 import kernel_shard
 
-from sgdsweep import aggregate, store
-from sgdsweep.simulate import simulate_points
+from sgdsweep.sim.simulate import simulate_points
+from sgdsweep.store import aggregate
+from sgdsweep.store import points as point_store
 
 
 def store_files(points) -> list[tuple[str, dict[str, bytes]]]:
@@ -38,7 +39,7 @@ def store_files(points) -> list[tuple[str, dict[str, bytes]]]:
         simulate_points([p.spec() for p in points], out)
         result = []
         for p in points:
-            with store.PointFiles(store.point_path(out, p.hash)) as files:
+            with point_store.PointFiles(point_store.point_path(out, p.hash)) as files:
                 result.append((p.hash, dict(files)))
     return result
 
@@ -72,9 +73,9 @@ def main() -> None:
                 t0 = time.perf_counter()
                 for h, files in stores:
                     if layout == "zip":
-                        store.place_point(points_dir / f"{h}{store.POINT_SUFFIX}", files)
+                        point_store.place_point(points_dir / f"{h}{point_store.POINT_SUFFIX}", files)
                     else:
-                        write_directory(points_dir / f"{h}{store.DIRECTORY_SUFFIX}", files)
+                        write_directory(points_dir / f"{h}{point_store.DIRECTORY_SUFFIX}", files)
                 times[f"write {layout}"].append((time.perf_counter() - t0) / n)
                 spec = {"points_dir": str(points_dir), "points": [{"hash": h, "shard": "s"} for h, _ in stores],
                         "coords": ["lr", "momentum"], "sweep": "bench", "sweep_hash": "-",

@@ -1,7 +1,7 @@
 """Seconds the report's figures take: each figure made and turned into its PNG as the report
-does it (``sgdsweep.report._png``: :func:`sgdsweep.plotting.png`), serially, in one process.
+does it (``sgdsweep.analysis.report._png``: :func:`sgdsweep.analysis.plotting.png`), serially, in one process.
 
-The figures are the ones :func:`sgdsweep.report.build_report` draws for a finished sweep (its
+The figures are the ones :func:`sgdsweep.analysis.report.build_report` draws for a finished sweep (its
 results directory: ``ensemble.zarr``, ``fits.json``, ``plan/report.json``; for instance one kept
 by ``python benchmarks/pipeline.py --keep DIR``). Each round draws every figure once; printed: the
 best CPU seconds of each figure over the rounds and their sum (drawing is single-threaded: on an
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import xarray as xr
 
-from sgdsweep import report
+from sgdsweep.analysis import report
 
 
 def figure_calls(results: Path) -> list:

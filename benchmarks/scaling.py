@@ -1,6 +1,6 @@
 """How time scales with replicas, steps, N, points per batch and Dask workers.
 
-Engine series (this process, one thread, :func:`sgdsweep.engine.run_lanes` with the default
+Engine series (this process, one thread, :func:`sgdsweep.sim.engine.run_lanes` with the default
 observables, linear regression, S = 4, P = 8N, λ = 0.1): time against replicas, steps, N (the
 N×N second moment is accumulated) and points per batch (16 replicas each, lr varied: one call).
 Each row is compared with the first of its series: the ideal time ratio is the ratio of
@@ -23,10 +23,10 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from sgdsweep.engine import run_lanes
 from sgdsweep.models import linear
-from sgdsweep.observables import ObserveSpec
-from sgdsweep.simulate import replica_streams
+from sgdsweep.sim.engine import run_lanes
+from sgdsweep.sim.observables import ObserveSpec
+from sgdsweep.sim.simulate import replica_streams
 
 
 def problem(n_inputs: int):

@@ -2,7 +2,7 @@
 
 Dask's nanny starts workers with ``MALLOC_TRIM_THRESHOLD_=65536``, which switches off glibc's
 dynamic mmap threshold: every numpy temporary above 128 KiB is then mmap-ed and page-faulted on
-each engine step. ``sgdsweep.allocator.tune`` (called by ``simulate_points``) raises the
+each engine step. ``sgdsweep.sim.allocator.tune`` (called by ``simulate_points``) raises the
 thresholds. This benchmark runs the same batch of points (a) in this process, (b) in a fresh
 one-worker LocalCluster with tuning disabled (the baseline: what every sweep ran before), and
 (c) in a fresh worker with tuning, and prints the times and ratios. Two workloads: the default
@@ -26,8 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _batch(config: str, steps_scale: float, where: str) -> list[dict]:
-    from sgdsweep.config import build_sweep
-    from sgdsweep.execute import make_batches
+    from sgdsweep.run.execute import make_batches
+    from sgdsweep.sweep.config import build_sweep
 
     cfg = yaml.safe_load((ROOT / config).read_text())
     cfg["dynamics"]["steps"] = int(cfg["dynamics"]["steps"] * steps_scale)
@@ -37,11 +37,11 @@ def _batch(config: str, steps_scale: float, where: str) -> list[dict]:
 
 
 def _simulate(batch: list[dict], out: str, tuned: bool) -> float:
-    import sgdsweep.allocator
-    from sgdsweep.simulate import simulate_points
+    import sgdsweep.sim.allocator
+    from sgdsweep.sim.simulate import simulate_points
 
     if not tuned:
-        sgdsweep.allocator.tune = lambda: False  # this process only: the baseline
+        sgdsweep.sim.allocator.tune = lambda: False  # this process only: the baseline
     shutil.rmtree(out, ignore_errors=True)
     simulate_points(batch[:1], out)  # compile numba, warm caches
     shutil.rmtree(out, ignore_errors=True)

@@ -2,6 +2,18 @@
 
 Public entry points: the ``sgdsweep`` command (see ``sgdsweep --help``), the Snakemake workflow
 (``Snakefile``), and :func:`open_ensemble` to read a finished sweep.
+
+The packages follow the data flow:
+
+- :mod:`sgdsweep.sweep`: from a YAML config to a validated sweep (schema, grid, identities, plan,
+  cost);
+- :mod:`sgdsweep.models`: the problems, one module per model, and :mod:`sgdsweep.theory`: their
+  exact and approximate theory;
+- :mod:`sgdsweep.sim`: simulating points (engine, compiled kernels, noise, random streams,
+  observables, per-point estimators);
+- :mod:`sgdsweep.store`: point stores, the aggregated ensemble, provenance, export and import;
+- :mod:`sgdsweep.analysis`: fits, figures and the HTML report;
+- :mod:`sgdsweep.run`: the command line, the Dask cluster, shard execution, locking, progress.
 """
 
 from __future__ import annotations
@@ -17,6 +29,6 @@ def open_ensemble(path, grid: bool = False):
     With ``grid=True`` the ``point`` dimension is unstacked into one dimension per swept axis
     (only meaningful for cartesian sweeps; missing combinations become NaN).
     """
-    from .aggregate import open_ensemble as _open
+    from sgdsweep.store.aggregate import open_ensemble as _open
 
     return _open(path, grid=grid)

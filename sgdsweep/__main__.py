@@ -1,5 +1,5 @@
 """``python -m sgdsweep`` = the ``sgdsweep`` command."""
 
-from .cli import main
+from sgdsweep.run.cli import main
 
 raise SystemExit(main())

@@ -13,8 +13,9 @@ import zarr
 from conftest import as_directory_store
 from zarr.codecs import BytesCodec
 
-from sgdsweep import aggregate, store
 from sgdsweep.errors import StoreError
+from sgdsweep.store import aggregate
+from sgdsweep.store import points as point_store
 
 
 def _point(tmp_path, name="p0"):
@@ -23,8 +24,8 @@ def _point(tmp_path, name="p0"):
               "escape_step": (("replica",), np.zeros(3, np.int64)),  # all fill value: no chunk file
               "flags": (("replica",), np.array([True, False, True])),
               "singular_values_W": (("replica", "sv"), np.arange(6.0).reshape(3, 2))}
-    path = store.point_path(tmp_path, name)
-    store.write_point(path, arrays, {"summary": {}, "params": {}})
+    path = point_store.point_path(tmp_path, name)
+    point_store.write_point(path, arrays, {"summary": {}, "params": {}})
     return path, {k: v[1] for k, v in arrays.items()}
 
 
@@ -34,8 +35,8 @@ def test_point_arrays_match_zarr(tmp_path):
     assert list(got) == list(arrays)  # absent names left out, order kept
     for name, want in arrays.items():
         np.testing.assert_array_equal(got[name], want)
-        np.testing.assert_array_equal(got[name], store.read_array(path, name))
-        assert got[name].dtype == store.read_array(path, name).dtype and got[name].flags.writeable
+        np.testing.assert_array_equal(got[name], point_store.read_array(path, name))
+        assert got[name].dtype == point_store.read_array(path, name).dtype and got[name].flags.writeable
 
 
 def test_other_layouts_go_through_zarr(tmp_path):
@@ -48,9 +49,9 @@ def test_other_layouts_go_through_zarr(tmp_path):
     packed = zarr.create_array(str(path / "packed"), shape=(10,), dtype="f8", chunks=(3,))  # default compressor
     packed[...] = np.linspace(0, 1, 10)
     assert aggregate._single_chunk(zarr.open_array(str(path / "packed")).metadata.to_dict()) is None
-    zipped = store.point_path(tmp_path / "zipped", "p0")
-    with store.PointFiles(path) as files:
-        store.place_point(zipped, dict(files))
+    zipped = point_store.point_path(tmp_path / "zipped", "p0")
+    with point_store.PointFiles(path) as files:
+        point_store.place_point(zipped, dict(files))
     for where in (path, zipped):
         got = aggregate.read_point_arrays(where, ["big", "packed"])
         np.testing.assert_array_equal(got["big"], np.arange(4.0))
@@ -66,7 +67,7 @@ def test_point_stores_have_one_entry_per_array_file_and_earlier_layouts_still_re
         assert sorted(n for n in zf.namelist() if n.startswith("singular_values_W/")) == [
             "singular_values_W/c.0.0", "singular_values_W/zarr.json"]
     path = as_directory_store(path)
-    assert store.point_path(tmp_path, "p0") == path
+    assert point_store.point_path(tmp_path, "p0") == path
     got = aggregate.read_point_arrays(path, list(arrays))
     for name, want in arrays.items():
         np.testing.assert_array_equal(got[name], want)
@@ -82,16 +83,16 @@ def test_point_stores_have_one_entry_per_array_file_and_earlier_layouts_still_re
     got = aggregate.read_point_arrays(path, list(arrays))
     for name, want in arrays.items():
         np.testing.assert_array_equal(got[name], want)
-        np.testing.assert_array_equal(store.read_array(path, name), want)
+        np.testing.assert_array_equal(point_store.read_array(path, name), want)
 
 
 def test_damaged_chunk_raises_store_error(tmp_path):
     path, _ = _point(tmp_path)
-    with store.PointFiles(path) as files:
+    with point_store.PointFiles(path) as files:
         damaged = dict(files)
     damaged["weight_var_replica/c.0"] = b"\0" * 5  # truncated
     path.unlink()
-    store.place_point(path, damaged)
+    point_store.place_point(path, damaged)
     with pytest.raises(StoreError, match="weight_var_replica"):
         aggregate.read_point_arrays(path, ["weight_var_replica"])
     (path.parent / "garbage.zarr.zip").write_bytes(b"not a zip")
@@ -114,7 +115,7 @@ def _sweep(tmp_path, n=3):
         summary = {"weight_var": float(rng.random()), "diverged": bool(i == 1), "burn_in": 10,
                    "theory_formulas": {"weight_cov": "exact"}, "weight_var_theory": 0.5}
         h = f"h{i}"
-        store.write_point(store.point_path(tmp_path, h), arrays,
+        point_store.write_point(point_store.point_path(tmp_path, h), arrays,
                           {"summary": summary, "params": {"lr": 0.1 * (i + 1), "noise": "minibatch"},
                            "simulation_seconds": 0.5})
         entries.append({"hash": h, "shard": f"s{i % 2}"})
@@ -198,7 +199,7 @@ def test_ensemble_write_keeps_the_old_one_until_the_new_is_complete(tmp_path):
     for leftover in (old_tmp, young_tmp, old_swap):
         leftover.mkdir()
         (leftover / "zarr.json").write_text("{}")
-    past = (tmp_path / "ensemble.zarr").stat().st_mtime - store.STALE_TEMPORARY_SECONDS - 60
+    past = (tmp_path / "ensemble.zarr").stat().st_mtime - point_store.STALE_TEMPORARY_SECONDS - 60
     for leftover in (old_tmp, old_swap):
         os.utime(leftover, (past, past))
     bad = ds.assign(unwritable=("point", np.array([{"a": 1}] * ds.sizes["point"], dtype=object)))

@@ -10,8 +10,7 @@ def test_allocator_tuning_is_accepted_once_per_process():
     call is free (cached)."""
     import platform
 
-    from sgdsweep import allocator
-
+    from sgdsweep.sim import allocator
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         pytest.skip("mallopt is glibc-specific")
     assert allocator.tune() is True and allocator.tune() is True

@@ -14,7 +14,7 @@ import pytest
 from conftest import REPO, TINY, make_finished_sweep, run_snakemake, tiny_config, write_yaml
 from test_config import BAD_CONFIGS, _laughs, _set, bounded_run
 
-from sgdsweep.cli import main
+from sgdsweep.run.cli import main
 
 
 def _run(capsys, *argv: str) -> tuple[int, str]:
@@ -121,7 +121,7 @@ def test_bad_arguments_environment_and_paths(tmp_path, capsys, monkeypatch, argv
 
 
 def test_import_never_overwrites(tmp_path, capsys, monkeypatch):
-    from sgdsweep.share import export_sweep
+    from sgdsweep.store.share import export_sweep
 
     export_sweep(_finished(tmp_path / "src"), str(tmp_path / "t.zip"))
     monkeypatch.chdir(tmp_path)
@@ -135,7 +135,7 @@ def test_import_refuses_paths_escaping_the_results_directory(tmp_path, capsys, m
     import hashlib
     import json
 
-    from sgdsweep.share import COMMENT_PREFIX, MANIFEST, SCHEMA_VERSION
+    from sgdsweep.store.share import COMMENT_PREFIX, MANIFEST, SCHEMA_VERSION
 
     evil = tmp_path / "evil.zip"
     payload = b"owned"

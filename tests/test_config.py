@@ -12,8 +12,8 @@ import pytest
 import yaml
 from conftest import REPO, TINY, tiny_config, write_yaml
 
-from sgdsweep.config import build_sweep, load_sweep
 from sgdsweep.errors import ConfigError
+from sgdsweep.sweep.config import build_sweep, load_sweep
 
 
 def test_default_config_is_valid_and_has_16_points():
@@ -250,7 +250,7 @@ def test_default_noise_is_one_the_model_options_allow():
 def test_every_number_key_of_the_schema_reads_exponent_spellings(tmp_path):
     """``5e-1`` (a string to YAML 1.1) is a number for every key the schema gives numbers, model
     and dynamics keys included, derived from the schema rather than listed by hand."""
-    from sgdsweep.schema import number_keys
+    from sgdsweep.sweep.schema import number_keys
 
     assert {"lr", "barrier", "dt_over_lr", "curvatures", "noise_cov", "wishart_ratio", "confidence"} <= number_keys()
     assert not {"batch_size", "steps", "noise", "sweep"} & number_keys()
@@ -280,7 +280,7 @@ def test_float_spellings_in_yaml_are_one_value(tmp_path):
                          ids=lambda p: p.stem)
 def test_model_example_configs_are_valid(path):
     """Every model's example config builds a sweep whose points use that model."""
-    from sgdsweep.config import load_sweep
+    from sgdsweep.sweep.config import load_sweep
 
     sweep = load_sweep(path)
     assert sweep.points and sweep.config["sweep"] == path.stem
@@ -330,7 +330,7 @@ def test_shared_parts_of_a_config_mapping_are_refused_before_any_walk(tmp_path):
     """A mapping loaded elsewhere (Snakemake's ``--config``, another YAML loader) may hold one
     object twice: build_sweep refuses it before anything walks (and would expand) it. Checked in
     a bounded process: 9⁹ values if expanded."""
-    code = ("from sgdsweep.config import build_sweep\n"
+    code = ("from sgdsweep.sweep.config import build_sweep\n"
             "from sgdsweep.errors import ConfigError\n"
             "lol = ['lol'] * 9\n"
             "for _ in range(8):\n"

@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from sgdsweep import store
-from sgdsweep.config import build_sweep
-from sgdsweep.simulate import simulate_points
+from sgdsweep.sim.simulate import simulate_points
+from sgdsweep.store import points as point_store
+from sgdsweep.sweep.config import build_sweep
 
 
 def run(cfg: dict[str, Any], tmp_path) -> list[dict[str, Any]]:
@@ -31,8 +31,8 @@ def run(cfg: dict[str, Any], tmp_path) -> list[dict[str, Any]]:
         simulate_points([p.spec() for p in pts], str(tmp_path))
     out = []
     for p in sweep.points:
-        path = store.point_path(tmp_path, p.hash)
-        out.append({"params": p.params, "summary": store.read_attrs(path)["summary"], "path": path})
+        path = point_store.point_path(tmp_path, p.hash)
+        out.append({"params": p.params, "summary": point_store.read_attrs(path)["summary"], "path": path})
     return out
 
 
@@ -89,8 +89,8 @@ def test_gaussian_and_student_t_share_the_stationary_covariance(tmp_path):
                "grid": {"lr": 0.8, "batch_size": 2, "momentum": 0.3, "noise": ["gaussian", "student_t"]}}, tmp_path)
     covs = []
     for r in res:
-        m = store.read_array(r["path"], "weight_cov")
-        th = store.read_array(r["path"], "weight_cov_theory")
+        m = point_store.read_array(r["path"], "weight_cov")
+        th = point_store.read_array(r["path"], "weight_cov_theory")
         assert abs(z(r["summary"], np.trace(th) / 2)) < 3
         assert np.linalg.norm(m - th) / np.linalg.norm(th) < 0.05
         covs.append(m)
@@ -120,8 +120,8 @@ LINEAR = {"model": {"kind": "linear", "n_inputs": 5, "label_noise": 0.6}, "seed"
 
 
 def _cov_check(r, other_theory=None):
-    m = store.read_array(r["path"], "weight_cov")
-    th = store.read_array(r["path"], "weight_cov_theory")
+    m = point_store.read_array(r["path"], "weight_cov")
+    th = point_store.read_array(r["path"], "weight_cov_theory")
     assert abs(z(r["summary"], np.trace(th) / 5)) < 3.5, (r["params"]["noise"], r["summary"]["weight_var"],
                                                            np.trace(th) / 5)
     assert np.linalg.norm(m - th) / np.linalg.norm(th) < 0.05
@@ -142,7 +142,7 @@ def test_linear_regression_matches_exact_theory_for_each_sampling_scheme(tmp_pat
         # and not the continuous theory's. Over 9 data sets (STREAM_VERSION 3–11) the leading pair
         # is within 1.8 % of the exact value, while the continuous one is 2.6–9.3 % lower (it
         # depends on the data set), and at least twice as far from the measured as the exact one
-        q, q_exact, q_cont = (store.read_array(r["path"], n)[0] for n in (
+        q, q_exact, q_cont = (point_store.read_array(r["path"], n)[0] for n in (
             "q_eigenvalues", "q_eigenvalues_theory", "q_eigenvalues_theory_continuous"))
         assert abs(q / q_exact - 1) < 0.025 and abs(q - q_cont) > 2 * abs(q - q_exact), (q, q_exact, q_cont)
 
@@ -212,17 +212,17 @@ def test_two_layer_joint_fluctuations_are_isotropic(tmp_path):
     # within W2 (projected on the Hessian's range): (λσ²/2S)·D1/(D1 + D2) per mode, leading order:
     # over 9 data sets −4.2 … +8.5 % per mode (the largest mode highest), within 12 %. The isotropic
     # joint value misses the smallest mode by a factor 4.5–14.
-    w2, w2_theory, curv = (store.read_array(res[0]["path"], n) for n in (
+    w2, w2_theory, curv = (point_store.read_array(res[0]["path"], n) for n in (
         "layer_cov_eigenvalues_W2", "layer_cov_eigenvalues_W2_theory", "layer_mode_curvature_W2"))
     assert np.all(np.abs(w2 / w2_theory - 1) < 0.12), (w2, w2_theory)
     assert abs(w2[-1] / s["joint_eigenvalue_theory"] - 1) > 0.5
     # variance grows with curvature along the W2 modes (the inverse variance–flatness relation), and
     # ψ fitted to the measured spectrum agrees with the same fit of the theory spectrum
-    from sgdsweep.fit.spectra import flatness_exponent
+    from sgdsweep.analysis.fit.spectra import flatness_exponent
 
     psi = flatness_exponent(w2, curv, theory_variance=w2_theory, leading_order=2.0)["params"]["psi"]
     assert psi["estimate"] > 0.5 and abs(psi["estimate"] - psi["theory"]) < 0.15, psi
-    sv = store.read_array(res[0]["path"], "singular_values_W1")
+    sv = point_store.read_array(res[0]["path"], "singular_values_W1")
     assert sv.shape == (128, 3) and np.all(np.isfinite(sv))
 
 
@@ -245,7 +245,7 @@ def test_double_well_escape_time_matches_kramers(tmp_path):
     assert s["escape_censored"] <= 3 and s["escaped_fraction"] >= 1 - 3 / 512, s
     assert abs(s["escape_time"] / s["escape_time_theory_arrhenius"] - 1) < 0.25, s
     assert s["escape_time_se"] < 0.05 * s["escape_time"]
-    steps = store.read_array(res[0]["path"], "escape_step")
+    steps = point_store.read_array(res[0]["path"], "escape_step")
     assert steps.shape == (512,) and (steps != 0).all()
 
 
@@ -256,7 +256,7 @@ def test_escape_is_censored_not_dropped(tmp_path):
                "dynamics": {"steps": 8000, "replicas": 64},
                "grid": {"lr": 0.05, "batch_size": 1, "noise": "gaussian"}}, tmp_path)
     s = res[0]["summary"]
-    steps = store.read_array(res[0]["path"], "escape_step")
+    steps = point_store.read_array(res[0]["path"], "escape_step")
     escaped = steps >= 0
     assert 0 < escaped.sum() < 64 and s["escape_censored"] == int((~escaped).sum())
     expected = (np.sum(steps[escaped] + 1) + 8000 * (~escaped).sum()) / escaped.sum()
@@ -275,11 +275,11 @@ def test_digits_noise_is_white_and_fluctuation_dissipation_holds(tmp_path):
     s = res[0]["summary"]
     assert s["noise_whiteness"] <= 0.05
     assert s["fdr_residual"] <= 0.05, s
-    ratio = store.read_array(res[0]["path"], "noise_cov_ratio")
+    ratio = point_store.read_array(res[0]["path"], "noise_cov_ratio")
     assert ratio[0] == 1.0 and ratio.size == 3
     # the paper's continuous-time form ΣxxΣ_WW + Σ_WWΣxx = 2εD is off by a factor 2
-    d0 = store.read_array(res[0]["path"], "noise_cov_lag")[0]
-    sww = store.read_array(res[0]["path"], "sigma_ww")
+    d0 = point_store.read_array(res[0]["path"], "noise_cov_lag")[0]
+    sww = point_store.read_array(res[0]["path"], "sigma_ww")
     from sgdsweep.models import make_problem
 
     sxx = make_problem(res[0]["params"]).sxx
@@ -291,7 +291,7 @@ def test_digits_noise_is_white_and_fluctuation_dissipation_holds(tmp_path):
 
 
 def test_epoch_batches_partition_a_permutation():
-    from sgdsweep.noise import sample_indices
+    from sgdsweep.sim.noise import sample_indices
 
     p, s = 10, 3
     u = np.random.default_rng(0).random((2, 9, s))
@@ -312,7 +312,7 @@ def test_compiled_normals_are_numpys_stream():
     generator) are the numbers, in order, that the generator's own standard_normal gives:
     across calls of different shapes and sizes on both sides of that threshold, interleaved
     with uniforms drawn by NumPy from the same generator."""
-    from sgdsweep.noise import COMPILED_NORMALS_MIN, draw_normals, lane_streams
+    from sgdsweep.sim.noise import COMPILED_NORMALS_MIN, draw_normals, lane_streams
 
     ours = lane_streams(np.random.SeedSequence(7))[1]
     numpys = lane_streams(np.random.SeedSequence(7))[1]
@@ -326,7 +326,7 @@ def test_compiled_normals_are_numpys_stream():
 def test_cholesky_of_a_semidefinite_covariance():
     """cholesky_psd agrees with NumPy's Cholesky on a positive-definite matrix and still factors
     a rank-one one (fewer distinct gradients than parameters) into L Lᵀ = c, L lower."""
-    from sgdsweep.noise import cholesky_psd
+    from sgdsweep.sim.noise import cholesky_psd
 
     rng = np.random.default_rng(2)
     a = rng.standard_normal((4, 4))
@@ -345,7 +345,7 @@ def test_matched_noise_from_the_covariance_has_the_minibatch_covariance():
     off the minimum its covariance is f/P times that matrix, f = (P−S)/(S(P−1)), within 4.5
     standard errors per element (a transposed factor or a missing centring fails)."""
     from sgdsweep.models import get_model
-    from sgdsweep.noise import added_noise, matched_by_covariance, normals_per_step
+    from sgdsweep.sim.noise import added_noise, matched_by_covariance, normals_per_step
 
     point = build_sweep({"sweep": "t", "model": {"kind": "landscape", "landscape": "thesis", "start": "real"},
                          "grid": {"lr": 1e-3, "batch_size": 10, "noise": "gaussian_matched"}}).points[0]
@@ -376,13 +376,13 @@ def test_lanes_are_independent_of_batching(tmp_path):
     lrs = [p.params["lr"] for p in sweep.points]
     for i in (lrs.index(8.0), lrs.index(0.3)):
         simulate_points([sweep.points[i].spec()], str(tmp_path / f"alone{i}"))
-        a = store.point_path(tmp_path / "together", sweep.points[i].hash)
-        b = store.point_path(tmp_path / f"alone{i}", sweep.points[i].hash)
+        a = point_store.point_path(tmp_path / "together", sweep.points[i].hash)
+        b = point_store.point_path(tmp_path / f"alone{i}", sweep.points[i].hash)
         names = ("diverged_step",) if lrs[i] == 8.0 else (
             "weight_cov", "loss_replica", "weight_var_replica", "test_loss_replica", "loss_autocorr_time_replica")
         for name in names:
-            np.testing.assert_array_equal(store.read_array(a, name), store.read_array(b, name))
-    assert (store.read_array(store.point_path(tmp_path / "together", sweep.points[lrs.index(8.0)].hash),
+            np.testing.assert_array_equal(point_store.read_array(a, name), point_store.read_array(b, name))
+    assert (point_store.read_array(point_store.point_path(tmp_path / "together", sweep.points[lrs.index(8.0)].hash),
                              "diverged_step") >= 0).all()
 
 
@@ -392,7 +392,7 @@ def test_divergence_is_flagged_and_excluded(tmp_path):
     s = res[0]["summary"]
     assert s["diverged"] and s["diverged_replicas"] == 4
     assert s["weight_var"] is None and s["loss"] is None  # never a poisoned mean
-    steps = store.read_array(res[0]["path"], "diverged_step")
+    steps = point_store.read_array(res[0]["path"], "diverged_step")
     assert ((steps >= 0) & (steps < 2000)).all()
 
 
@@ -402,7 +402,7 @@ def test_matrix_model_fluctuations_scale_as_one_over_batch_size(tmp_path):
                "grid": {"lr": 0.1, "batch_size": [4, 16], "samples_per_param": 4000.0}}, tmp_path)
     var = []
     for r in res:
-        sv = store.read_array(r["path"], "singular_values_W")
+        sv = point_store.read_array(r["path"], "singular_values_W")
         assert sv.shape == (64, 2) and np.all(np.abs(sv - 2.0) < 0.5)
         var.append(r["summary"]["weight_var"])
     ratio = var[0] / var[1]
@@ -425,13 +425,13 @@ def test_leading_eigenpairs_beyond_cov_max_dim(tmp_path):
     full = run({**base, "dynamics": {**base["dynamics"], "observe": {"cov_max_dim": d}}}, tmp_path / "full")[0]
     sketch = run({**base, "dynamics": {**base["dynamics"], "observe": {"cov_max_dim": 8, "n_eigenpairs": 3}}},
                  tmp_path / "sketch")[0]
-    cov = store.read_array(full["path"], "weight_cov")
+    cov = point_store.read_array(full["path"], "weight_cov")
     vals, _ = np.linalg.eigh(cov)
-    est_vals = store.read_array(sketch["path"], "weight_cov_eigenvalues")
-    est_vecs = store.read_array(sketch["path"], "weight_cov_eigenvectors")
+    est_vals = point_store.read_array(sketch["path"], "weight_cov_eigenvalues")
+    est_vecs = point_store.read_array(sketch["path"], "weight_cov_eigenvectors")
     assert est_vals.shape == (3,) and est_vecs.shape == (d, 3)
-    assert not store.has_array(sketch["path"], "weight_cov")
-    np.testing.assert_allclose(np.diag(cov), store.read_array(sketch["path"], "weight_var_diag"), rtol=0.3)
+    assert not point_store.has_array(sketch["path"], "weight_cov")
+    np.testing.assert_allclose(np.diag(cov), point_store.read_array(sketch["path"], "weight_var_diag"), rtol=0.3)
     # the runs have different seeds (the config is part of the hash): compare statistically with
     # each other and with the exact Σ = λC/(2 − λ) (K = I)
     exact_vals = 0.5 * np.array([6.0, 3.0, 2.0]) / 1.5

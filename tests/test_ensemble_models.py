@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from sgdsweep.aggregate import build_ensemble, write_ensemble
-from sgdsweep.config import build_sweep
-from sgdsweep.execute import make_batches
-from sgdsweep.fit import fit_ensemble
-from sgdsweep.plan import write_plan
-from sgdsweep.report import build_report
-from sgdsweep.simulate import simulate_points
+from sgdsweep.analysis.fit import fit_ensemble
+from sgdsweep.analysis.report import build_report
+from sgdsweep.run.execute import make_batches
+from sgdsweep.sim.simulate import simulate_points
+from sgdsweep.store.aggregate import build_ensemble, write_ensemble
+from sgdsweep.sweep.config import build_sweep
+from sgdsweep.sweep.plan import write_plan
 
 SHORT = {"steps": 600, "replicas": 3, "burn_in": 100}
 CASES = {
@@ -94,13 +94,12 @@ def test_model_lands_in_ensemble_fit_and_report(kind, tmp_path):
 
 
 def test_point_store_arrays_are_described(tmp_path):
-    from sgdsweep import store
-
+    from sgdsweep.store import points as point_store
     sweep = build_sweep({"sweep": "d", "results_dir": str(tmp_path), "model": {"kind": "digits"},
                          "dynamics": {**SHORT, "observe": {"gradient_noise": True, "cov_max_dim": 16}},
                          "grid": {"lr": 0.002, "batch_size": 5}})
     simulate_points([sweep.points[0].spec()], str(tmp_path))
-    path = store.point_path(tmp_path, sweep.points[0].hash)
+    path = point_store.point_path(tmp_path, sweep.points[0].hash)
     import zarr
 
     with zarr.storage.ZipStore(path, mode="r") as zipped:

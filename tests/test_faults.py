@@ -26,7 +26,7 @@ from conftest import (
     write_yaml,
 )
 
-from sgdsweep import store
+from sgdsweep.store import points as point_store
 
 pytestmark = pytest.mark.workflow
 
@@ -138,18 +138,18 @@ def test_corrupted_point_store_is_recomputed(tmp_path):
     before = _ensemble(sweep)
     stores = sorted((sweep / "points").glob("*.zarr.zip"))
     stores[0].write_bytes(stores[0].read_bytes()[: stores[0].stat().st_size // 2])  # cut to half its size
-    with store.PointFiles(stores[2]) as files:
+    with point_store.PointFiles(stores[2]) as files:
         chunk = files["weight_var_replica/c.0"]
     raw = bytearray(stores[2].read_bytes())
     raw[raw.index(chunk) + 3] ^= 0x10  # a flipped bit inside a chunk
     stores[2].write_bytes(bytes(raw))
-    with store.PointFiles(stores[1]) as files:  # a store missing an array...
+    with point_store.PointFiles(stores[1]) as files:  # a store missing an array...
         kept = {k: v for k, v in files.items() if not k.startswith("weight_var_replica/")}
     meta = json.loads(kept["zarr.json"])
     meta["attributes"]["sgdsweep_complete"] = False  # ...and no longer marked complete
     kept["zarr.json"] = json.dumps(meta).encode()
     stores[1].unlink()
-    store.place_point(stores[1], kept)
+    point_store.place_point(stores[1], kept)
     intact = {p.name: p.stat().st_ino for p in stores[3:]}
     # what a write killed long ago left beside the truncated store goes at once; a young one may
     # be live until the point is stored, then it goes too
@@ -157,7 +157,7 @@ def test_corrupted_point_store_is_recomputed(tmp_path):
     young = stores[0].with_name(f".{stores[0].name}.tmp-live0001")
     for path in (orphan, young):
         path.write_bytes(b"PK partial")
-    past = time.time() - store.STALE_TEMPORARY_SECONDS - 60
+    past = time.time() - point_store.STALE_TEMPORARY_SECONDS - 60
     os.utime(orphan, (past, past))
     plan = run_cli("plan", str(cfg), cwd=tmp_path)
     assert plan.returncode == 0 and "3 to simulate (3 corrupt)" in plan.stdout, plan.stdout
@@ -199,7 +199,7 @@ def test_deleted_results_are_rebuilt_without_simulating(tmp_path):
     # and while simulating (failure records of points a worker stored before it died)
     orphan = sweep / ".ensemble.zarr.tmp-0badf00d"
     shutil.copytree(sweep / "ensemble.zarr", orphan)
-    markers = [store.failed_marker(sweep / "points", name.split(".")[0]) for name in sorted(stores)[:2]]
+    markers = [point_store.failed_marker(sweep / "points", name.split(".")[0]) for name in sorted(stores)[:2]]
     for marker in markers:
         marker.write_text(json.dumps({"error": "KilledWorker: ..."}))
     cfg = write_yaml(tmp_path / "t.yaml", tiny_config(grid={"lr": [0.2, 0.4, 0.3]}))
@@ -221,10 +221,10 @@ def test_failed_aggregate_keeps_the_ensemble(tmp_path):
     ensemble = _files(sweep / "ensemble.zarr")
     victim = min((sweep / "points").glob("*.zarr.zip"))
     good = victim.read_bytes()
-    with store.PointFiles(victim) as files:
+    with point_store.PointFiles(victim) as files:
         broken = {**files, "weight_var_replica/zarr.json": b"{"}
     victim.unlink()
-    store.place_point(victim, broken)
+    point_store.place_point(victim, broken)
     proc = run_snakemake(tmp_path, cfg, "--forcerun", "aggregate")
     assert proc.returncode != 0
     assert f"point store results/tiny/points/{victim.name}" in proc.stdout + proc.stderr

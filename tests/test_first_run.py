@@ -26,9 +26,9 @@ from conftest import (
     write_yaml,
 )
 
-from sgdsweep import cluster, progress
-from sgdsweep.cli import EXIT_CODES, build_parser
 from sgdsweep.errors import SgdsweepError
+from sgdsweep.run import cluster, progress
+from sgdsweep.run.cli import EXIT_CODES, build_parser
 
 # --- the wait for the shared cluster follows the daemon's phases ------------------------------
 
@@ -66,7 +66,7 @@ def test_compiling_the_kernels_is_not_under_the_start_deadline(tmp_path, monkeyp
     monkeypatch.setattr(cluster, "PROGRESS_EVERY_S", 0.5)
     proc = _fake_daemon(tmp_path, [("kernels", 2.0), ("workers", 0.05)])
     try:
-        with caplog.at_level("INFO", logger="sgdsweep.cluster"):
+        with caplog.at_level("INFO", logger="sgdsweep.run.cluster"):
             address = cluster.ensure_shared_cluster(tmp_path, cluster.current_run_id(), 1)
     finally:
         proc.kill()
@@ -132,7 +132,7 @@ def test_the_probe_accepts_a_real_scheduler():
 
 def test_progress_without_a_terminal_is_plain_lines_with_a_heartbeat(monkeypatch, caplog):
     monkeypatch.setattr(progress, "HEARTBEAT_S", 0.0)
-    with caplog.at_level("INFO", logger="sgdsweep.execute"):
+    with caplog.at_level("INFO", logger="sgdsweep.run.execute"):
         p = progress.ShardProgress("0123456789abcdef", points=4, cached=1, total_steps=300)
         assert p.bar is None
         p.advance(1, 100)
@@ -156,7 +156,7 @@ def test_progress_on_a_terminal_is_a_bar():
     parent, child = pty.openpty()
     os.set_blocking(parent, False)
     code = ("import os, sys; os.set_inheritable(2, True)\n"
-            "from sgdsweep.progress import ShardProgress\n"
+            "from sgdsweep.run.progress import ShardProgress\n"
             "p = ShardProgress('0123456789abcdef', 4, 0, 400)\n"
             "assert p.bar is not None\n"
             "p.advance(4, 400); p.close()\n")

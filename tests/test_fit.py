@@ -7,7 +7,7 @@ import pytest
 import xarray as xr
 from scipy import stats
 
-from sgdsweep.fit import fit_ensemble, fit_power_law
+from sgdsweep.analysis.fit import fit_ensemble, fit_power_law
 
 
 def _synthetic(a=1.0, b=-1.0, amp=0.3, rel_se=0.01, seed=0):
@@ -159,7 +159,7 @@ def test_bootstrap_intervals_cover_the_true_exponents():
 # --- collapse ------------------------------------------------------------------------------------------------
 
 def test_perfect_collapse_has_spread_consistent_with_zero_and_a_broken_one_does_not():
-    from sgdsweep.fit import fit_collapse
+    from sgdsweep.analysis.fit import fit_collapse
 
     inside, estimates = 0, []
     for seed in range(40):
@@ -185,7 +185,7 @@ def test_perfect_collapse_has_spread_consistent_with_zero_and_a_broken_one_does_
 
 
 def test_collapse_without_shared_values_is_an_error_not_a_number():
-    from sgdsweep.fit import fit_collapse
+    from sgdsweep.analysis.fit import fit_collapse
 
     res = fit_collapse(np.array([0.1, 0.2, 0.3]), np.ones(3), np.full(3, 0.01))
     assert "no two usable points" in res["error"] and "params" not in res
@@ -207,7 +207,7 @@ def _escape_data(slope=0.5, intercept=2.0, lrs=(0.05, 0.0625, 0.08, 0.1), replic
 
 
 def test_escape_fit_recovers_slope_and_names_the_supported_law():
-    from sgdsweep.fit import fit_escape
+    from sgdsweep.analysis.fit import fit_escape
 
     lr, tau, se, tau_true, times, escaped = _escape_data()
     wrong = np.exp(0.8 / lr) / lr  # a power law with a different slope
@@ -222,7 +222,7 @@ def test_escape_fit_recovers_slope_and_names_the_supported_law():
 
 
 def test_escape_fit_bootstrap_matches_analytic_errors_and_excludes_points_without_escapes():
-    from sgdsweep.fit import fit_escape
+    from sgdsweep.analysis.fit import fit_escape
 
     lr, tau, se, tau_true, times, escaped = _escape_data(seed=3)
     boot = fit_escape(lr, tau, se, times=times, escaped=escaped, bootstrap=400)
@@ -281,7 +281,7 @@ def test_wigner_fit_accepts_a_pair_and_rejects_independent_eigenvalues():
 
 
 def test_flatness_exponent_recovers_psi_and_flags_a_wrong_theory():
-    from sgdsweep.fit.spectra import flatness_exponent
+    from sgdsweep.analysis.fit.spectra import flatness_exponent
 
     rng = np.random.default_rng(0)
     curv = np.geomspace(0.01, 1.0, 12)
@@ -297,7 +297,7 @@ def test_flatness_exponent_recovers_psi_and_flags_a_wrong_theory():
 def test_flatness_theory_uses_its_own_curvatures():
     """A single layer: the theory ψ is fitted along the theory's own modes (its curvatures), not at
     the measured modes' curvatures."""
-    from sgdsweep.fit.spectra import flatness_exponent
+    from sgdsweep.analysis.fit.spectra import flatness_exponent
 
     curv = np.geomspace(0.1, 1.0, 8)
     measured = 1e-3 * np.ones(8) * np.exp(0.01 * (np.arange(8) % 3))
@@ -313,7 +313,7 @@ def test_flatness_line_is_scipy_linregress():
     error, r), including an exact line (r = ±1)."""
     from scipy import stats
 
-    from sgdsweep.fit.spectra import _line
+    from sgdsweep.analysis.fit.spectra import _line
 
     rng = np.random.default_rng(7)
     for x, y in [(rng.standard_normal(n), rng.standard_normal(n)) for n in (3, 8, 40)] + [
@@ -328,8 +328,8 @@ def test_verdict_says_whether_the_deviations_from_a_power_law_are_those_of_the_e
     """A curved law (not a power law): with the exact theory the measurements follow, the rejected
     power law is explained (good); with a pure power law as the theory it is not (bad); without a
     theory it is a note, never a pass."""
-    from sgdsweep.fit import verdicts
-    from sgdsweep.fit.verdict import judge
+    from sgdsweep.analysis.fit import verdicts
+    from sgdsweep.analysis.fit.verdict import judge
 
     lr, s, _, se, truth = _synthetic(rel_se=0.002, seed=5)
     exact = truth * (1 + 2 * lr)
@@ -364,7 +364,7 @@ def _single_layer(n_points: int = 3, modes: int = 6) -> xr.Dataset:
 
 
 def test_flatness_runs_on_a_single_layer_model_only_when_asked_for():
-    from sgdsweep.fit import SINGLE_LAYER_FLATNESS
+    from sgdsweep.analysis.fit import SINGLE_LAYER_FLATNESS
 
     off = {"power_law": {"enabled": False}, "linear_scaling": {"enabled": False}, "wigner": {"enabled": False}}
     default = fit_ensemble(_single_layer(), {**off, "flatness": {"enabled": True, "layer": None}})

@@ -1,4 +1,4 @@
-"""The fused kernel (sgdsweep.fused) against the numpy engine on the same random numbers.
+"""The fused kernel (sgdsweep.sim.fused) against the numpy engine on the same random numbers.
 
 Both paths consume the same per-lane uniform and normal streams, so for every supported model,
 noise type and observable every accumulator must agree to floating-point rounding — including
@@ -16,11 +16,11 @@ import numba
 import numpy as np
 import pytest
 
-from sgdsweep import engine, fused, pcg64
-from sgdsweep.config import build_sweep
 from sgdsweep.models import get_model
-from sgdsweep.observables import ObserveSpec
-from sgdsweep.simulate import replica_streams
+from sgdsweep.sim import engine, fused, pcg64
+from sgdsweep.sim.observables import ObserveSpec
+from sgdsweep.sim.simulate import replica_streams
+from sgdsweep.sweep.config import build_sweep
 
 
 def _problem(model: dict[str, Any]):
@@ -386,9 +386,9 @@ def test_threads_env_is_checked(monkeypatch):
 
 
 def test_vectorisable_exp_is_within_two_ulp():
-    """sgdsweep.vecmath.exp against np.exp on its whole range [−708, 709] and densely near 0
+    """sgdsweep.sim.vecmath.exp against np.exp on its whole range [−708, 709] and densely near 0
     (dropping a Taylor term or the low part of ln 2 breaks the bound), clamped beyond it."""
-    from sgdsweep.vecmath import exp
+    from sgdsweep.sim.vecmath import exp
 
     @numba.njit
     def each(x, out):  # pragma: no cover - compiled
@@ -417,8 +417,8 @@ def test_cached_kernels_are_rebuilt_when_their_dependencies_change():
     tree = ast.parse(Path(fused.__file__).read_text())
     needed = set()
     for node in tree.body:
-        if isinstance(node, ast.ImportFrom) and node.level == 1:
-            module = import_module(f"sgdsweep.{node.module}")
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sgdsweep."):
+            module = import_module(node.module)
             for alias in node.names:
                 obj = getattr(module, alias.name)
                 if isinstance(obj, (numba.core.registry.CPUDispatcher, int, float)) or hasattr(obj, "_defn"):
@@ -426,4 +426,4 @@ def test_cached_kernels_are_rebuilt_when_their_dependencies_change():
     assert needed == set(fused.COMPILED_DEPENDENCIES), needed
     assert fused.dependency_digest() == fused.DEPENDENCY_DIGEST, (
         f"{', '.join(fused.COMPILED_DEPENDENCIES)} changed: set DEPENDENCY_DIGEST = "
-        f"{fused.dependency_digest()!r} in sgdsweep/fused.py (that edit makes Numba compile its cached kernels again)")
+        f"{fused.dependency_digest()!r} in sgdsweep/sim/fused.py (that edit makes Numba compile its cached kernels again)")

@@ -1,4 +1,4 @@
-"""The GPU path (:mod:`sgdsweep.gpu`): its counter-based indices, its numpy reference against
+"""The GPU path (:mod:`sgdsweep.sim.gpu`): its counter-based indices, its numpy reference against
 the exact theory, and — where CuPy sees a CUDA device — the kernel against the reference.
 
 CI has no GPU: there the kernel test is skipped and the reference, which defines the kernel's
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from sgdsweep import gpu
 from sgdsweep.models import linear
+from sgdsweep.sim import gpu
 from sgdsweep.theory import linear as th
 
 

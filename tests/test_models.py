@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sgdsweep.config import build_sweep
+from sgdsweep.sweep.config import build_sweep
 
 CASES = {
     "quadratic": {"model": {"kind": "quadratic", "curvatures": [1.0, 0.3], "noise_cov": [[1.0, 0.2], [0.2, 1.0]]},

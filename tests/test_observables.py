@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sgdsweep import observables as obs
+from sgdsweep.sim import observables as obs
 
 
 class _Problem:

@@ -1,4 +1,4 @@
-"""The compiled PCG64 stream (sgdsweep.pcg64) against NumPy's Generator.random."""
+"""The compiled PCG64 stream (sgdsweep.sim.pcg64) against NumPy's Generator.random."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numba
 import numpy as np
 import pytest
 
-from sgdsweep import pcg64
+from sgdsweep.sim import pcg64
 
 
 @numba.njit

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from conftest import make_finished_sweep, run_cli, run_snakemake, tiny_config, write_yaml
 
-from sgdsweep.config import build_sweep
-from sgdsweep.plan import PlanFiles, explain, failed_marker
+from sgdsweep.sweep.config import build_sweep
+from sgdsweep.sweep.plan import PlanFiles, explain, failed_marker
 
 
 def _reasons(root: Path, **sections) -> dict[str, str]:
@@ -83,12 +83,12 @@ MEASURED_CASES = {  # (config, replicas): the full covariance, the diagonal and 
 
 @pytest.mark.parametrize("case", sorted(MEASURED_CASES))
 def test_memory_estimate_is_within_a_factor_2_of_the_measured_peak(tmp_path, case):
-    """The estimate of one task (sgdsweep.cost) against the peak that tracemalloc measures while
+    """The estimate of one task (sgdsweep.sweep.cost) against the peak that tracemalloc measures while
     simulate_points runs that task (after a warm-up that compiles and imports): 10–60 MB here."""
     import tracemalloc
 
-    from sgdsweep.cost import tasks
-    from sgdsweep.simulate import simulate_points
+    from sgdsweep.sim.simulate import simulate_points
+    from sgdsweep.sweep.cost import tasks
 
     cfg, replicas = MEASURED_CASES[case]
     sweep = build_sweep({"sweep": "m", **cfg, "dynamics": {"steps": 200, "replicas": replicas, "burn_in": 50}})
@@ -121,7 +121,7 @@ def test_plan_prints_the_estimated_cost(tmp_path):
 def test_time_and_memory_follow_the_work(tmp_path):
     """The estimates scale as the work does: twice the replicas, twice the replica-steps and
     (beyond the fixed part) twice the memory per task; only the points to simulate count."""
-    from sgdsweep.cost import tasks
+    from sgdsweep.sweep.cost import tasks
 
     base = tiny_config(results_dir=str(tmp_path / "results"))
     small = tasks(build_sweep(base))

@@ -10,9 +10,9 @@ from html.parser import HTMLParser
 import numpy as np
 import xarray as xr
 
-from sgdsweep.fit import fit_ensemble
-from sgdsweep.fit.verdict import num, pvalue
-from sgdsweep.report import build_report
+from sgdsweep.analysis.fit import fit_ensemble
+from sgdsweep.analysis.fit.verdict import num, pvalue
+from sgdsweep.analysis.report import build_report
 
 
 class _Parse(HTMLParser):
@@ -107,7 +107,7 @@ def _with_momentum(ds: xr.Dataset, values=(0.0, 0.2, 0.4, 0.6, 0.8, 0.9)) -> xr.
 def test_many_groups_get_an_overview_and_a_few_figures(tmp_path):
     """With more groups than MAX_GROUP_FIGURES, every group keeps its table, a few get their own
     figure, one overview figure shows them all, and the report says so."""
-    from sgdsweep.report import MAX_GROUP_FIGURES
+    from sgdsweep.analysis.report import MAX_GROUP_FIGURES
 
     fits, page, parser = _report(_with_momentum(_ensemble(1.0)), tmp_path)
     assert len(fits["power_law"]) == 6 > MAX_GROUP_FIGURES
@@ -137,7 +137,7 @@ def test_figure_workers_are_forked_only_from_a_single_threaded_process():
     import sys
     import threading
 
-    from sgdsweep.report import figure_pool
+    from sgdsweep.analysis.report import figure_pool
 
     stop = threading.Event()
     other = threading.Thread(target=stop.wait)
@@ -150,7 +150,7 @@ def test_figure_workers_are_forked_only_from_a_single_threaded_process():
     finally:
         stop.set()
         other.join()
-    code = ("from sgdsweep.report import figure_pool; p = figure_pool(2); "
+    code = ("from sgdsweep.analysis.report import figure_pool; p = figure_pool(2); "
             "print(p._mp_context.get_start_method(), p.submit(sum, [1, 2]).result()); p.shutdown()")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["fork", "3"]
@@ -180,8 +180,7 @@ def test_report_figures_are_matplotlibs_own_tight_pngs(tmp_path):
     rewritten labels."""
     from matplotlib import ticker
 
-    from sgdsweep import figures
-
+    from sgdsweep.analysis import figures
     ds = _ensemble(1.0)
     fits = fit_ensemble(ds, {"confidence": 0.95, "bootstrap": 0})
     build_report(ds, fits, SPEC, figures_dir=tmp_path)
@@ -200,7 +199,7 @@ def test_report_figures_are_matplotlibs_own_tight_pngs(tmp_path):
 
 def test_png_holds_a_legend_outside_the_figure():
     """A legend placed beyond the figure's edge is inside the PNG, as with ``savefig(bbox_inches="tight")``."""
-    from sgdsweep.plotting import plt, png
+    from sgdsweep.analysis.plotting import plt, png
 
     fig, ax = plt.subplots(figsize=(6, 4))
     fig.subplots_adjust(left=0.3, bottom=0.4, right=0.95, top=0.85)
@@ -247,8 +246,7 @@ def test_report_leads_with_the_headline_numbers_and_an_honest_verdict(tmp_path):
 
 
 def test_coverage_map_only_when_the_grid_has_gaps_or_divergence(tmp_path):
-    from sgdsweep import figures
-
+    from sgdsweep.analysis import figures
     ds = _ensemble(1.0)
     assert not figures.coverage_worth_showing(ds)
     assert figures.coverage_worth_showing(ds.isel(point=slice(1, None)))  # a gap
@@ -302,8 +300,8 @@ def test_two_layer_figures_name_every_swept_axis_and_have_no_empty_panel():
     """hidden_width × lr without an exact theory: no "(no theory)" panel, spectrum panels with
     distinct titles naming hidden_width, legends naming the other axis, no pseudo-unit on
     hidden_width, integer ticks for it, and no overlapping tick labels in any figure."""
-    from sgdsweep import figures
-    from sgdsweep.plotting import overlapping_tick_labels, png
+    from sgdsweep.analysis import figures
+    from sgdsweep.analysis.plotting import overlapping_tick_labels, png
 
     ds = _two_layer_like()
     drawn = {"weight_var": figures.weight_var_against_ratio(ds), "spectra": figures.spectra(ds),
@@ -336,7 +334,7 @@ def test_two_layer_figures_name_every_swept_axis_and_have_no_empty_panel():
 def test_overlapping_tick_labels_are_thinned():
     """A log axis over one decade labels its minor ticks; on a narrow axis they collide: drawn, the
     PNG keeps only labels that clear each other."""
-    from sgdsweep.plotting import overlapping_tick_labels, plt, png
+    from sgdsweep.analysis.plotting import overlapping_tick_labels, plt, png
 
     fig, ax = plt.subplots(figsize=(3, 2))
     ax.plot([2.8e-4, 4.3e-3], [1, 2])

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from sgdsweep.fit import fit_ensemble
-from sgdsweep.fit.verdict import HEADLINE, parameter_sentence
-from sgdsweep.report import build_report
+from sgdsweep.analysis.fit import fit_ensemble
+from sgdsweep.analysis.fit.verdict import HEADLINE, parameter_sentence
+from sgdsweep.analysis.report import build_report
 
 #: The first screen a reader sees (a common laptop display).
 VIEWPORT = {"width": 1366, "height": 768}

@@ -11,13 +11,13 @@ import pytest
 import scipy.stats
 import yaml
 
-from sgdsweep import store
-from sgdsweep.aggregate import build_ensemble
-from sgdsweep.config import build_sweep
-from sgdsweep.execute import make_batches
-from sgdsweep.fit import fit_ensemble
-from sgdsweep.plan import write_plan
-from sgdsweep.simulate import simulate_points
+from sgdsweep.analysis.fit import fit_ensemble
+from sgdsweep.run.execute import make_batches
+from sgdsweep.sim.simulate import simulate_points
+from sgdsweep.store import points as point_store
+from sgdsweep.store.aggregate import build_ensemble
+from sgdsweep.sweep.config import build_sweep
+from sgdsweep.sweep.plan import write_plan
 
 SWEEPS = Path(__file__).resolve().parents[1] / "config" / "sweeps"
 
@@ -45,7 +45,7 @@ def _run(name: str, tmp_path, **changes) -> list[dict]:
     sweep = build_sweep(_reduced(name, tmp_path, changes))
     for batch in make_batches([p.spec() for p in sweep.points], 16):
         simulate_points(batch, str(tmp_path))
-    return [store.read_attrs(store.point_path(tmp_path, p.hash)) for p in sweep.points]
+    return [point_store.read_attrs(point_store.point_path(tmp_path, p.hash)) for p in sweep.points]
 
 
 def test_liu2021_variance_is_discrete_not_continuous(tmp_path):
@@ -78,12 +78,12 @@ def test_gross2024_detailed_balance_fails_near_p_equal_n(tmp_path):
     the exact one. (16 replicas gave up to 25 % on a data set with slow modes.)"""
     (attrs,) = _run("gross2024_spectrum", tmp_path, grid__samples_per_param=1.5, dynamics__steps=60000,
                     dynamics__replicas=64)
-    path = store.point_path(tmp_path, attrs["point_hash"])
-    measured, exact, balance = (store.read_array(path, n) for n in (
+    path = point_store.point_path(tmp_path, attrs["point_hash"])
+    measured, exact, balance = (point_store.read_array(path, n) for n in (
         "weight_cov_eigenvalues", "weight_cov_eigenvalues_theory", "weight_cov_eigenvalues_theory_detailed_balance"))
     assert np.max(np.abs(measured / exact - 1)) < 0.15
     assert balance[-1] / exact[-1] < 0.6
-    q, q_exact = store.read_array(path, "q_eigenvalues")[0], store.read_array(path, "q_eigenvalues_theory")[0]
+    q, q_exact = point_store.read_array(path, "q_eigenvalues")[0], point_store.read_array(path, "q_eigenvalues_theory")[0]
     assert abs(q / q_exact - 1) < 0.1
 
 
@@ -134,8 +134,8 @@ def test_han2021_fdr_white_noise_and_broken_symmetry_on_digits(tmp_path):
     assert s["noise_whiteness"] < 0.04 and 0.02 < s["q_ratio"] < 0.3 and s["fdr_residual"] < 0.25, s
     # Fig. 2 (bottom): the Fourier profiles of both sides coincide (measured 0.010), with the image
     # period a = 8 pixels as a peak at k_x = 2π/8 (j = 64/8 = 8: 0.58 measured)
-    path = store.point_path(tmp_path, attrs["point_hash"])
-    lhs, noise = store.read_array(path, "fdr_fourier_lhs"), store.read_array(path, "fdr_fourier_noise")
+    path = point_store.point_path(tmp_path, attrs["point_hash"])
+    lhs, noise = point_store.read_array(path, "fdr_fourier_lhs"), point_store.read_array(path, "fdr_fourier_noise")
     assert s["fdr_fourier_mismatch"] < 0.05 and lhs[8] > 0.3 and noise[8] > 0.3 and lhs[8] > 3 * lhs[4], (lhs, noise)
 
 

@@ -1,10 +1,10 @@
-"""Estimators of a point's result (sgdsweep.results) that are not plain replica means."""
+"""Estimators of a point's result (sgdsweep.sim.results) that are not plain replica means."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from sgdsweep.results import JACKKNIFE_GROUPS, jackknife_se
+from sgdsweep.sim.results import JACKKNIFE_GROUPS, jackknife_se
 
 
 def test_jackknife_of_a_mean_is_its_standard_error():

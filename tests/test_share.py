@@ -15,10 +15,10 @@ import xarray as xr
 import zarr
 from conftest import make_finished_sweep, run_cli, run_snakemake
 
-from sgdsweep.aggregate import write_ensemble
-from sgdsweep.config import build_sweep
 from sgdsweep.errors import UsageError
-from sgdsweep.share import ShareError, export_sweep, import_sweep, merge_exports, verify
+from sgdsweep.store.aggregate import write_ensemble
+from sgdsweep.store.share import ShareError, export_sweep, import_sweep, merge_exports, verify
+from sgdsweep.sweep.config import build_sweep
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +88,7 @@ def _crafted(src: Path, dest: Path, change_manifest=None, extra=None) -> Path:
     written after the original ones."""
     import hashlib
 
-    from sgdsweep.share import COMMENT_PREFIX, MANIFEST
+    from sgdsweep.store.share import COMMENT_PREFIX, MANIFEST
 
     with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dest, "w") as zout:
         text = zin.read(MANIFEST)
@@ -249,7 +249,7 @@ def _forged(src: Path, dest: Path, change=None, add=(), replace=None) -> Path:
     comment's checksum is recomputed to match."""
     import hashlib
 
-    from sgdsweep.share import COMMENT_PREFIX, MANIFEST
+    from sgdsweep.store.share import COMMENT_PREFIX, MANIFEST
 
     def blocks(data):
         return [data] if isinstance(data, bytes) else data()
@@ -399,8 +399,7 @@ def _zeros(megabytes: int):
 def test_zip_bomb_and_sizes_are_refused_before_reading(exported, tmp_path, monkeypatch):
     """The sizes a zip declares are checked before a member is read: all together against the
     file's size (a zip bomb), each against the manifest and against the limits."""
-    from sgdsweep import share_verify
-
+    from sgdsweep.store import share_verify
     _, dest, _ = exported
     bomb = zipfile.ZipInfo("weight_var/c/1")
     bomb.compress_type = zipfile.ZIP_DEFLATED
@@ -444,7 +443,7 @@ def test_import_drops_execution_and_names_its_own_directory(exported, tmp_path, 
     """The execution section describes the exporting machine: an export cannot choose where this
     machine's scheduler listens or which scheduler or cluster it uses. The imported config names
     the imported directory whatever the working directory it runs from."""
-    from sgdsweep.config import load_sweep
+    from sgdsweep.sweep.config import load_sweep
 
     _, dest, _ = exported
     execution = {"host": "0.0.0.0", "scheduler": "tcp://elsewhere:8786", "cluster": "slurm", "workers": 64}

@@ -15,67 +15,68 @@ import xarray as xr
 import zarr
 from conftest import as_directory_store, tiny_config
 
-from sgdsweep import aggregate, store
-from sgdsweep.aggregate import build_ensemble, open_ensemble, write_ensemble
-from sgdsweep.config import build_sweep
 from sgdsweep.errors import StoreError, UsageError
-from sgdsweep.execute import make_batches
-from sgdsweep.plan import write_plan
-from sgdsweep.simulate import simulate_points
+from sgdsweep.run.execute import make_batches
+from sgdsweep.sim.simulate import simulate_points
+from sgdsweep.store import aggregate
+from sgdsweep.store import points as point_store
+from sgdsweep.store.aggregate import build_ensemble, open_ensemble, write_ensemble
+from sgdsweep.sweep.config import build_sweep
+from sgdsweep.sweep.plan import write_plan
 
 
 def test_point_store_round_trip_and_atomicity(tmp_path):
-    path = store.point_path(tmp_path, "abc123")
+    path = point_store.point_path(tmp_path, "abc123")
     arrays = {"x": (("replica",), np.arange(4.0)), "m": (("param", "param_t"), np.eye(2))}
-    assert store.write_point(path, arrays, {"summary": {"weight_var": 1.5}, "params": {"lr": 0.1}})
-    assert store.is_complete(path)
-    assert store.read_attrs(path)["summary"]["weight_var"] == 1.5
-    np.testing.assert_array_equal(store.read_array(path, "x"), np.arange(4.0))
+    assert point_store.write_point(path, arrays, {"summary": {"weight_var": 1.5}, "params": {"lr": 0.1}})
+    assert point_store.is_complete(path)
+    assert point_store.read_attrs(path)["summary"]["weight_var"] == 1.5
+    np.testing.assert_array_equal(point_store.read_array(path, "x"), np.arange(4.0))
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".")]  # no temporary left behind
     # an existing complete store is kept, not overwritten
-    assert not store.write_point(path, {"x": (("replica",), np.zeros(4))}, {"summary": {}})
-    np.testing.assert_array_equal(store.read_array(path, "x"), np.arange(4.0))
+    assert not point_store.write_point(path, {"x": (("replica",), np.zeros(4))}, {"summary": {}})
+    np.testing.assert_array_equal(point_store.read_array(path, "x"), np.arange(4.0))
     assert os.listdir(tmp_path) == ["abc123.zarr.zip"]  # one file per point
     with zarr.storage.ZipStore(path, mode="r") as zipped:  # point stores open with plain xarray too
         ds = xr.open_zarr(zipped, consolidated=False).load()
     assert ds["m"].dims == ("param", "param_t")
     np.testing.assert_array_equal(ds["x"].values, np.arange(4.0))
-    assert store.has_array(path, "m") and not store.has_array(path, "absent")
+    assert point_store.has_array(path, "m") and not point_store.has_array(path, "absent")
     with pytest.raises(ValueError, match=r"\.zarr\.zip"):
-        store.write_point(tmp_path / "abc123.zarr", arrays, {})
+        point_store.write_point(tmp_path / "abc123.zarr", arrays, {})
 
 
 def test_incomplete_or_corrupt_store_is_detected(tmp_path):
-    path = store.point_path(tmp_path, "dead")
+    path = point_store.point_path(tmp_path, "dead")
     path.write_bytes(b"PK\x03\x04 truncated")
-    assert not store.is_complete(path)
+    assert not point_store.is_complete(path)
     with pytest.raises(StoreError, match="rerun the workflow"):
-        store.read_attrs(path)
+        point_store.read_attrs(path)
     files = {"zarr.json": json.dumps({"zarr_format": 3, "node_type": "group", "attributes": {}}).encode()}
     path.unlink()
-    assert store.place_point(path, files)
+    assert point_store.place_point(path, files)
     with pytest.raises(StoreError, match="incomplete"):
-        store.read_attrs(path)
+        point_store.read_attrs(path)
     # a rewrite replaces the incomplete store
-    assert store.write_point(path, {"x": (("replica",), np.ones(2))}, {"summary": {}})
-    assert store.is_complete(path)
+    assert point_store.write_point(path, {"x": (("replica",), np.ones(2))}, {"summary": {}})
+    assert point_store.is_complete(path)
     # the group's metadata is read from the first member's local header; a zip written otherwise
     # (zarr.json not first) is read through its central directory, and a damaged one is refused
     meta = path.read_bytes()
-    other = store.point_path(tmp_path, "other")
+    other = point_store.point_path(tmp_path, "other")
     with zipfile.ZipFile(path) as zf, zipfile.ZipFile(other, "w") as out:
         for name in sorted(zf.namelist(), reverse=True):
             out.writestr(name, zf.read(name))
-    assert store.read_attrs(other) == store.read_attrs(path)
-    big = store.point_path(tmp_path, "big")  # a group's zarr.json longer than a few kB
-    store.write_point(big, {"x": (("replica",), np.ones(2))}, {"summary": {"text": "x" * 10_000}})
+    assert point_store.read_attrs(other) == point_store.read_attrs(path)
+    big = point_store.point_path(tmp_path, "big")  # a group's zarr.json longer than a few kB
+    point_store.write_point(big, {"x": (("replica",), np.ones(2))}, {"summary": {"text": "x" * 10_000}})
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(zipfile.ZipFile, "read", None)  # sliced from the local header, not through zipfile
-        assert store.read_attrs(big)["summary"]["text"] == "x" * 10_000
+        assert point_store.read_attrs(big)["summary"]["text"] == "x" * 10_000
     at = meta.index(b'"sgdsweep_complete": true')
     path.write_bytes(meta[:at] + meta[at:].replace(b"true", b"TRUE", 1))  # the CRC no longer matches
     with pytest.raises(StoreError, match="damaged"):
-        store.read_attrs(path)
+        point_store.read_attrs(path)
 
 
 def _flip(path, at: int) -> None:
@@ -90,10 +91,10 @@ def test_damaged_zip_store_is_not_complete(tmp_path):
     file. A store written without the checksum comment is checked member by member."""
     values = np.arange(64.0)
     arrays = {"x": (("replica",), values), "m": (("i", "j"), np.eye(3))}
-    path = store.point_path(tmp_path, "p")
-    store.write_point(path, arrays, {"summary": {"weight_var": 1.0}})
+    path = point_store.point_path(tmp_path, "p")
+    point_store.write_point(path, arrays, {"summary": {"weight_var": 1.0}})
     good = path.read_bytes()
-    assert good.endswith(b"%08x" % zlib.crc32(good[:-8])) and store.CHECKSUM_MARKER in good[-30:]
+    assert good.endswith(b"%08x" % zlib.crc32(good[:-8])) and point_store.CHECKSUM_MARKER in good[-30:]
     chunk_at = good.index(values.tobytes()) + 100
     damaged = {"half": good[: len(good) // 2], "last member cut": good[: good.rindex(b"PK\x01\x02")],
                "end cut": good[:-3]}
@@ -103,28 +104,28 @@ def test_damaged_zip_store_is_not_complete(tmp_path):
         damaged[f"byte {at} flipped"] = bytes(raw)
     for what, raw in damaged.items():
         path.write_bytes(raw)
-        assert not store.is_complete(path), what
-        assert store.complete_points(tmp_path, ["p"]) == set(), what
+        assert not point_store.is_complete(path), what
+        assert point_store.complete_points(tmp_path, ["p"]) == set(), what
         with pytest.raises(StoreError, match=f"point store {path} is (damaged|missing or unreadable)"):
-            store.read_attrs(path)
+            point_store.read_attrs(path)
         with pytest.raises(zipfile.BadZipFile):
-            store.PointFiles(path)
-        assert store.write_point(path, arrays, {"summary": {"weight_var": 1.0}}), what  # replaced
+            point_store.PointFiles(path)
+        assert point_store.write_point(path, arrays, {"summary": {"weight_var": 1.0}}), what  # replaced
         assert path.read_bytes() == good
     # cut exactly before its comment, every member intact: read as a store without checksum
-    path.write_bytes(good[: -len(store.CHECKSUM_MARKER) - 8])
-    assert store.is_complete(path)
+    path.write_bytes(good[: -len(point_store.CHECKSUM_MARKER) - 8])
+    assert point_store.is_complete(path)
     # a zip written without the comment (by zipfile alone): every member's CRC-32 is checked
-    with store.PointFiles(path) as files:
+    with point_store.PointFiles(path) as files:
         members = dict(files)
     with zipfile.ZipFile(path, "w") as zf:
         for key, data in sorted(members.items(), key=lambda kv: kv[0] != "zarr.json"):
             zf.writestr(key, data)
-    assert store.is_complete(path)
+    assert point_store.is_complete(path)
     _flip(path, path.read_bytes().index(values.tobytes()) + 100)
-    assert not store.is_complete(path)
+    assert not point_store.is_complete(path)
     with pytest.raises(StoreError, match="member 'x/c.0' fails its CRC-32"):
-        store.read_attrs(path)
+        point_store.read_attrs(path)
 
 
 
@@ -132,56 +133,56 @@ def test_point_files_slice_stored_members_and_check_them(tmp_path):
     """A zip store's members are sliced from its bytes at their local headers (not through
     zipfile.ZipFile.read); a flipped byte fails the CRC-32 and is reported as zipfile reports
     it; compressed members (a zip sgdsweep did not write) are read by zipfile."""
-    path = store.point_path(tmp_path, "p")
+    path = point_store.point_path(tmp_path, "p")
     values = np.arange(4.0)
-    store.write_point(path, {"x": (("replica",), values)}, {"summary": {}})
-    with store.PointFiles(path) as files, pytest.MonkeyPatch.context() as mp:
+    point_store.write_point(path, {"x": (("replica",), values)}, {"summary": {}})
+    with point_store.PointFiles(path) as files, pytest.MonkeyPatch.context() as mp:
         mp.setattr(zipfile.ZipFile, "read", None)
         np.testing.assert_array_equal(np.frombuffer(files["x/c.0"]), values)
         members = {key: files[key] for key in files}
         with pytest.raises(KeyError):
             files["y/c.0"]
-    deflated = store.point_path(tmp_path, "deflated")
+    deflated = point_store.point_path(tmp_path, "deflated")
     with zipfile.ZipFile(deflated, "w", zipfile.ZIP_DEFLATED) as out:
         for key, data in members.items():
             out.writestr(key, data)
-    with store.PointFiles(deflated) as files:
+    with point_store.PointFiles(deflated) as files:
         assert {key: files[key] for key in files} == members
     raw = path.read_bytes()
     at = raw.index(values.tobytes())
     path.write_bytes(raw[:at] + bytes([raw[at] ^ 1]) + raw[at + 1:])
     with pytest.raises(zipfile.BadZipFile, match="CRC"):  # the store is checked whole when opened
-        store.PointFiles(path)
+        point_store.PointFiles(path)
 
 def test_directory_stores_of_layout_1_are_read_and_kept(tmp_path):
     """Stores written by earlier sgdsweep versions (a directory per point) are found, read and
     never overwritten; an incomplete one is replaced by a zip store."""
     arrays = {"x": (("replica",), np.arange(3.0)), "m": (("i", "j"), np.eye(2))}
     for h in ("old", "broken"):
-        store.write_point(store.point_path(tmp_path, h), arrays, {"summary": {"h": h}})
-        as_directory_store(store.point_path(tmp_path, h))
-    old, broken = store.point_path(tmp_path, "old"), store.point_path(tmp_path, "broken")
+        point_store.write_point(point_store.point_path(tmp_path, h), arrays, {"summary": {"h": h}})
+        as_directory_store(point_store.point_path(tmp_path, h))
+    old, broken = point_store.point_path(tmp_path, "old"), point_store.point_path(tmp_path, "broken")
     assert old.is_dir() and old.name == "old.zarr"
     (broken / "zarr.json").write_text("{")
-    assert store.complete_points(tmp_path, ["old", "broken", "absent"]) == {"old"}
-    assert store.read_attrs(old)["summary"] == {"h": "old"} and store.has_array(old, "m")
-    np.testing.assert_array_equal(store.read_array(old, "x"), np.arange(3.0))
+    assert point_store.complete_points(tmp_path, ["old", "broken", "absent"]) == {"old"}
+    assert point_store.read_attrs(old)["summary"] == {"h": "old"} and point_store.has_array(old, "m")
+    np.testing.assert_array_equal(point_store.read_array(old, "x"), np.arange(3.0))
     np.testing.assert_array_equal(aggregate.read_point_arrays(old, ["m"])["m"], np.eye(2))
-    with store.PointFiles(old) as files:
+    with point_store.PointFiles(old) as files:
         assert list(files) == ["m/c.0.0", "m/zarr.json", "x/c.0", "x/zarr.json", "zarr.json"]
         assert len(files) == 5 and "x/c.0" in files and "x/c.1" not in files
     zipped = tmp_path / "old.zarr.zip"
-    assert not store.write_point(zipped, {"x": (("replica",), np.zeros(3))}, {})  # the same point: kept
+    assert not point_store.write_point(zipped, {"x": (("replica",), np.zeros(3))}, {})  # the same point: kept
     assert not zipped.exists()
-    assert store.write_point(tmp_path / "broken.zarr.zip", arrays, {"summary": {"h": "new"}})
-    assert not broken.exists() and store.read_attrs(store.point_path(tmp_path, "broken"))["summary"] == {"h": "new"}
+    assert point_store.write_point(tmp_path / "broken.zarr.zip", arrays, {"summary": {"h": "new"}})
+    assert not broken.exists() and point_store.read_attrs(point_store.point_path(tmp_path, "broken"))["summary"] == {"h": "new"}
 
 
 def test_stale_temporaries_of_killed_writes_are_removed(tmp_path):
     """What a killed write left (a temporary zip, or a layout-1 temporary directory) is removed
     once it is older than STALE_TEMPORARY_SECONDS, for the points asked about only; a younger
     one may be a write in progress and stays, as do stores and other files."""
-    old = os.path.getmtime(tmp_path) - store.STALE_TEMPORARY_SECONDS - 60
+    old = os.path.getmtime(tmp_path) - point_store.STALE_TEMPORARY_SECONDS - 60
 
     def make(name: str, age: float | None = old, directory: bool = False):
         path = tmp_path / name
@@ -194,18 +195,18 @@ def test_stale_temporaries_of_killed_writes_are_removed(tmp_path):
             os.utime(path, (age, age))
         return path
 
-    store.write_point(store.point_path(tmp_path, "a1"), {"x": (("replica",), np.ones(2))}, {})
+    point_store.write_point(point_store.point_path(tmp_path, "a1"), {"x": (("replica",), np.ones(2))}, {})
     stale = [make(".a1.zarr.zip.tmp-0badf00d"), make(".b2.zarr.tmp-12345678", directory=True)]
     kept = [make(".a1.zarr.zip.tmp-live0001", age=None),  # young: possibly being written
             make(".c3.zarr.zip.tmp-0badf00d"),  # not one of the points asked about
             make(".a1.zarr.zip.old-0badf00d"),  # not a store's temporary
             make("a1.zarr.zip.tmp-0badf00d")]
-    removed = store.remove_stale_temporaries(tmp_path, ["a1", "b2", "absent"])
+    removed = point_store.remove_stale_temporaries(tmp_path, ["a1", "b2", "absent"])
     assert sorted(removed) == sorted(stale)
     assert not any(p.exists() for p in stale) and all(p.exists() for p in kept)
-    assert store.is_complete(store.point_path(tmp_path, "a1"))
-    assert store.remove_stale_temporaries(tmp_path, ["a1", "b2"]) == []
-    assert store.remove_stale_temporaries(tmp_path / "absent", ["a1"]) == []
+    assert point_store.is_complete(point_store.point_path(tmp_path, "a1"))
+    assert point_store.remove_stale_temporaries(tmp_path, ["a1", "b2"]) == []
+    assert point_store.remove_stale_temporaries(tmp_path / "absent", ["a1"]) == []
 
 
 def test_simulate_aggregate_round_trip(tmp_path):
@@ -252,8 +253,8 @@ def test_repeated_signatures_write_the_same_stores_as_zarr(tmp_path):
                 "e": (("mode",), np.zeros(0)),
                 "z": (("replica",), np.zeros(5))}  # all fill value: Zarr writes no chunk
     for seed in range(3):
-        path = store.point_path(tmp_path, f"p{seed}")
-        assert store.write_point(path, arrays(seed), {"seed": seed, "x": [1.5, None]})
+        path = point_store.point_path(tmp_path, f"p{seed}")
+        assert point_store.write_point(path, arrays(seed), {"seed": seed, "x": [1.5, None]})
         with zarr.storage.ZipStore(path, mode="r") as zipped:
             group = zarr.open_group(zipped, mode="r")
             for name, (dims, data, *_) in arrays(seed).items():
@@ -261,9 +262,9 @@ def test_repeated_signatures_write_the_same_stores_as_zarr(tmp_path):
                 assert list(group[name].metadata.dimension_names or ()) == list(dims)
             assert group["v"].attrs["units"] == "1"
             ds = xr.open_zarr(zipped, consolidated=False).load()
-        assert store.read_attrs(path)["seed"] == seed
+        assert point_store.read_attrs(path)["seed"] == seed
         np.testing.assert_array_equal(ds["m"].values, arrays(seed)["m"][1])
-    learnt = {key[0] for key in store._TEMPLATES}
+    learnt = {key[0] for key in point_store._TEMPLATES}
     assert {"v", "m", "s", "k", "e"} <= learnt and "b" not in learnt  # the fast path ran, and only there
 
 
@@ -282,19 +283,19 @@ def test_stores_assembled_without_zarr_are_byte_identical_to_zarrs(tmp_path, mon
         return {"seed": seed, "nested": {"x": [1.5, None, float("nan")], "ü": "µs"}, "ok": True,
                 "inf": float("inf")}
 
-    encode = store._encode
-    store.write_point(store.point_path(tmp_path, "first"), arrays(0), attrs(0))
-    assert store._GROUP_JSON_CHECKED[0]
-    monkeypatch.setattr(store, "_encode", None)  # any call to Zarr fails
-    fast = store._point_files(arrays(1), attrs(1))
-    monkeypatch.setattr(store, "_encode", encode)
-    monkeypatch.setattr(store, "_TEMPLATES", {})  # Zarr builds every array again
-    assert fast == asyncio.run(store._encode(arrays(1), attrs(1)))
-    monkeypatch.setattr(store, "_TEMPLATES", {})
-    monkeypatch.setattr(store, "_GROUP_JSON_CHECKED", [False])
+    encode = point_store._encode
+    point_store.write_point(point_store.point_path(tmp_path, "first"), arrays(0), attrs(0))
+    assert point_store._GROUP_JSON_CHECKED[0]
+    monkeypatch.setattr(point_store, "_encode", None)  # any call to Zarr fails
+    fast = point_store._point_files(arrays(1), attrs(1))
+    monkeypatch.setattr(point_store, "_encode", encode)
+    monkeypatch.setattr(point_store, "_TEMPLATES", {})  # Zarr builds every array again
+    assert fast == asyncio.run(point_store._encode(arrays(1), attrs(1)))
+    monkeypatch.setattr(point_store, "_TEMPLATES", {})
+    monkeypatch.setattr(point_store, "_GROUP_JSON_CHECKED", [False])
     calls = []
-    monkeypatch.setattr(store, "_encode", lambda *a: calls.append(1) or asyncio.sleep(0, {}))
-    store._point_files(arrays(2), attrs(2))
+    monkeypatch.setattr(point_store, "_encode", lambda *a: calls.append(1) or asyncio.sleep(0, {}))
+    point_store._point_files(arrays(2), attrs(2))
     assert calls  # nothing learnt: Zarr builds the store
 
 
@@ -310,11 +311,11 @@ def test_unwritable_points_directory_is_named(tmp_path):
         pytest.skip("chattr +i is not available here (needs root on ext4/xfs/btrfs)")
     try:
         with pytest.raises(UsageError, match=rf"directory {points} is not writable .*'chattr -i {points}'"):
-            store.write_point(store.point_path(points, "a1"), arrays, {})
+            point_store.write_point(point_store.point_path(points, "a1"), arrays, {})
     finally:
         subprocess.run(["chattr", "-i", str(points)], check=True)
     assert os.listdir(points) == []
-    assert store.write_point(store.point_path(points, "a1"), arrays, {})
+    assert point_store.write_point(point_store.point_path(points, "a1"), arrays, {})
     (tmp_path / "file").write_text("")
     with pytest.raises(StoreError, match=rf"cannot write point store {tmp_path / 'file' / 'p' / 'a1'}"):
-        store.write_point(store.point_path(tmp_path / "file" / "p", "a1"), arrays, {})
+        point_store.write_point(point_store.point_path(tmp_path / "file" / "p", "a1"), arrays, {})

@@ -189,7 +189,7 @@ def test_for_point_labels_columns_and_refuses_momentum():
 def test_escape_fit_tabulates_the_exact_theory_and_says_which_law_it_follows():
     """The double well at fixed T = 0.05: the exact τ is within 20 % of Kramers at small λk_a and
     not at λk_a = 0.9; the fit's table carries each λ's measured, exact and Kramers τ."""
-    from sgdsweep.fit.escape import fit_escape, follows_sentence
+    from sgdsweep.analysis.fit.escape import fit_escape, follows_sentence
 
     lrs = np.array([0.0225, 0.09, 0.45])
     exact, kramers = [], []

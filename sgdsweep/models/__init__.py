@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from ..errors import ConfigError
-from . import digits, landscape, linear, matrix, quadratic, two_layer
+from sgdsweep.errors import ConfigError
+from sgdsweep.models import digits, landscape, linear, matrix, quadratic, two_layer
 
 MODELS: dict[str, ModuleType] = {"quadratic": quadratic, "linear": linear, "two_layer": two_layer,
                                  "matrix": matrix, "landscape": landscape, "digits": digits}

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import ADDED_NOISE, Layer, Problem
+from sgdsweep.models.base import ADDED_NOISE, Layer, Problem
 
 
 class AffineProblem(Problem):
@@ -85,7 +85,9 @@ class AffineProblem(Problem):
                 g = np.einsum("ok,lkj->loj", self.metric, g)
             return (g - self.a_mean).reshape(w.shape[0], -1)
         if self.metric is None:
-            from ._compiled import batch_grad  # numba: imported when simulating, not when planning
+            from sgdsweep.models._compiled import (
+                batch_grad,  # numba: imported when simulating, not when planning
+            )
 
             eps = np.zeros((0, 0, 0)) if label_eps is None else np.ascontiguousarray(label_eps)
             g = batch_grad(self.x, self.y, np.ascontiguousarray(wm), idx, eps)

@@ -174,7 +174,7 @@ def relaxation_from_curvatures(curvatures: np.ndarray, lr: float, momentum: floa
 
 def data_rng(key: Mapping[str, Any]) -> np.random.Generator:
     """The generator of a problem's fixed data, keyed by the parameters that determine it."""
-    from ..identity import hash_words, stream_hash
+    from sgdsweep.sweep.identity import hash_words, stream_hash
 
     return np.random.default_rng(np.random.SeedSequence([int(key.get("seed", 0)),
                                                          *hash_words(stream_hash(dict(key)))]))

@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError
-from .affine import AffineProblem
-from .base import ADDED_NOISE, data_rng
+from sgdsweep.errors import ConfigError
+from sgdsweep.models.affine import AffineProblem
+from sgdsweep.models.base import ADDED_NOISE, data_rng
 
 AXES = ("lr", "batch_size", "momentum", "noise")
 OPTIONS: dict[str, Any] = {"test_fraction": 0.2, "pixel_scale": 16.0}

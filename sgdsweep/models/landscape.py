@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError
-from .base import ADDED_NOISE, Layer, Problem, data_rng
+from sgdsweep.errors import ConfigError
+from sgdsweep.models.base import ADDED_NOISE, Layer, Problem, data_rng
 
 AXES = ("lr", "batch_size", "momentum", "noise")
 OPTIONS: dict[str, Any] = {"landscape": "double_well", "barrier": 1.0, "curvature_min": 1.0,
@@ -54,7 +54,7 @@ class DoubleWell(Problem):
         self.layers = (Layer("w", 0, 1, 1),)
         self.loss_min = 0.0
         self.loss_saddle = None
-        #: the gradient as polynomial coefficients of (w, w², w³) and where escape begins: sgdsweep.fused
+        #: the gradient as polynomial coefficients of (w, w², w³) and where escape begins: sgdsweep.sim.fused
         self.polynomial = (np.array([k_a]), np.array([3 * self.c3]), np.array([4 * self.c4]))
         self.escape_threshold = self.other_minimum
 

@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError
-from .affine import AFFINE_NOISE, AffineProblem
-from .base import data_rng
+from sgdsweep.errors import ConfigError
+from sgdsweep.models.affine import AFFINE_NOISE, AffineProblem
+from sgdsweep.models.base import data_rng
 
 #: Axes this model uses.
 AXES = ("lr", "batch_size", "momentum", "samples_per_param", "noise")

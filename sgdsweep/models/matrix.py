@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from .affine import AffineProblem
-from .base import ADDED_NOISE, data_rng
-from .linear import check_data
-from .linear import n_samples as _n_samples
+from sgdsweep.models.affine import AffineProblem
+from sgdsweep.models.base import ADDED_NOISE, data_rng
+from sgdsweep.models.linear import check_data
+from sgdsweep.models.linear import n_samples as _n_samples
 
 AXES = ("lr", "batch_size", "momentum", "samples_per_param", "noise")
 OPTIONS: dict[str, Any] = {"targets": [2.0, 2.0], "z_matrix": "identity", "injected_noise": 0.1}

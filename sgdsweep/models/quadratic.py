@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError
-from .base import Layer, Problem
+from sgdsweep.errors import ConfigError
+from sgdsweep.models.base import Layer, Problem
 
 AXES = ("lr", "batch_size", "momentum", "noise")
 OPTIONS: dict[str, Any] = {"curvatures": [1.0], "noise_cov": [1.0]}
@@ -37,7 +37,7 @@ class QuadraticProblem(Problem):
         self.noise_chol = np.linalg.cholesky(noise_cov)
         self.w_min = np.zeros(self.dim)
         self.layers = (Layer("w", 0, 1, self.dim),)
-        #: the gradient k·w as per-coordinate polynomial coefficients (w, w², w³): sgdsweep.fused
+        #: the gradient k·w as per-coordinate polynomial coefficients (w, w², w³): sgdsweep.sim.fused
         self.polynomial = (self.k, np.zeros(self.dim), np.zeros(self.dim))
 
     def grad(self, w, idx=None, label_eps=None):

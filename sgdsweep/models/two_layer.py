@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from .affine import AFFINE_NOISE
-from .base import Layer, Problem, data_rng
-from .linear import check_data, n_samples
+from sgdsweep.models.affine import AFFINE_NOISE
+from sgdsweep.models.base import Layer, Problem, data_rng
+from sgdsweep.models.linear import check_data, n_samples
 
 AXES = ("lr", "batch_size", "momentum", "samples_per_param", "hidden_width", "noise")
 OPTIONS: dict[str, Any] = {"n_inputs": 10, "n_outputs": 1, "label_noise": 1.0, "labels": "noise",

@@ -17,7 +17,7 @@ unstable direction, pointing to the other basin).
 
 **1-D (double well).** Cells of width h on ``[lo, threshold)``; ``K_ij`` is the probability
 that w′ lands in cell j from the centre of cell i (differences of the noise's CDF: Gaussian, or
-Student-t with ν = 4 scaled to the same variance, as :mod:`sgdsweep.noise` draws it); the mass
+Student-t with ν = 4 scaled to the same variance, as :mod:`sgdsweep.sim.noise` draws it); the mass
 below ``lo`` is put in the first cell, the mass at or above the threshold escapes. Dense solve.
 
 **2-D (thesis landscape).** Coordinates u = (w − saddle)·n ≤ 0 and v along the separatrix; a
@@ -50,7 +50,7 @@ import scipy.sparse
 import scipy.sparse.linalg
 import scipy.special
 
-from ..noise import STUDENT_NU
+from sgdsweep.sim.noise import STUDENT_NU
 
 FORMULA = (
     "mean first-passage time of the discrete SGD chain itself, tau(w) = 1 + int_{not escaped} "
@@ -269,7 +269,7 @@ def box_2d(chain: Chain2D, hessian: np.ndarray, width: float = 9.0) -> tuple[flo
     """A box (u_lo, v_lo, v_hi) that holds the start's basin: ``width`` stationary standard
     deviations (discrete chain, local quadratic approximation at the start) around the start,
     and the saddle (u = v = 0) with the kernel's width around it."""
-    from .quadratic import stationary_covariance
+    from sgdsweep.theory.quadratic import stationary_covariance
 
     c0 = chain.cov(chain.start[None, :])[0] / chain.step**2
     sigma = stationary_covariance(hessian, c0, chain.step, 0.0)

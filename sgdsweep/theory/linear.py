@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse.linalg as spla
 
-from ..models.affine import AffineProblem
+from sgdsweep.models.affine import AffineProblem
 
 #: Largest number of entries of M (N²) solved with a dense factorisation (2500: 50 MB a matrix).
 DIRECT_MAX_UNKNOWNS = 2500

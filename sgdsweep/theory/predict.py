@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from . import escape as escape_theory
-from . import escape_exact, fdr, lyapunov
-from . import linear as linear_theory
-from . import quadratic as quadratic_theory
-from . import two_layer as two_layer_theory
+from sgdsweep.theory import escape as escape_theory
+from sgdsweep.theory import escape_exact, fdr, lyapunov
+from sgdsweep.theory import linear as linear_theory
+from sgdsweep.theory import quadratic as quadratic_theory
+from sgdsweep.theory import two_layer as two_layer_theory
 
 
 @dataclass

@@ -6,14 +6,14 @@ sys.path.insert(0, workflow.basedir)  # the package next to this Snakefile, inst
 
 from snakemake.exceptions import WorkflowError
 
-from sgdsweep import locking
-from sgdsweep.cluster import RUN_ID_ENV, current_run_id, scheduler_address, stop_shared_cluster
-from sgdsweep.config import build_sweep, check_place
+from sgdsweep.run import locking
+from sgdsweep.run.cluster import RUN_ID_ENV, current_run_id, scheduler_address, stop_shared_cluster
+from sgdsweep.sweep.config import build_sweep, check_place
 from sgdsweep.errors import ConfigError, SgdsweepError
-from sgdsweep.plan import PlanFiles, explain, format_explanation, write_plan
-from sgdsweep.progress import VERBOSITY_ENV
-from sgdsweep.schema import read_yaml
-from sgdsweep.snakemake_state import clear_stale_state
+from sgdsweep.sweep.plan import PlanFiles, explain, format_explanation, write_plan
+from sgdsweep.run.progress import VERBOSITY_ENV
+from sgdsweep.sweep.schema import read_yaml
+from sgdsweep.run.snakemake_state import clear_stale_state
 
 try:
     for _configfile in workflow.configfiles:  # read as `sgdsweep run` reads them: a repeated key or

@@ -1,0 +1,1 @@
+"""From the ensemble to answers: fits, figures, the HTML report."""

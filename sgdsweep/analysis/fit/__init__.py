@@ -1,0 +1,158 @@
+"""Scaling-law fits on an ensemble, each declared in the config's ``fit`` section.
+
+=================  ===========================================================  ===================
+fit                what                                                         groups
+=================  ===========================================================  ===================
+power_law          weight_var = A·λ^a·S^b, exponents vs exact theory & 1, −1    other swept axes
+linear_scaling     spread of weight_var among points with equal λ/S             other swept axes
+momentum_scaling   spread among points with equal λ/((1−μ)S)                   other swept axes
+escape             ln(λτ) against 1/λ: slope/intercept vs Kramers & Mori        other swept axes
+wigner             Binder cumulant (−4/27) and KS vs the Wigner surmise         per point
+flatness           inverse variance–flatness exponent ψ (2 for two layers)      per point
+=================  ===========================================================  ===================
+
+Each fit runs when its ``enabled`` is true (the default), except flatness on a single-layer model:
+one layer has no inverse variance–flatness relation to test, so ψ is fitted there only when asked
+for by naming the layer (``fit.flatness.layer: all``); otherwise it is listed under ``skipped``.
+
+Every fit is vectorised over the axes it does not fit (one result per group of their values),
+skips diverged points, states the theory value and whether it lies inside the interval, and
+draws its bootstrap resamples from a fixed seed (the same ensemble gives the same fits). A fit
+the data cannot support (no escapes recorded, one point per λ/S class, …) is listed under
+``skipped`` with the reason instead of failing the workflow.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from sgdsweep.analysis.fit.collapse import fit_collapse
+from sgdsweep.analysis.fit.common import axis_values, groups, replica_order, replica_table
+from sgdsweep.analysis.fit.escape import fit_escape
+from sgdsweep.analysis.fit.power_law import fit_power_law
+from sgdsweep.analysis.fit.spectra import fit_flatness, fit_wigner
+from sgdsweep.analysis.fit.verdict import Verdict, assess, verdicts
+
+__all__ = ["Verdict", "assess", "fit_collapse", "fit_ensemble", "fit_escape", "fit_flatness", "fit_power_law",
+           "fit_wigner", "groups", "verdicts"]
+
+#: Why flatness does not run by default on a single-layer model.
+SINGLE_LAYER_FLATNESS = ("a single-layer model has no inverse variance–flatness relation to test (no theory of "
+                         "ψ); set fit.flatness.layer: all to fit ψ anyway")
+
+#: Bootstrap seed: fits are a deterministic function of the ensemble and the fit config.
+BOOTSTRAP_SEED = 20240101
+
+
+def _diverged(ds: xr.Dataset) -> np.ndarray:
+    return ds["diverged"].values.astype(bool) if "diverged" in ds else np.zeros(ds.sizes["point"], bool)
+
+
+def _has(ds: xr.Dataset, *names: str) -> bool:
+    return all(n in ds and np.isfinite(np.asarray(ds[n].values, float)).any() for n in names)
+
+
+def fit_ensemble(ds: xr.Dataset, fit_config: dict[str, Any]) -> dict[str, Any]:
+    """Run the fits that ``fit_config`` (the config's ``fit`` section, defaults filled) enables.
+
+    Returns ``{fit name: [result per group, each with "group"], "skipped": {fit name: reason}}``
+    (a fit's key is absent when it is disabled or skipped).
+    """
+    conf = float(fit_config.get("confidence", 0.95))
+    n_boot = int(fit_config.get("bootstrap", 0))
+    enabled = {name: fit_config.get(name, {}).get("enabled", True)
+               for name in ("power_law", "linear_scaling", "momentum_scaling", "escape", "wigner", "flatness")}
+    diverged = _diverged(ds)
+    out: dict[str, Any] = {}
+    skipped: dict[str, str] = {}
+    common = {"confidence": conf, "bootstrap": n_boot}
+    wv_rep = replica_table(ds, "weight_var_replica")
+
+    def rng() -> np.random.Generator:
+        return np.random.default_rng(BOOTSTRAP_SEED)
+
+    def run_groups(name: str, fitted: tuple[str, ...], one) -> None:
+        results = []
+        for group, mask in groups(ds, fitted):
+            keep = mask & ~diverged
+            res = one(np.flatnonzero(keep))
+            res["group"] = group
+            res["excluded_diverged"] = int((mask & diverged).sum())
+            results.append(res)
+        if all("error" in r for r in results):
+            skipped[name] = results[0]["error"]
+        else:
+            out[name] = results
+
+    has_wv = _has(ds, "weight_var", "weight_var_se")
+    if enabled["power_law"]:
+        if not has_wv:
+            skipped["power_law"] = "the ensemble has no weight_var"
+        else:
+            run_groups("power_law", ("lr", "batch_size"), lambda i: fit_power_law(
+                ds["lr"].values[i], ds["batch_size"].values[i], ds["weight_var"].values[i],
+                ds["weight_var_se"].values[i], ds["weight_var_theory"].values[i] if "weight_var_theory" in ds else None,
+                replicas=wv_rep[i] if wv_rep is not None else None, rng=rng(), **common))
+    mom = axis_values(ds, "momentum", 0.0)
+    for name, fitted, variable in (("linear_scaling", ("lr", "batch_size"), "lr/batch_size"),
+                                   ("momentum_scaling", ("lr", "batch_size", "momentum"),
+                                    "lr/((1-momentum)*batch_size)")):
+        if not enabled[name]:
+            continue
+        if not has_wv:
+            skipped[name] = "the ensemble has no weight_var"
+            continue
+        if name == "momentum_scaling" and np.unique(mom).size < 2:
+            skipped[name] = "momentum is not swept"
+            continue
+        x = ds["lr"].values / ds["batch_size"].values / (1 - mom if name == "momentum_scaling" else 1.0)
+        run_groups(name, fitted, lambda i, x=x, variable=variable: fit_collapse(
+            x[i], ds["weight_var"].values[i], ds["weight_var_se"].values[i],
+            ds["weight_var_theory"].values[i] if "weight_var_theory" in ds else None,
+            replicas=wv_rep[i] if wv_rep is not None else None, rng=rng(), variable=variable, **common))
+    if enabled["escape"]:
+        if not _has(ds, "escape_time"):
+            skipped["escape"] = "no escape times in the ensemble (no landscape model, or no replica escaped)"
+        else:
+            times = replica_table(ds, "escape_time_replica")
+            esc = None
+            if times is not None and "escape_step" in ds:  # escape flags in the same replica order
+                esc = np.take_along_axis(np.asarray(ds["escape_step"].values) >= 0,
+                                         replica_order(ds, "escape_time_replica"), axis=1)
+
+            def theory(name: str, i: np.ndarray) -> np.ndarray | None:
+                return ds[name].values[i] if name in ds else None
+
+            # a sweep at fixed temperature zips batch_size with lr: one fit over both
+            fitted = ("lr", "batch_size") if all(np.unique(ds["lr"].values[m]).size < 2 for _, m in groups(
+                ds, ("lr",))) and np.unique(ds["lr"].values).size > 1 else ("lr",)
+            run_groups("escape", fitted, lambda i: fit_escape(
+                ds["lr"].values[i], ds["escape_time"].values[i], ds["escape_time_se"].values[i],
+                theory_arrhenius=theory("escape_time_theory_arrhenius", i),
+                theory_powerlaw=theory("escape_time_theory_powerlaw", i),
+                theory_exact=theory("escape_time_theory_exact", i),
+                theory_exact_matched=theory("escape_time_theory_exact_matched", i),
+                lr_h=theory("lr_curvature", i),
+                times=times[i] if times is not None else None, escaped=esc[i] if esc is not None else None,
+                rng=rng(), **common))
+    if enabled["wigner"]:
+        res = fit_wigner(ds, fit_config.get("wigner", {}), diverged, conf, n_boot, rng())
+        if isinstance(res, str):
+            skipped["wigner"] = res
+        else:
+            out["wigner"], out["wigner_width"] = res
+    single_layer = "mode_curvature" in ds and not any(v.startswith("layer_mode_curvature_") for v in ds.data_vars)
+    if enabled["flatness"] and single_layer and fit_config.get("flatness", {}).get("layer") is None:
+        skipped["flatness"] = SINGLE_LAYER_FLATNESS
+    elif enabled["flatness"]:
+        res = fit_flatness(ds, fit_config.get("flatness", {}), diverged, conf)
+        if isinstance(res, str):
+            skipped["flatness"] = res
+        else:
+            out["flatness"] = res
+    out["skipped"] = skipped
+    out["settings"] = {"confidence": conf, "bootstrap": n_boot, "bootstrap_seed": BOOTSTRAP_SEED}
+    return out

@@ -1,0 +1,444 @@
+"""The self-contained HTML report: figures embedded as base64 PNG, tables, provenance.
+
+The page leads with the answer: one line on the points (done, diverged, agreement with the exact
+theory), then every fit's verdict in words with its headline numbers (estimate [interval], exact
+theory, leading order, goodness of fit: :mod:`sgdsweep.analysis.fit.verdict`), then the main figure
+(measured against theory). Then: the coverage map of the grid (only when the grid has gaps or
+diverged points), one section per fit (table of estimate ± interval, theory, leading order, inside
+or not; figure with a residual panel), measured vs theory and spectra, the table of points, theory
+formulas, run time per shard, provenance. With ``figures_dir`` every figure
+is also written there as ``<name>.png`` (the workflow marks them for ``snakemake --report``).
+
+A fit with more groups than :data:`MAX_GROUP_FIGURES` keeps every group's table, but only that
+many groups get a figure of their own; one overview figure shows every group's estimates, and the
+report says which groups are drawn. Figures are drawn after the page is assembled, in ``jobs``
+processes when asked (:func:`figure_pool`; the page is the same for any number).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import multiprocessing
+import threading
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from sgdsweep.analysis import figures, plotting
+from sgdsweep.analysis.fit.escape import follows_sentence
+from sgdsweep.analysis.fit.verdict import MAX_LISTED, NAMES, Verdict, assess, judge
+
+_STYLE = ("body{font-family:sans-serif;max-width:1200px;margin:0.8em auto;padding:0 1em;color:#222;font-size:15px}"
+          "h1{font-size:1.5em;margin:0.3em 0}h2{font-size:1.25em;margin:1em 0 0.4em}"
+          "table{border-collapse:collapse;margin:1em 0;font-size:13px}"
+          "td,th{border:1px solid #bbb;padding:3px 7px;text-align:right}th{background:#eee}"
+          ".good{color:#176317}.bad{color:#a31515}.neutral{color:#6b5200}img{max-width:100%}"
+          ".verdict{border-left:5px solid #999;padding:2px 10px;margin:6px 0}"
+          ".verdict.good{border-color:#2e8b2e}.verdict.bad{border-color:#c0392b}.verdict.neutral{border-color:#d4a017}"
+          ".verdict ul{margin:2px 0;padding-left:1.2em;color:#222}.verdict li{margin:1px 0}"
+          ".status{margin:0.3em 0;color:#333}.notrun{margin:0.3em 0;color:#555;font-size:13px}")
+
+
+def _fmt(x: Any, digits: int = 4) -> str:
+    if x is None:
+        return "—"
+    if isinstance(x, (bool, np.bool_)):
+        return "yes" if x else "no"
+    if isinstance(x, (float, np.floating)):
+        return "—" if not np.isfinite(x) else f"{x:.{digits}g}"
+    return html.escape(str(x))
+
+
+def _table(header: list[str], rows: list[list[Any]], cls: str = "") -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{_fmt(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def _png(make: Callable[..., Any], args: tuple[Any, ...]) -> bytes | None:
+    """The PNG of the figure ``make(*args)`` (None when it returns None: nothing to draw)."""
+    fig = make(*args)
+    if fig is None:
+        return None
+    try:
+        return plotting.png(fig, dpi=100)
+    finally:
+        figures.plt.close(fig)
+
+
+def figure_pool(jobs: int) -> ProcessPoolExecutor | None:
+    """``jobs`` processes that draw figures, started now; None for ``jobs`` <= 1.
+
+    Drawing is the report's cost (matplotlib spends ~0.5 s of CPU per figure) and figures are
+    independent. While this process runs a single thread the workers are forked from it — call
+    this after importing this module and before reading any Zarr store, and they inherit the
+    imported figure code instead of importing it again (~2 s). Once another thread runs (Zarr's
+    event loop: a lock it holds at fork would hang the child forever) they come from a fork
+    server instead, a fresh single-threaded process that imports the figure code once. Where
+    the platform has neither, None: figures are drawn one after the other.
+    """
+    if jobs <= 1:
+        return None
+    methods = multiprocessing.get_all_start_methods()
+    if threading.active_count() == 1 and "fork" in methods:
+        context = multiprocessing.get_context("fork")
+    elif "forkserver" in methods:
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload([__name__])
+    else:
+        return None
+    pool = ProcessPoolExecutor(jobs, mp_context=context)
+    pool.submit(int)  # starts every worker now (the executor forks them all at its first task)
+    return pool
+
+
+def _render(todo: list[tuple[Callable[..., Any], tuple[Any, ...]]],
+            pool: ProcessPoolExecutor | None) -> list[bytes | None]:
+    """:func:`_png` of every (make, args), in order; in ``pool``'s processes when given (the
+    arguments travel pickled)."""
+    if pool is None or len(todo) <= 1:
+        return [_png(make, args) for make, args in todo]
+    return list(pool.map(_png, *zip(*todo)))
+
+
+class _Figures:
+    """Collects the report's figures, draws them all at once (:func:`_render`) and embeds each
+    as a data URI; with a directory, also writes each there as ``<name>.png``."""
+
+    def __init__(self, directory: Path | None, pool: ProcessPoolExecutor | None = None) -> None:
+        self.directory = directory
+        self.pool = pool
+        self.names: list[str] = []
+        self._todo: list[tuple[str, str, Callable[..., Any], tuple[Any, ...]]] = []
+        if directory is not None:
+            directory.mkdir(parents=True, exist_ok=True)
+
+    def img(self, name: str, alt: str, make: Callable[..., Any], *args: Any) -> str:
+        """A placeholder (one element of the report's parts) for the figure ``make(*args)``;
+        :meth:`fill` replaces it by the figure, or by nothing when ``make`` returns None."""
+        self._todo.append((name, alt, make, args))
+        return f"<!--figure {len(self._todo) - 1}-->"
+
+    def fill(self, parts: list[str]) -> list[str]:
+        """``parts`` with every placeholder replaced by its drawn figure (in document order)."""
+        pngs = _render([(make, args) for _, _, make, args in self._todo], self.pool)
+        html_of = {f"<!--figure {i}-->": self._embed(name, alt, data)
+                   for i, ((name, alt, _, _), data) in enumerate(zip(self._todo, pngs))}
+        self._todo = []
+        return [html_of.get(p, p) for p in parts]
+
+    def _embed(self, name: str, alt: str, data: bytes | None) -> str:
+        if data is None:
+            return ""
+        if self.directory is not None:
+            (self.directory / f"{name}.png").write_bytes(data)
+        self.names.append(name)
+        uri = "data:image/png;base64," + base64.b64encode(data).decode()
+        return f'<figure id="fig-{html.escape(name)}"><img alt="{html.escape(alt)}" src="{uri}"></figure>'
+
+
+def _where(group: dict[str, Any]) -> str:
+    return ", ".join(f"{k} = {v}" for k, v in group.items()) or "all points"
+
+
+def _param_rows(res: dict[str, Any], names: tuple[str, ...]) -> list[list[Any]]:
+    rows = []
+    for name in names:
+        q = (res.get("params") or {}).get(name)
+        if q is None:
+            rows.append([_where(res["group"]), name, "not identifiable (single value)", None, None, None, None, None])
+            continue
+        lo, hi = q["interval"]
+        est = f"{_fmt(q['estimate'])} [{_fmt(lo)}, {_fmt(hi)}]"
+        rows.append([_where(res["group"]), name, est, q["stderr"], q["interval_method"], q["theory"],
+                     q.get("leading_order"), q["theory_inside"]])
+    return rows
+
+
+_PARAM_HEADER = ["group", "parameter", "estimate [interval]", "std. error", "interval from",
+                 "theory (same fit of the theory values)", "leading order", "theory inside interval"]
+
+
+#: The word beside a verdict's title, per status.
+_BADGE = {"good": "agrees with the exact theory", "bad": "DISAGREES with the exact theory",
+          "neutral": "no exact theory to judge by"}
+
+
+def _verdict_box(v: Verdict, title: str | None = None) -> str:
+    """One verdict: its title and status in colour, then its sentences."""
+    head = html.escape(v.title if title is None else title)
+    items = "".join(f"<li>{html.escape(s)}</li>" for s in v.sentences)
+    badge = _BADGE[v.status] + (f" {v.scope}" if v.scope else "")
+    return (f"<div class='verdict {v.status}'><b>{head}</b> — <b class='{v.status}'>{html.escape(badge)}</b>"
+            f"<ul>{items}</ul></div>")
+
+
+def _verdict_html(kind: str, results: list[dict[str, Any]]) -> str:
+    """The verdict of a fit section: of its one group, of each of a few, or their summary."""
+    if len(results) > MAX_LISTED:
+        return _verdict_box(assess({kind: results})[0], "Verdict")
+    return "".join(_verdict_box(judge(kind, r), "Verdict" if len(results) == 1 else None) for r in results)
+
+
+def _subset(ds: xr.Dataset, group: dict[str, Any]) -> xr.Dataset:
+    mask = np.ones(ds.sizes["point"], bool)
+    for k, v in group.items():
+        mask &= ds[k].values == v
+    return ds.isel(point=np.flatnonzero(mask))
+
+
+#: Per fit kind, the figures of at most this many groups are drawn; with more groups an overview
+#: figure shows every group's estimates instead (each group keeps its table).
+MAX_GROUP_FIGURES = 4
+#: Parameters of each per-group fit shown in its overview figure.
+_OVERVIEW = {"power_law": ("a", "b"), "linear_scaling": ("spread2",), "momentum_scaling": ("spread2",),
+             "escape": ("slope", "intercept")}
+
+
+def _flagged(res: dict[str, Any]) -> bool:
+    """Whether a theory value of the fit lies outside its interval."""
+    return any(q and q.get("theory_inside") is False for q in (res.get("params") or {}).values())
+
+
+def _drawn_groups(results: list[dict[str, Any]]) -> set[int]:
+    """Indices of the groups whose figure is drawn: every group when there are at most
+    :data:`MAX_GROUP_FIGURES`, else :data:`MAX_GROUP_FIGURES` of the fitted ones (no error): the
+    first, then those with a theory value outside its interval, then the next ones in order."""
+    if len(results) <= MAX_GROUP_FIGURES:
+        return set(range(len(results)))
+    fitted = [i for i, r in enumerate(results) if not r.get("error")]
+    order = dict.fromkeys([*fitted[:1], *(i for i in fitted if _flagged(results[i])), *fitted])
+    return set(list(order)[:MAX_GROUP_FIGURES])
+
+
+def _overview(kind: str, results: list[dict[str, Any]], figs: _Figures) -> list[str]:
+    """With more groups than :data:`MAX_GROUP_FIGURES`: a note saying which groups have a figure
+    and one figure of every group's estimates; nothing otherwise."""
+    if len(results) <= MAX_GROUP_FIGURES:
+        return []
+    drawn = sorted(_drawn_groups(results))
+    where = "; ".join(_where(results[i]["group"]) for i in drawn)
+    note = (f"<p>{len(results)} groups: each has its table below, but to keep the report quick to build and "
+            f"to read only {len(drawn)} have a figure of their own ({html.escape(where)}: the first group, then "
+            "groups with a theory value outside its interval, then the next ones). This figure shows every "
+            "group's estimates.</p>")
+    return [f"<h3>{NAMES[kind]}: all {len(results)} groups</h3>", note,
+            figs.img(f"{kind}_overview", f"{kind} estimates of every group", figures.fit_overview, results,
+                     _OVERVIEW[kind], NAMES[kind])]
+
+
+def _fit_sections(ds: xr.Dataset, fits: dict[str, Any], figs: _Figures) -> list[str]:
+    parts: list[str] = []
+    conf = fits.get("settings", {}).get("confidence", 0.95)
+    parts.extend(_overview("power_law", fits.get("power_law", []), figs))
+    drawn = _drawn_groups(fits.get("power_law", []))
+    for i, res in enumerate(fits.get("power_law", [])):
+        parts.append(f"<h3>{NAMES['power_law']} at {html.escape(_where(res['group']))}</h3>")
+        if res.get("error"):
+            parts.append(f"<p class='bad'>{html.escape(res['error'])}</p>")
+            continue
+        parts.append(_table(_PARAM_HEADER, _param_rows(res, ("a", "b", "log_A")), "fit"))
+        parts.append(f"<p>{res['n_points']} points, χ²/dof = {_fmt(res['chi2_reduced'])} "
+                     f"(p = {_fmt(res.get('chi2_pvalue'))}). The leading-order law (a = 1, b = −1) ignores the "
+                     "discreteness and multiplicative-noise corrections that the exact theory includes.</p>")
+        parts.append(_verdict_html("power_law", [res]))
+        if i in drawn:
+            parts.append(figs.img(f"power_law_{i}", "power-law fit", figures.power_law, _subset(ds, res["group"]),
+                                  res))
+    for kind in ("linear_scaling", "momentum_scaling"):
+        parts.extend(_overview(kind, fits.get(kind, []), figs))
+        drawn = _drawn_groups(fits.get(kind, []))
+        for i, res in enumerate(fits.get(kind, [])):
+            parts.append(f"<h3>{NAMES[kind]} at {html.escape(_where(res['group']))}</h3>")
+            if res.get("error"):
+                parts.append(f"<p>{html.escape(res['error'])}</p>")
+                continue
+            parts.append(_table(_PARAM_HEADER, _param_rows(res, ("spread2",)), "fit"))
+            parts.append(f"<p>Δ² is the noise-corrected variance of ln(weight_var) among points with equal "
+                         f"{html.escape(res['variable'])} ({res['n_classes']} classes, {res['n_points']} points); "
+                         f"√Δ² = {_fmt(res['relative_spread'])} measured, {_fmt(res['relative_spread_theory'])} "
+                         f"exact theory, 0 at leading order; measurement noise alone: "
+                         f"{_fmt(res['noise_floor'])} per point.</p>")
+            parts.append(_verdict_html(kind, [res]))
+            if i in drawn:
+                parts.append(figs.img(f"{kind}_{i}", NAMES[kind], figures.collapse, _subset(ds, res["group"]),
+                                      res))
+    parts.extend(_overview("escape", fits.get("escape", []), figs))
+    drawn = _drawn_groups(fits.get("escape", []))
+    for i, res in enumerate(fits.get("escape", [])):
+        parts.append(f"<h3>{NAMES['escape']} at {html.escape(_where(res['group']))}</h3>")
+        if res.get("table"):  # per λ: measured τ, the exact discrete chain's τ and each law's (steps)
+            parts.append(_table(["λ", "λh", "measured τ", "SE", "exact τ (discrete chain)",
+                                 "Gaussian-matched τ (approximation)", "Kramers", "power law (unit prefactor)"],
+                                [[r["lr"], r["lr_h"], r["tau"], r["tau_se"], r["exact"], r["exact_matched"],
+                                  r["arrhenius"], r["powerlaw"]] for r in res["table"]], "fit"))
+            if res.get("exact_follows"):
+                parts.append(f"<p>{html.escape(follows_sentence(res['exact_follows']))}.</p>")
+        if res.get("error"):
+            parts.append(f"<p>{html.escape(res['error'])}</p>")
+            continue
+        rows = _param_rows(res, ("slope", "intercept"))
+        slope = res["params"]["slope"]
+        rows.append([_where(res["group"]), "slope vs power law", rows[0][2], slope["stderr"],
+                     slope["interval_method"], slope.get("theory_powerlaw"), None,
+                     slope.get("theory_powerlaw_inside")])
+        parts.append(_table(_PARAM_HEADER[:5] + ["theory", "leading order", "theory inside interval"], rows, "fit"))
+        parts.append(f"<p>{res['n_points']} points ({res['excluded_points']} without escapes excluded).</p>")
+        parts.append(_verdict_html("escape", [res]))
+        if i in drawn:
+            parts.append(figs.img(f"escape_{i}", "escape fit", figures.escape, _subset(ds, res["group"]), res))
+    if fits.get("wigner"):
+        rows = []
+        for res in fits["wigner"]:
+            if "params" not in res:
+                rows.append([_where(res["group"]), res.get("error"), None, None, None, None, None])
+                continue
+            b, s = res["params"]["binder"], res["params"]["sigma"]
+            rows.append([_where(res["group"]), (f"{_fmt(b['estimate'])} [{_fmt(b['interval'][0])}, "
+                         f"{_fmt(b['interval'][1])}]"), b["theory_inside"], s["estimate"], res["ks_statistic"],
+                         res["ks_pvalue"], res["wigner_consistent"]])
+        parts.append(f"<h3>{NAMES['wigner']}</h3>")
+        parts.append(_table(["point", f"Binder cumulant [{conf:.0%}]", "−4/27 inside", "σ [weight²]",
+                             "KS statistic vs Wigner surmise", "KS p-value (approximate)",
+                             "consistent with the surmise"], rows, "fit"))
+        parts.append(_verdict_html("wigner", fits["wigner"]))
+        parts.append(figs.img("wigner", "pair statistics", figures.wigner, ds, fits["wigner"]))
+        parts.append(figs.img("wigner_width", "pair width against √(λ/S)", figures.wigner_width, ds, fits["wigner"]))
+        for res in fits.get("wigner_width", []):
+            if "params" in res:
+                parts.append(f"<h4>{NAMES['wigner_width']} at {html.escape(_where(res['group']))}</h4>")
+                parts.append(_table(_PARAM_HEADER, _param_rows(res, ("a", "b", "log_A")), "fit"))
+    if fits.get("flatness"):
+        parts.append(f"<h3>{NAMES['flatness']}</h3>")
+        rows = [r for res in fits["flatness"] for r in (_param_rows(res, ("psi",)) if "params" in res else [
+            [_where(res["group"]), "psi", res.get("error"), None, None, None, None, None]])]
+        parts.append(_table(_PARAM_HEADER, rows, "fit"))
+        parts.append(_verdict_html("flatness", fits["flatness"]))
+        parts.append(figs.img("flatness", "variance against curvature", figures.flatness, ds, fits["flatness"]))
+    return parts
+
+
+def _status_line(ds: xr.Dataset) -> str:
+    """One paragraph: the points' status and the agreement of weight_var with the exact theory."""
+    status = figures.point_status(ds)
+    ok = status < 2
+    text = f"<p class='status'>Sweep <b>{html.escape(ds.attrs.get('sweep', ''))}</b>: {ds.sizes['point']} points, "
+    if (status == 0).all():
+        text += "all done. "
+    else:
+        text += (f"{int((status == 0).sum())} done, {int((status == 1).sum())} with some diverged replicas "
+                 f"(excluded from averages), {int((status == 2).sum())} fully diverged (excluded from fits). ")
+    if "weight_var_theory" in ds and ok.any() and np.isfinite(ds["weight_var_theory"].values[ok]).any():
+        z = (ds["weight_var"] - ds["weight_var_theory"]) / ds["weight_var_se"]
+        text += (f"Measured weight variance agrees with the exact theory within {np.nanmax(np.abs(z.values[ok])):.2f} "
+                 "standard errors at every point with a theory value (max |measured − theory| / SE).")
+    elif "weight_var_theory" in ds:
+        why = ds["weight_var_theory"].attrs.get("missing_because", "no theory for this model")
+        text += f"No exact weight-variance theory for these points ({html.escape(why)})."
+    return text + "</p>"
+
+
+def _answer(fits: dict[str, Any]) -> str:
+    """Every fit's verdict with its headline numbers, then the fits that did not run (and why)."""
+    conf = fits.get("settings", {}).get("confidence", 0.95)
+    boxes = "".join(_verdict_box(v) for v in assess(fits)) or "<p>No fit ran.</p>"
+    skipped = fits.get("skipped") or {}
+    notrun = ("<p class='notrun'>Not run: " + "; ".join(
+        f"{html.escape(NAMES.get(k, k))} ({html.escape(why)})" for k, why in skipped.items()) + ".</p>"
+              if skipped else "")
+    return (f"<section id='answer'><h2>What the fits found</h2><p class='status'>Estimates with {conf:.0%} "
+            "intervals [low, high], the same fit of the exact theory, and the leading-order value.</p>"
+            + boxes + notrun + "</section>")
+
+
+def _rows(ds: xr.Dataset, names: list[str], extra: list[np.ndarray] = ()) -> list[list[Any]]:
+    """One table row per point: the values of the per-point variables ``names``, then of the
+    arrays ``extra``, as Python scalars (each column converted once, not cell by cell)."""
+    columns = [np.asarray(ds[n].values).tolist() for n in names] + [np.asarray(e).tolist() for e in extra]
+    return [list(row) for row in zip(*columns)]
+
+
+def _points_table(ds: xr.Dataset) -> str:
+    axes = json.loads(ds.attrs.get("swept_axes", "[]")) or ["lr", "batch_size"]
+    cols = [c for c in ("weight_var", "weight_var_se", "weight_var_theory", "loss", "loss_theory", "diverged_replicas",
+                        "burn_in") if c in ds]
+    z = ((ds["weight_var"] - ds["weight_var_theory"]) / ds["weight_var_se"]).values if {
+        "weight_var", "weight_var_theory", "weight_var_se"} <= set(ds.data_vars) else None
+    rows = _rows(ds, ["point", *axes, *cols], [z] if z is not None else [])
+    header = ["point"] + axes + [f"{c} [{ds[c].attrs.get('units', '')}]" for c in cols]
+    return _table(header + (["(meas−theory)/SE"] if z is not None else []), rows, "points")
+
+
+def build_report(ds: xr.Dataset, fits: dict[str, Any], report_spec: dict[str, Any],
+                 figures_dir: str | Path | None = None, jobs: int = 1,
+                 pool: ProcessPoolExecutor | None = None) -> str:
+    """The report as one HTML string (no external resources); figures also go to ``figures_dir``.
+    ``jobs`` processes draw the figures — those of ``pool`` (:func:`figure_pool`) when given,
+    else a pool started here and shut down after. The report is the same for any number."""
+    own = pool is None
+    pool = figure_pool(jobs) if own else pool
+    try:
+        return _build(ds, fits, report_spec, _Figures(Path(figures_dir) if figures_dir is not None else None, pool))
+    finally:
+        if own and pool is not None:
+            pool.shutdown()
+
+
+def _build(ds: xr.Dataset, fits: dict[str, Any], report_spec: dict[str, Any], figs: _Figures) -> str:
+    title = report_spec["report"]["title"]
+    parts = [f"<h1>{html.escape(title)}</h1>", _status_line(ds), _answer(fits)]
+    parts.append(figs.img("weight_var", "weight variance against lr/batch_size", figures.weight_var_against_ratio, ds))
+    if figures.coverage_worth_showing(ds):
+        parts.append("<h2>Coverage of the grid</h2>")
+        parts.append(figs.img("coverage", "coverage map", figures.coverage, ds))
+    parts.append("<h2>Fits</h2>")
+    parts.extend(_fit_sections(ds, fits, figs))
+    parts.append("<h2>Measured vs theory</h2>")
+    parts.append(figs.img("spectra", "covariance spectra", figures.spectra, ds))
+    parts.append(figs.img("fdr_fourier", "Fourier profiles of the FDR", figures.fdr_fourier, ds))
+    swept = json.loads(ds.attrs.get("swept_axes", "[]"))
+    for axis in swept:
+        parts.append(figs.img(f"against_{axis}", f"observables against {axis}", figures.against_axis, ds, axis))
+        if axis not in ("lr", "batch_size"):
+            for name in ("weight_cov_eigenvalues", "q_eigenvalues"):
+                parts.append(figs.img(f"{name}_against_{axis}", f"{name} against {axis}",
+                                      figures.spectrum_against_axis, ds, axis, name))
+    parts.append("<h2>Points</h2>")
+    parts.append(_points_table(ds))
+    shown = {"weight_var", "weight_var_se", "weight_var_theory", "loss", "loss_theory", "diverged", "burn_in",
+             "simulation_seconds", "diverged_replicas"}
+    others = [v for v in ds.data_vars if ds[v].dims == ("point",) and v not in shown]
+    if others:
+        parts.append("<h2>Other observables</h2><p>Per point, as stored in <code>ensemble.zarr</code> "
+                     "(units in each variable's attributes).</p>")
+        header = ["point"] + [f"{v} [{ds[v].attrs.get('units', '')}]" for v in others]
+        parts.append(_table(header, _rows(ds, ["point", *others]), "points"))
+    theory_rows = [[v, ds[v].attrs.get("formula", ""), ds[v].attrs.get("missing_because", "")]
+                   for v in ds.data_vars if "_theory" in v]
+    if theory_rows:
+        parts.append("<h2>Theory columns</h2>")
+        parts.append(_table(["variable", "formula and approximation", "missing because"], theory_rows, "theory"))
+    per_shard = ds["simulation_seconds"].groupby(ds["shard"]).sum()
+    parts.append("<h2>Run time per shard</h2>")
+    parts.append(_table(["shard", "points", "simulation time [s]"],
+                        [[s, int((ds["shard"].values == s).sum()), float(v)]
+                         for s, v in zip(per_shard["shard"].values, per_shard.values)]))
+    parts.append(figs.img("shard_times", "run time per shard", figures.shard_times, ds))
+    prov = {k: ds.attrs.get(k) for k in ("sweep_hash", "code_version", "host", "created_utc", "python")}
+    prov["config_hash"] = report_spec["config_hash"]
+    prov.update({f"fit {k}": v for k, v in fits.get("settings", {}).items()})
+    versions = json.loads(ds.attrs.get("package_versions", "{}"))
+    parts.append("<h2>Provenance</h2>")
+    parts.append(_table(["key", "value"], [[k, v] for k, v in prov.items()]
+                        + [[f"version of {k}", v] for k, v in versions.items()]))
+    parts.append("<details><summary>Resolved configuration</summary><pre>"
+                 + html.escape(json.dumps(report_spec["config"], indent=2, sort_keys=True)) + "</pre></details>")
+    return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+            f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>"
+            + "\n".join(p for p in figs.fill(parts) if p) + "</body></html>\n")

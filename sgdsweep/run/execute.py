@@ -1,0 +1,149 @@
+"""Run one shard: find the points not yet stored, simulate them as Dask tasks, log progress.
+
+The shard's points that already have a complete store are skipped (that is what makes an added
+axis value cost only the new points). The rest are grouped into tasks of up to
+``execution.points_per_task`` points that share batch_size and steps (one vectorised kernel
+call each) and submitted to the cluster from :func:`sgdsweep.run.cluster.dask_client`. Progress
+(points and replica-steps done, rate, time left) goes to the terminal and the log as tasks finish
+(:mod:`sgdsweep.run.progress`). The receipt
+written at the end records what was simulated and how long it took.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from itertools import groupby
+from pathlib import Path
+from typing import Any
+
+from sgdsweep.errors import SgdsweepError
+from sgdsweep.run.cluster import dask_client
+from sgdsweep.run.progress import HEARTBEAT_S, ShardProgress, verbosity
+from sgdsweep.store.points import (
+    complete_points,
+    failed_marker,
+    remove_failed_markers,
+    remove_stale_temporaries,
+)
+from sgdsweep.sweep.paths import atomic_write_text
+
+log = logging.getLogger("sgdsweep.run.execute")
+
+
+#: Parameters that may differ between the points of one engine call (one lane each).
+BATCH_VARYING = ("lr", "momentum")
+
+
+def simulate_task(points: Sequence[Mapping[str, Any]], points_dir: str) -> dict[str, Any]:
+    """The Dask task: :func:`sgdsweep.sim.simulate.simulate_points`, imported on the worker (the
+    shard job that submits it then needs neither the models nor the theory: it starts in a
+    fraction of the time)."""
+    from sgdsweep.sim.simulate import simulate_points
+
+    return simulate_points(points, points_dir)
+
+
+def make_batches(points: Sequence[Mapping[str, Any]], points_per_task: int) -> list[list[Mapping[str, Any]]]:
+    """Group points that one engine call can advance together — equal in every parameter but
+    ``lr`` and ``momentum`` (so one shard and one batch_size) — keeping sweep order, in chunks of
+    ``points_per_task``."""
+    def key(p: Mapping[str, Any]) -> str:
+        return json.dumps({k: v for k, v in p["params"].items() if k not in BATCH_VARYING}, sort_keys=True)
+
+    batches: list[list[Mapping[str, Any]]] = []
+    for _, group in groupby(sorted(points, key=key), key=key):
+        group = list(group)
+        for i in range(0, len(group), points_per_task):
+            batches.append(group[i : i + points_per_task])
+    return batches
+
+
+def _cost(batch: Sequence[Mapping[str, Any]]) -> int:
+    return sum(int(p["params"]["replicas"]) * int(p["params"]["steps"]) for p in batch)
+
+
+def _collect(fut: Any, batch: Sequence[Mapping[str, Any]], points_dir: str) -> None:
+    """Re-raise a finished task's exception here, after marking its points as failed (``sgdsweep
+    plan`` reports them); clear the marks of points that succeeded."""
+    try:
+        fut.result()
+    except Exception as exc:
+        try:
+            for p in batch:
+                atomic_write_text(failed_marker(points_dir, p["hash"]),
+                                  json.dumps({"error": f"{type(exc).__name__}: {exc}"[:500]}))
+        except OSError as unwritable:  # the task's own error, raised below, says why
+            log.warning("could not record the failed points in %s (%s)", points_dir, unwritable.strerror)
+        raise
+    remove_failed_markers(points_dir, (p["hash"] for p in batch))
+
+
+def run_shard(spec_path: Path, receipt_path: Path, execution: Mapping[str, Any], cluster_dir: Path) -> dict:
+    """Simulate the shard described by ``spec_path`` and write its receipt.
+
+    Returns:
+        The receipt: shard id, all point hashes, which were simulated, replica-steps, seconds.
+    """
+    t0 = time.perf_counter()
+    spec = json.loads(Path(spec_path).read_text())
+    shard, points = spec["shard"], spec["points"]
+    points_dir = str(Path(spec["points_dir"]).resolve())  # workers may run in another directory
+    done = complete_points(points_dir, (p["hash"] for p in points))
+    todo = [p for p in points if p["hash"] not in done]
+    n_cached = len(points) - len(todo)
+    log.info("shard %s: %d points, %d already stored, %d to simulate", shard, len(points), n_cached, len(todo))
+    stale = remove_stale_temporaries(points_dir, (p["hash"] for p in points))
+    if stale:
+        log.info("shard %s: removed %d temporary file(s) that killed writes left, e.g. %s", shard, len(stale),
+                 stale[0].name)
+    batches = make_batches(todo, int(execution.get("points_per_task", 8)))
+    total = sum(_cost(b) for b in batches)
+    if batches:
+        from distributed import wait
+
+        with dask_client(execution, cluster_dir) as client:
+            futures = {}
+            for i, batch in enumerate(batches):
+                fut = client.submit(simulate_task, batch, points_dir, retries=2, pure=False,
+                                    key=f"simulate-{shard}-{i}-{uuid.uuid4().hex[:8]}")
+                futures[fut] = batch
+            progress = ShardProgress(shard, len(points), n_cached, total, verbosity=verbosity())
+            pending = set(futures)
+            try:
+                while pending:
+                    try:
+                        done, pending = wait(pending, timeout=HEARTBEAT_S, return_when="FIRST_COMPLETED")
+                    except TimeoutError:  # none finished: say that the shard still runs
+                        progress.heartbeat()
+                        continue
+                    for fut in done:
+                        _collect(fut, futures[fut], points_dir)
+                        progress.advance(len(futures[fut]), _cost(futures[fut]))
+            finally:
+                progress.close()
+    done = complete_points(points_dir, (p["hash"] for p in points))
+    missing = [p["hash"] for p in points if p["hash"] not in done]
+    if missing:
+        raise SgdsweepError(f"shard {shard}: {len(missing)} point store(s) are still missing after "
+                            f"simulation (first: {missing[0]}); see the log above")
+    # every point is stored: a temporary of one of them, whatever its age, is from a write that
+    # did not finish (a lost worker's; its task was retried) — a writer that is still running
+    # finds the store complete and places nothing
+    lost = remove_stale_temporaries(points_dir, (p["hash"] for p in points), older_than=0.0)
+    if lost:
+        log.info("shard %s: removed %d temporary file(s) of writes that did not finish, e.g. %s", shard,
+                 len(lost), lost[0].name)
+    past = remove_failed_markers(points_dir, (p["hash"] for p in points))  # e.g. a killed run's
+    if past:
+        log.info("shard %s: removed %d failure record(s) of points stored since, e.g. %s", shard, len(past),
+                 past[0].name)
+    seconds = time.perf_counter() - t0
+    receipt = {"shard": shard, "points": [p["hash"] for p in points],
+               "simulated": [p["hash"] for p in todo], "replica_steps": total, "seconds": seconds}
+    atomic_write_text(receipt_path, json.dumps(receipt, indent=1) + "\n")
+    log.info("shard %s: simulated %d points in %.1f s", shard, len(todo), seconds)
+    return receipt

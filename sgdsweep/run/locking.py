@@ -1,0 +1,154 @@
+"""One workflow run per sweep at a time, and a clear refusal for the second.
+
+The lock is an advisory ``flock`` on ``<results>/<sweep>/.sgdsweep.lock``, held by the Snakemake
+process for its whole life. The kernel releases it when that process ends in any way — also on
+``kill -9`` — so, unlike Snakemake's own directory lock, it never goes stale. The lock file
+records who holds it (pid, host, start time) for the refusal message.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import errno
+import fcntl
+import json
+import os
+import platform
+from pathlib import Path
+from typing import IO
+
+from sgdsweep.errors import SgdsweepError, UsageError
+from sgdsweep.sweep.paths import SWEEP_MARKER
+
+LOCK_NAME = SWEEP_MARKER
+
+
+class SweepLocked(SgdsweepError):
+    """Another workflow run holds the sweep."""
+
+    exit_code = 3
+
+
+def ensure_writable(directory: Path, what: str = "results directory",
+                    fix: str = "or set results_dir in the config to a writable directory") -> None:
+    """Create ``directory`` if needed and prove that files can be written in it.
+
+    Args:
+        directory: the directory to check.
+        what: what the directory is, for the message.
+        fix: the way out besides fixing its permissions or mount, for the message.
+
+    Raises:
+        UsageError: naming the directory, the operating system's reason and the fix.
+    """
+    directory = Path(directory)
+    probe = directory / f".write-probe-{os.getpid()}"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(
+            f"{what} {directory} is not writable ({exc.strerror or exc}); nothing was changed. Fix "
+            f"its permissions or mount (an immutable one: chattr -i), {fix}") from None
+
+
+def acquire(sweep_dir: Path) -> IO[str]:
+    """Take the sweep's lock without waiting; keep the returned file open to hold it.
+
+    Raises:
+        SweepLocked: another live process holds it (the message says which).
+    """
+    sweep_dir = Path(sweep_dir)
+    ensure_writable(sweep_dir)
+    fh = open(sweep_dir / LOCK_NAME, "a+")  # noqa: SIM115 - returned: the open file holds the lock
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno not in (errno.EAGAIN, errno.EACCES):
+            raise
+        fh.seek(0)
+        holder = fh.read().strip()
+        fh.close()
+        raise SweepLocked(f"another sgdsweep workflow is running on {sweep_dir}: {_describe(holder)}; "
+                          "wait for it to finish or stop it — two runs on the same results would "
+                          "race") from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(json.dumps({"pid": os.getpid(), "host": platform.node(),
+                         "since": _dt.datetime.now().isoformat(timespec="seconds")}))
+    fh.flush()
+    return fh
+
+
+def _alive(pid: object) -> bool:
+    try:
+        os.kill(int(pid), 0)  # type: ignore[arg-type]
+    except (OSError, TypeError, ValueError):
+        return False
+    return True
+
+
+def _describe(holder: str) -> str:
+    """Who holds the lock, from the lock file's record: ``sgdsweep run`` and the Snakemake process
+    it started (which goes on holding the lock if ``sgdsweep run`` itself was killed)."""
+    try:
+        info = json.loads(holder)
+    except ValueError:
+        return holder or "an unknown process"
+    if not isinstance(info, dict):
+        return holder
+    where = f" on {info['host']}" if info.get("host") else ""
+    since = f" since {info['since']}" if info.get("since") else ""
+    snakemake = info.get("snakemake_pid")
+    if snakemake is not None and info.get("pid") != snakemake and not _alive(info.get("pid")):
+        return (f"its Snakemake process (pid {snakemake}{where}{since}) goes on although the sgdsweep "
+                f"run that started it (pid {info.get('pid')}) is gone; stop it with kill {snakemake}")
+    text = f"pid {info.get('pid')}{where}{since}"
+    return text + (f", Snakemake pid {snakemake}" if snakemake not in (None, info.get("pid")) else "")
+
+
+#: Environment variable: the descriptor of the sweep lock that ``sgdsweep run`` took and passed
+#: on to its Snakemake process (see :func:`acquire_or_inherit`).
+LOCK_FD_ENV = "SGDSWEEP_SWEEP_LOCK_FD"
+
+
+def acquire_or_inherit(sweep_dir: Path) -> IO[str] | int:
+    """The sweep's lock for a Snakemake process: inherited from ``sgdsweep run``, or taken here.
+
+    ``sgdsweep run`` takes the lock before anything else (so a second run is refused before it
+    starts a Dask cluster) and passes its descriptor to Snakemake in :data:`LOCK_FD_ENV`. Sharing
+    the open file shares the lock, so the lock lives as long as either process. A descriptor that
+    is not this sweep's lock file, or not open, is ignored and the lock is taken as usual.
+
+    Raises:
+        SweepLocked: another live process holds it.
+    """
+    fd_text = os.environ.get(LOCK_FD_ENV, "")
+    if fd_text.isdigit():
+        fd = int(fd_text)
+        try:
+            same = os.path.samestat(os.fstat(fd), os.stat(Path(sweep_dir) / LOCK_NAME))
+        except OSError:
+            same = False
+        if same:
+            try:  # succeeds at once when this open file already holds the lock
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                pass
+            else:
+                _record_snakemake(Path(sweep_dir) / LOCK_NAME)
+                return fd
+    fh = acquire(sweep_dir)
+    _record_snakemake(Path(sweep_dir) / LOCK_NAME)
+    return fh
+
+
+def _record_snakemake(lock_file: Path) -> None:
+    """Add this (Snakemake) process to the lock file's record of who holds the lock."""
+    try:
+        info = json.loads(lock_file.read_text())
+        info["snakemake_pid"] = os.getpid()
+        lock_file.write_text(json.dumps(info))
+    except (OSError, ValueError, TypeError):
+        pass  # the record only serves the refusal's message

@@ -1,0 +1,1 @@
+"""Simulating points: the engine and its compiled kernels, noise, random streams, observables, estimators."""

@@ -1,0 +1,259 @@
+"""The simulation engine: many lanes (point × replica) of one problem advanced together.
+
+A *lane* is one replica of one point. The lanes of a call share the problem, the batch size,
+the noise type and the dynamics; learning rate, momentum and burn-in are per lane. Each step is
+one vectorised update of every working lane:
+
+- ``sgd``: heavy-ball SGD (physics.md §0), ``m ← μ m + g; w ← w − λ m`` with g the noisy
+  gradient of the noise type (:mod:`sgdsweep.sim.noise`);
+- ``sde``: Euler–Maruyama for the SDE ``dw = −∇L dt + √(λ C) dW`` (time t = λ·steps, C the
+  per-step noise covariance of SGD), with its own step ``dt = dt_over_lr · λ``:
+  ``w ← w − dt ∇L − √(dt λ) ξ``, ξ ~ N(0, C). With dt = λ it is SGD with Gaussian noise.
+
+A lane that diverges (|w − w*|² beyond its bound, or not finite) or escapes (``observe.escape``)
+is flagged with the step and compacted out of the working set: it stops costing compute.
+Randomness: :func:`sgdsweep.sim.noise.lane_streams`; results do not depend on the other lanes.
+
+Where :mod:`sgdsweep.sim.fused` has a compiled kernel for the model, noise type and dynamics — every
+model and noise type a config can name: single and two layers with sampled or added noise, the
+quadratic, double-well and thesis landscapes — each block of steps runs there instead of the
+per-step numpy loop below, on the same random numbers. The numpy loop is the reference
+implementation the kernels are tested against, and runs any combination without a kernel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from sgdsweep.models.base import ADDED_NOISE, Problem
+from sgdsweep.sim import fused, pcg64
+from sgdsweep.sim import observables as obs
+from sgdsweep.sim.noise import (
+    MODE,
+    added_noise,
+    draw_normals,
+    normals_per_step,
+    sample_indices,
+    uniforms_per_step,
+)
+
+#: Upper bound on the random numbers held per block of the numpy loop, and per lane chunk of a
+#: fused block (memory ≈ 8 bytes each).
+BLOCK_RANDOM_NUMBERS = 1_000_000
+#: Longest block of steps.
+BLOCK_STEPS = 512
+
+
+@dataclass(frozen=True)
+class Dynamics:
+    """How lanes move: ``kind`` sgd or sde, and the SDE step as a fraction of lr."""
+
+    kind: str = "sgd"
+    dt_over_lr: float = 1.0
+
+    @property
+    def substeps(self) -> int:
+        """Integrator steps per SGD-equivalent step (1 for sgd)."""
+        return 1 if self.kind == "sgd" else int(round(1.0 / self.dt_over_lr))
+
+
+def run_lanes(problem: Problem, *, noise: str, batch_size: int, steps: int, lr: np.ndarray,
+              momentum: np.ndarray, burn_in: np.ndarray, bound: np.ndarray, w0: np.ndarray,
+              streams: list[tuple[np.random.Generator, np.random.Generator]],
+              observe: obs.ObserveSpec, dynamics: Dynamics = Dynamics(),
+              loss_stride: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Advance L lanes for ``steps`` integrator steps and return their accumulators.
+
+    Args:
+        problem: the shared problem.
+        noise: noise type (must be in ``problem.noise_types``).
+        batch_size: S.
+        steps: integrator steps (SGD steps, or SDE steps of size dt).
+        lr, momentum, burn_in, bound: per-lane λ, μ, burn-in (integrator steps) and bound on
+            |w − w*|² (|w|² when the model has no unique minimum), shapes (L,).
+        w0: initial weights, shape (L, d).
+        streams: per lane, its (uniforms, normals) generators.
+        observe: what to accumulate.
+        dynamics: sgd or sde.
+        loss_stride: per lane, integrator steps between loss samples (default
+            ``observe.autocorr_stride``); per lane, so that a lane's results do not depend on
+            the other lanes of the call.
+
+    Returns:
+        name → full-size (L, …) arrays: the accumulators of :mod:`sgdsweep.sim.observables`,
+        ``w_final`` (the weights when the lane stopped or at the end), ``diverged_step`` and
+        ``escape_step`` (−1 when it did not happen).
+    """
+    n_lanes, d = w0.shape
+    per_lane_ref = problem.w_min is None
+    acc = obs.Accumulators.create(n_lanes, problem, observe, per_lane_ref)
+    # full-size results, allocated when the first lane stops early: if none does, the working
+    # arrays themselves become the results (no copy of an N×N moment per lane)
+    out: dict[str, np.ndarray] | None = None
+    ids = np.arange(n_lanes)
+    w = np.array(w0, dtype=np.float64)
+    lr = np.asarray(lr, dtype=np.float64)
+    mu = np.asarray(momentum, dtype=np.float64)
+    burn = np.asarray(burn_in, dtype=np.int64)
+    bound = np.asarray(bound, dtype=np.float64)
+    use_momentum = bool(np.any(mu != 0.0))
+    mom = np.zeros_like(w) if use_momentum else None
+    ref = problem.w_min
+    sde = dynamics.kind == "sde"
+    step_size = lr * (dynamics.dt_over_lr if sde else 1.0)
+    noise_scale = np.sqrt(1.0 / dynamics.dt_over_lr) if sde else 1.0
+    gaussian_var = problem.gaussian_noise_var(batch_size) if (
+        noise == "gaussian" and problem.noise_cov is None) else 0.0
+
+    n_u = uniforms_per_step(noise, batch_size)
+    n_z = normals_per_step(noise, problem, batch_size)
+    if noise in MODE:
+        perm = np.tile(np.arange(problem.n_samples, dtype=np.int64), (n_lanes, 1))
+        pos = np.zeros(n_lanes, np.int64)
+        n_batches = max(1, problem.n_samples // batch_size)
+    noise_lags = obs.noise_lag_list(observe) if "noise_lag" in acc.arrays else []
+    stride = np.maximum(1, np.asarray(loss_stride if loss_stride is not None
+                                      else np.full(n_lanes, observe.autocorr_stride), dtype=np.int64))
+
+    def stop(mask: np.ndarray) -> None:
+        nonlocal out, ids, w, mom, perm_view, pos_view, lr_v, mu_v, step_v, burn_v, bound_v, stride_v, gu, gz, ust
+        if ust is not None:  # the stopping lanes' generators continue where their kernel stopped
+            if n_u:
+                pcg64.store([g for g, m in zip(gu, mask) if m], ust[mask])
+            ust = ust[~mask]
+        if out is None:
+            if ids.size == n_lanes and mask.all():  # every lane stops here, none stopped before
+                out = {**acc.arrays, "w_final": w}
+                ids = ids[:0]
+                return
+            out = {k: np.empty_like(v) for k, v in acc.arrays.items()}  # every lane is written once
+            out["w_final"] = np.empty_like(w)
+        gone = ids[mask]
+        for k, v in acc.arrays.items():
+            out[k][gone] = v[mask]
+        out["w_final"][gone] = w[mask]
+        keep = ~mask
+        acc.take(keep)
+        ids, w = ids[keep], w[keep]
+        if mom is not None:
+            mom = mom[keep]
+        if perm_view is not None:
+            perm_view, pos_view = perm_view[keep], pos_view[keep]
+        lr_v, mu_v, step_v, burn_v, bound_v = lr_v[keep], mu_v[keep], step_v[keep], burn_v[keep], bound_v[keep]
+        stride_v = stride_v[keep]
+        gu = [g for g, k in zip(gu, keep) if k]
+        gz = [g for g, k in zip(gz, keep) if k]
+
+    perm_view = perm if noise in MODE else None
+    pos_view = pos if noise in MODE else None
+    lr_v, mu_v, step_v, burn_v, bound_v, stride_v = lr, mu, step_size, burn, bound, stride
+    gu = [s[0] for s in streams]  # the working lanes' uniform and normal generators
+    gz = [s[1] for s in streams]
+    per_step = max(1, n_u + n_z)
+    use_fused = fused.supports(problem, noise, dynamics.kind, noise_lags, observe.escape) and (
+        n_u == 0 or all(pcg64.is_pcg64(g) for g in gu))  # the kernels draw uniforms from PCG64 states
+    ust = None  # the working lanes' PCG64 states (pcg64.states) while kernels draw their uniforms
+    if use_fused:
+        omega = (obs.sketch_matrix(d, acc.arrays["sketch"].shape[2]) if "sketch" in acc.arrays
+                 else np.zeros((0, 0)))
+        kernel, shared = fused.model_arrays(problem, noise, batch_size, noise_scale, MODE.get(noise, 0),
+                                            n_batches if noise in MODE else 1, omega, observe.loss,
+                                            observe.test_loss, observe.escape, noise_lags)
+        n_threads = fused.threads()
+        ust = pcg64.states(gu) if n_u else np.zeros((n_lanes, 4), np.uint64)
+    t0 = 0
+    while use_fused and t0 < steps and ids.size:  # compiled blocks; normals drawn per lane chunk
+        nb = int(max(1, min(steps - t0, BLOCK_STEPS, BLOCK_RANDOM_NUMBERS // (fused.CHUNK_LANES * max(1, n_z)))))
+        stopping = fused.advance(kernel, shared, t0, nb, ust, gz, n_u, n_z, w, mom, step_v, mu_v, burn_v,
+                                 bound_v, stride_v, perm_view, pos_view, acc.arrays, n_threads)
+        if stopping.any():
+            stop(stopping)
+        t0 += nb
+    while t0 < steps and ids.size:
+        n_work = ids.size
+        nb = int(max(1, min(steps - t0, BLOCK_STEPS, BLOCK_RANDOM_NUMBERS // (n_work * per_step))))
+        idx_block = z_block = None
+        if n_u:
+            u = np.empty((n_work, nb, n_u))
+            for i, g in enumerate(gu):
+                g.random(out=u[i])
+            idx_block = sample_indices(u, perm_view, pos_view, MODE[noise], n_batches)
+        if n_z:
+            z_block = np.empty((n_work, nb, n_z))
+            for i, g in enumerate(gz):
+                draw_normals(g, z_block[i])
+        for s in range(nb):
+            t = t0 + s
+            idx = idx_block[:, s] if idx_block is not None else None
+            z = z_block[:, s] if z_block is not None else None
+            eps = None
+            if noise == "label":
+                eps = problem.label_noise * z.reshape(ids.size, batch_size, problem.n_outputs)
+                g = problem.grad(w, idx, eps)
+            elif noise in ADDED_NOISE:
+                g = problem.grad(w) + noise_scale * added_noise(noise, problem, w, z, batch_size, gaussian_var)
+            else:
+                g = problem.grad(w, idx)
+            if mom is not None:
+                mom *= mu_v[:, None]
+                mom += g
+                w -= step_v[:, None] * mom
+            else:
+                w -= step_v[:, None] * g
+            delta = w - ref if ref is not None else w
+            d2 = np.einsum("ld,ld->l", delta, delta)
+            bad = ~(d2 <= bound_v)
+            escaped = None
+            if observe.escape:
+                escaped = problem.escaped(w)
+            measuring = t >= burn_v
+            if measuring.any():
+                sel = None if measuring.all() else measuring
+                if per_lane_ref:
+                    r = acc.arrays["reference"]
+                    first = np.isnan(r[:, 0]) & measuring
+                    if first.any():
+                        r[first] = w[first]
+                    delta = w - r
+                if bad.any():  # never let a diverging step into the sums
+                    sel = measuring & ~bad
+                update_obs(acc, problem, observe, w, delta, sel, t, stride_v, idx, eps, noise_lags)
+            stopping = bad.copy()
+            if bad.any():
+                acc.arrays["diverged_step"][bad] = t
+            if escaped is not None and escaped.any():
+                acc.arrays["escape_step"][escaped & ~bad] = t
+                stopping |= escaped
+            if stopping.any():
+                stop(stopping)
+                if idx_block is not None:
+                    idx_block = idx_block[~stopping]
+                if z_block is not None:
+                    z_block = z_block[~stopping]
+                if not ids.size:
+                    break
+        t0 += nb
+    if ids.size or out is None:
+        stop(np.ones(ids.size, dtype=bool))
+    if "sum_dd" in out:
+        obs.symmetrize(out["sum_dd"], out["n"])
+    return out
+
+
+def update_obs(acc, problem, observe, w, delta, sel, t, stride, idx, eps, noise_lags) -> None:
+    """One measured step's contributions to the accumulators (``stride``: per-lane loss stride)."""
+    obs.update_moments(acc, delta, sel)
+    if "loss_count" in acc.arrays:
+        sample = (t % stride) == 0
+        if sel is not None:
+            sample &= sel
+        if sample.any():
+            obs.update_losses(acc, problem.loss(w) if observe.loss else None,
+                              problem.test_loss(w) if observe.test_loss else None,
+                              None if sample.all() else sample)
+    if noise_lags and idx is not None:
+        wm = np.broadcast_to(problem.w_min, w.shape)
+        b = -problem.grad(wm, idx, eps).reshape(w.shape[0], problem.n_outputs, problem.n_inputs)
+        obs.update_noise(acc, b, delta.reshape(b.shape), sel, noise_lags)

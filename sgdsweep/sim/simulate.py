@@ -1,0 +1,117 @@
+"""Simulate a batch of points and write their stores (the body of one Dask task).
+
+All points of a batch share the problem (model and data), ``batch_size``, ``noise``, ``steps``
+and the dynamics; their replicas become the lanes of one :func:`sgdsweep.sim.engine.run_lanes`
+call. Each lane's randomness comes from ``SeedSequence([seed, *hash_words(stream_hash(params)),
+replica])`` (:func:`sgdsweep.sweep.identity.stream_hash`, :func:`sgdsweep.sim.noise.lane_streams`), so
+results do not depend on how points are batched or which worker runs them, nor on the
+simulation version that decides whether they rerun.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from sgdsweep.models import get_model
+from sgdsweep.sim import allocator
+from sgdsweep.sim.engine import Dynamics, run_lanes
+from sgdsweep.sim.noise import lane_streams
+from sgdsweep.sim.observables import ObserveSpec
+from sgdsweep.sim.results import array_attrs, point_result
+from sgdsweep.store import points as point_store
+from sgdsweep.store.provenance import code_version
+from sgdsweep.sweep.identity import hash_words, stream_hash
+from sgdsweep.theory.predict import predict
+
+
+def replica_streams(seed: int, stream_key: str, replicas: int) -> list[tuple[np.random.Generator, ...]]:
+    """Per replica its (uniforms, normals, initialisation) generators, keyed by (root seed,
+    the point's :func:`sgdsweep.sweep.identity.stream_hash`, replica index)."""
+    words = hash_words(stream_key)
+    return [lane_streams(np.random.SeedSequence([seed, *words, r])) for r in range(replicas)]
+
+
+def loss_stride(problem, params: Mapping[str, Any], burn_in: int, substeps: int) -> int:
+    """Integrator steps between loss samples of a point: an eighth of its relaxation time
+    (successive samples closer than that carry almost no new information), but at least
+    2·autocorr_lags + 2 samples in the measured window (slow modes must not starve the mean)."""
+    tau = problem.relaxation_steps(params["lr"], params["momentum"])
+    by_tau = int(tau * substeps / 8) if math.isfinite(tau) else 1
+    window = (int(params["steps"]) - int(burn_in)) * substeps
+    by_window = window // (2 * int(params["observe"]["autocorr_lags"]) + 2)
+    return max(1, min(by_tau, by_window))
+
+
+def observe_spec(params: Mapping[str, Any]) -> ObserveSpec:
+    """The :class:`ObserveSpec` of the config's ``dynamics.observe``."""
+    o = params["observe"]
+    return ObserveSpec(cov_max_dim=int(o["cov_max_dim"]), n_eigenpairs=int(o["n_eigenpairs"]), loss=bool(o["loss"]),
+                       test_loss=bool(o["test_loss"]), autocorr_lags=int(o["autocorr_lags"]) if o["loss"] else 0,
+                       noise_lags=tuple(o["noise_lags"]) if o["gradient_noise"] else (),
+                       escape=bool(o["escape"]))
+
+
+def simulate_points(points: Sequence[Mapping[str, Any]], points_dir: str) -> dict[str, Any]:
+    """Simulate ``points`` together and write one store per point.
+
+    Args:
+        points: point specs ``{"hash", "params", "burn_in"}`` sharing problem, batch_size,
+            noise, steps and dynamics (as grouped by :mod:`sgdsweep.sweep.plan`).
+        points_dir: directory of the point stores.
+
+    Returns:
+        ``{"points": [hashes written or found], "replica_steps": int, "seconds": float}``.
+    """
+    allocator.tune()  # Dask workers start with a malloc setting that makes numpy temporaries page-fault
+    t_start = time.perf_counter()
+    first = points[0]["params"]
+    for spec in points[1:]:
+        diff = sorted(k for k in set(first) | set(spec["params"])
+                      if k not in ("lr", "momentum") and first.get(k) != spec["params"].get(k))
+        if diff:
+            raise ValueError(f"points {points[0]['hash']} and {spec['hash']} differ in {diff}: one call simulates "
+                             "points equal in everything but lr and momentum (group them with "
+                             "sgdsweep.run.execute.make_batches)")
+    model = get_model(first["model"])
+    problem = model.make_problem(model.data_params(first))
+    dyn = Dynamics(first["method"], first["dt_over_lr"])
+    sub = dyn.substeps
+    lr, mom, burn, streams, w0, slices, strides = [], [], [], [], [], [], []
+    for spec in points:
+        p = spec["params"]
+        r = int(p["replicas"])
+        start = len(streams)
+        for gens in replica_streams(int(p["seed"]), stream_hash(p), r):
+            streams.append(gens[:2])
+            w0.append(problem.initial(p["init"], gens[2]))
+        slices.append(slice(start, start + r))
+        lr += [p["lr"]] * r
+        mom += [p["momentum"]] * r
+        burn += [spec["burn_in"] * sub] * r
+        strides += [loss_stride(problem, p, spec["burn_in"], sub)] * r
+    observe = observe_spec(first)
+    bound = first["divergence_threshold"] * problem.divergence_scale()
+    lanes = run_lanes(problem, noise=first["noise"], batch_size=int(first["batch_size"]),
+                      steps=int(first["steps"]) * sub, lr=np.array(lr), momentum=np.array(mom),
+                      burn_in=np.array(burn), bound=np.full(len(streams), bound), w0=np.array(w0),
+                      streams=streams, observe=observe, dynamics=dyn, loss_stride=np.array(strides))
+    elapsed_sim = time.perf_counter() - t_start
+    replica_steps = 0
+    for spec, sl in zip(points, slices):
+        point_lanes = {k: v[sl] for k, v in lanes.items()}
+        pred = predict(problem, spec["params"])
+        arrays, summary = point_result(problem, spec["params"], spec["burn_in"], point_lanes, pred,
+                                       loss_stride(problem, spec["params"], spec["burn_in"], sub), sub)
+        replica_steps += int(spec["params"]["replicas"]) * int(spec["params"]["steps"]) * sub
+        attrs = {"point_hash": spec["hash"], "params": dict(spec["params"]), "summary": summary,
+                 "code_version": code_version(),
+                 "simulation_seconds": elapsed_sim * (sl.stop - sl.start) / len(streams)}
+        described = {k: (*v, array_attrs(k)) for k, v in arrays.items()}
+        point_store.write_point(point_store.point_path(points_dir, spec["hash"]), described, attrs)
+    return {"points": [s["hash"] for s in points], "replica_steps": replica_steps,
+            "seconds": time.perf_counter() - t_start}

@@ -1,0 +1,1 @@
+"""Storing results: point stores, the aggregated ensemble, provenance, export and import."""

@@ -1,0 +1,51 @@
+"""Provenance: package versions, code version, host and time, for the attrs of every output."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import importlib.metadata
+import platform
+import subprocess
+
+from sgdsweep import __version__
+from sgdsweep.sweep.identity import SIMULATION_VERSION
+from sgdsweep.sweep.paths import workflow_root
+
+PACKAGES = ("sgdsweep", "numpy", "scipy", "numba", "xarray", "zarr", "dask", "distributed", "snakemake")
+
+
+def package_versions() -> dict[str, str]:
+    """Installed versions of the packages that produce or read the results."""
+    out = {}
+    for name in PACKAGES:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def code_version() -> str:
+    """``sgdsweep <version> (sim v<N>)``, plus the git commit (and ``-dirty``) of a checkout."""
+    text = f"sgdsweep {__version__} (simulation v{SIMULATION_VERSION})"
+    try:
+        out = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=12"],
+                             cwd=workflow_root(), capture_output=True, text=True, timeout=5, check=False)
+        if out.returncode == 0 and out.stdout.strip():
+            text += f" git {out.stdout.strip()}"
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return text
+
+
+def provenance() -> dict[str, object]:
+    """Provenance attributes: versions, code version, host and UTC time."""
+    return {
+        "package_versions": package_versions(),
+        "code_version": code_version(),
+        "host": platform.node(),
+        "python": platform.python_version(),
+        "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }

@@ -1,0 +1,414 @@
+"""Share a finished sweep as one verifiable file: export, verify, import, merge.
+
+An export is a zip file that is at the same time a Zarr (format 3) store: its root group is the
+ensemble, so ``xarray.open_zarr(zarr.storage.ZipStore(path, mode="r"))`` opens it directly. It
+also holds
+
+- ``points/<hash>.zarr/…`` — every point store's files (Zarr keys under the point's name; an
+  import places each as its ``<hash>.zarr.zip``), so that an imported sweep re-runs its fits and
+  report (or the whole workflow) without simulating anything;
+- ``fits.json`` — the fits (also in the root group's ``fits`` attribute);
+- ``README.txt`` — how to open and verify the file;
+- ``sgdsweep-manifest.json`` — schema version, sweep name, resolved config and its hash,
+  provenance, the point hashes, and the SHA-256 and size of every other member.
+
+The zip comment holds the manifest's own SHA-256, so a changed manifest is detected too. No
+pickle anywhere: JSON and Zarr only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import logging
+import os
+import shutil
+import tempfile
+import uuid
+import zipfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sgdsweep.errors import UsageError
+from sgdsweep.store import points as point_store
+from sgdsweep.store.share_verify import (
+    COMMENT_PREFIX,
+    MANIFEST,
+    SCHEMA_VERSION,
+    ShareError,
+    member_blocks,
+    open_export,
+    verified,
+)
+
+__all__ = ["COMMENT_PREFIX", "MANIFEST", "SCHEMA_VERSION", "ShareError", "export_sweep",
+           "import_sweep", "merge_exports", "verify"]
+log = logging.getLogger(__name__)
+
+README = """sgdsweep export of sweep '{sweep}'
+====================================
+
+This zip file is a Zarr (format 3) store. Its root group is the ensemble:
+
+    import xarray as xr, zarr
+    ds = xr.open_zarr(zarr.storage.ZipStore("{name}", mode="r"))
+
+Variables: weight_var, weight_var_se, weight_var_theory, loss, loss_theory, diverged, ... along
+the `point` dimension, with one coordinate per swept axis (lr, batch_size, momentum, ...). Every
+variable has long_name, units and description attributes; the root attributes hold the
+provenance and the fits (attribute `fits`, JSON).
+
+Check integrity:   sgdsweep verify {name}
+Use it:            sgdsweep import {name}   (places the sweep under results/{sweep}/ with its
+                   config; `sgdsweep run results/{sweep}/config.yaml` then simulates nothing)
+
+{manifest} lists the SHA-256 of every member, the resolved configuration and the provenance.
+"""
+
+
+def _sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _files_under(root: Path) -> Iterable[Path]:
+    for dirpath, _, filenames in os.walk(root):
+        for f in sorted(filenames):
+            yield Path(dirpath) / f
+
+
+def _sweep_parts(sweep_dir: Path) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+    """(report spec with the config, fits, point hashes) of a finished sweep directory."""
+    ensemble = sweep_dir / "ensemble.zarr"
+    needed = [ensemble / "zarr.json", sweep_dir / "fits.json", sweep_dir / "plan" / "report.json",
+              sweep_dir / "plan" / "sweep.json"]
+    for path in needed:
+        if not path.is_file():
+            raise UsageError(f"{sweep_dir} is not a finished sweep: {path} is missing; run the workflow "
+                             "first (sgdsweep run CONFIG)")
+    report_spec = json.loads((sweep_dir / "plan" / "report.json").read_text())
+    fits = json.loads((sweep_dir / "fits.json").read_text())
+    points = [p["hash"] for p in json.loads((sweep_dir / "plan" / "sweep.json").read_text())["points"]]
+    return report_spec, fits, points
+
+
+def _write_zip(dest: Path, members: Iterable[tuple[str, bytes | Path]], manifest_base: dict[str, Any]) -> None:
+    """Write members (name, bytes or file) plus manifest and README into ``dest`` (stored, not deflated)."""
+    table: dict[str, dict[str, Any]] = {}
+    with zipfile.ZipFile(dest, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
+        for name, src in members:
+            data = src.read_bytes() if isinstance(src, Path) else src
+            zf.writestr(name, data)
+            table[name] = {"sha256": _sha256_bytes(data), "size": len(data)}
+        readme = README.format(sweep=manifest_base["sweep"], name=dest.name if dest.name else "FILE.zip",
+                               manifest=MANIFEST).encode()
+        zf.writestr("README.txt", readme)
+        table["README.txt"] = {"sha256": _sha256_bytes(readme), "size": len(readme)}
+        manifest = {**manifest_base, "schema_version": SCHEMA_VERSION, "members": table}
+        text = json.dumps(manifest, indent=1, sort_keys=True).encode()
+        zf.writestr(MANIFEST, text)
+        zf.comment = COMMENT_PREFIX + _sha256_bytes(text).encode()
+
+
+def _ensemble_members(ensemble: Path, fits: dict[str, Any]) -> dict[str, bytes | Path]:
+    """The ensemble's files as zip members at the root; the fits added to the root attributes."""
+    members: dict[str, bytes | Path] = {}
+    for path in _files_under(ensemble):
+        rel = path.relative_to(ensemble).as_posix()
+        if rel == "zarr.json":
+            meta = json.loads(path.read_text())
+            meta.setdefault("attributes", {})["fits"] = json.dumps(fits, sort_keys=True)
+            members[rel] = json.dumps(meta, indent=2).encode()
+        else:
+            members[rel] = path
+    return members
+
+
+def _new_destination(dest: str) -> None:
+    """Refuse an export destination that is not a ``.zip`` name or that already exists (a file,
+    a directory or a link: sgdsweep never overwrites one), before any work is done."""
+    if not str(dest).endswith(".zip"):
+        raise UsageError(f"export destination {dest!r} must end in .zip")
+    if "://" in dest:
+        import fsspec
+
+        try:
+            fs, path = fsspec.core.url_to_fs(dest)
+        except (ValueError, ImportError) as exc:
+            raise UsageError(f"export destination {dest!r}: {exc}; give a local path or an fsspec URL "
+                             "(file://, s3://, …) whose filesystem is installed") from None
+        exists = fs.exists(path)
+    else:
+        exists = os.path.lexists(dest)
+    if exists:
+        raise UsageError(f"{dest} already exists; sgdsweep never overwrites a file. Remove it or choose "
+                         "another name")
+
+
+def _upload(local: Path, dest: str) -> None:
+    _new_destination(dest)  # again: it may have appeared while the export was written
+    if "://" in dest:
+        import fsspec
+
+        with open(local, "rb") as src, fsspec.open(dest, "wb") as out:
+            shutil.copyfileobj(src, out)
+    else:
+        Path(dest).parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(local), dest)
+
+
+def _download(src: str, tmpdir: Path) -> Path:
+    if "://" not in src:
+        path = Path(src)
+        if not path.is_file():
+            raise UsageError(f"export file not found: {src}")
+        return path
+    import fsspec
+
+    local = tmpdir / "download.zip"
+    try:
+        with fsspec.open(src, "rb") as fh, open(local, "wb") as out:
+            shutil.copyfileobj(fh, out)
+    except FileNotFoundError:
+        raise UsageError(f"export file not found: {src}") from None
+    except (ValueError, ImportError) as exc:  # an unknown protocol, or its filesystem not installed
+        raise UsageError(f"export file {src!r}: {exc}; give a local path or an fsspec URL whose "
+                         "filesystem is installed") from None
+    return local
+
+
+def export_sweep(sweep_dir: str | Path, dest: str) -> dict[str, Any]:
+    """Export a finished sweep directory (``results/<sweep>``) to ``dest`` (a path or fsspec URL).
+
+    Returns:
+        The manifest written.
+    """
+    sweep_dir = Path(sweep_dir)
+    _new_destination(dest)
+    report_spec, fits, points = _sweep_parts(sweep_dir)
+    ens_attrs = json.loads((sweep_dir / "ensemble.zarr" / "zarr.json").read_text()).get("attributes", {})
+    members = _ensemble_members(sweep_dir / "ensemble.zarr", fits)
+    points_dir = sweep_dir / "points"
+    for h in points:
+        if not point_store.is_complete(point_store.point_path(points_dir, h)):
+            raise UsageError(f"point store {point_store.point_path(points_dir, h)} is missing or incomplete; re-run the "
+                             "workflow before exporting")
+    members["fits.json"] = json.dumps(fits, indent=1, sort_keys=True).encode()
+    provenance = {k: ens_attrs.get(k) for k in ("code_version", "host", "python", "created_utc", "sweep_hash")}
+    provenance["package_versions"] = json.loads(ens_attrs.get("package_versions", "{}"))
+    base = {"sweep": report_spec["config"]["sweep"], "config": report_spec["config"],
+            "config_hash": report_spec["config_hash"], "provenance": provenance, "points": points}
+    with tempfile.TemporaryDirectory() as tmp:
+        local = Path(tmp) / (Path(dest).name if "://" not in dest else "export.zip")
+        _write_zip(local, itertools.chain(members.items(), _point_members(points_dir, points)), base)
+        _upload(local, dest)
+    return verify(dest)
+
+
+def _point_members(points_dir: Path, hashes: list[str]) -> Iterable[tuple[str, bytes]]:
+    """Every point store's files as export members ``points/<hash>.zarr/<key>``, one store open at a time."""
+    for h in hashes:
+        with point_store.PointFiles(point_store.point_path(points_dir, h)) as files:
+            for key, data in files.items():
+                yield f"points/{h}.zarr/{key}", data
+
+
+def verify(src: str | Path) -> dict[str, Any]:
+    """Check an export (:mod:`sgdsweep.store.share_verify`): the zip and its entries, the sizes they
+    declare, the manifest's checksum, version and content (its config a sweep of its own name
+    and points), and every member's SHA-256, streamed.
+
+    Returns:
+        The manifest.
+
+    Raises:
+        ShareError: naming what is wrong (truncated, tampered member, missing or extra member, a
+            crafted name, size or config, …).
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        path = _download(str(src), Path(tmp))
+        with open_export(path, src) as zf:
+            return verified(zf, path.stat().st_size, src)
+
+
+def import_sweep(src: str | Path, results_dir: str | Path = "results") -> Path:
+    """Verify an export and place it as ``<results_dir>/<sweep>/`` (never over an existing sweep).
+
+    Writes the ensemble, fits, point stores and ``config.yaml``: the export's config with
+    ``results_dir`` the absolute path of ``results_dir`` (so that it names this directory from
+    any working directory) and without an ``execution`` section (it describes the machine that
+    ran the sweep; this machine's defaults apply), so that ``sgdsweep run
+    <results_dir>/<sweep>/config.yaml`` re-runs fits and report and simulates nothing. The
+    members are copied from the same local copy of the file that was verified, in blocks,
+    hashed again as they stream, into a staging directory renamed to ``<sweep>`` only once all
+    is placed (and removed otherwise): a failed import writes nothing.
+    """
+    results_dir = Path(results_dir)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = _download(str(src), Path(tmp))
+        with open_export(path, src) as zf:
+            manifest = verified(zf, path.stat().st_size, src)
+            target = results_dir / manifest["sweep"]
+            if target.exists() or target.is_symlink():
+                raise UsageError(f"{target} already exists; sgdsweep never overwrites results. "
+                                 "Remove it, or import elsewhere with --results-dir DIR")
+            try:
+                results_dir.mkdir(parents=True, exist_ok=True)
+            except (FileExistsError, NotADirectoryError):
+                raise UsageError(f"results directory {results_dir} is not a directory (a file is "
+                                 "there, or in its path); import elsewhere with --results-dir DIR"
+                                 ) from None
+            staging = results_dir / f".import-{uuid.uuid4().hex[:8]}"
+            try:
+                _extract(zf, manifest, staging, src)
+                config = _imported_config(manifest["config"], results_dir)
+                (staging / "config.yaml").write_text(config)
+                os.rename(staging, target)
+            finally:
+                if staging.exists():
+                    shutil.rmtree(staging, ignore_errors=True)
+    if "execution" in manifest["config"]:
+        log.warning("the export's execution section %s was not imported: it describes the machine "
+                    "that ran the sweep, not the data; this machine's defaults apply (set "
+                    "execution in %s to choose others)", json.dumps(manifest["config"]["execution"]),
+                    target / "config.yaml")
+    return target
+
+
+def _imported_config(config: dict[str, Any], results_dir: Path) -> str:
+    """``config.yaml`` of an imported sweep: the export's ``config`` without ``execution``, its
+    ``results_dir`` the absolute ``results_dir``."""
+    config = {k: v for k, v in config.items() if k != "execution"}
+    config["results_dir"] = str(results_dir.absolute())
+    return ("# Resolved configuration of an imported sweep (sgdsweep import). The export's\n"
+            "# execution settings, if any, were not imported: add an execution section to choose\n"
+            "# this machine's.\n"
+            + yaml.safe_dump(config, sort_keys=False))
+
+
+def _extract(zf: zipfile.ZipFile, manifest: dict[str, Any], staging: Path, src: str | Path) -> None:
+    """Copy a verified export's members into ``staging`` (a new directory): ``fits.json``, the
+    ensemble's keys under ``ensemble.zarr/``, and each point's keys as its zip store
+    ``points/<hash>.zarr.zip`` (checked complete); each member streamed and hashed
+    (:func:`member_blocks`), no file written over another."""
+    members = manifest["members"]
+    stores: dict[str, list[str]] = {}
+    for name, entry in members.items():
+        if name in ("README.txt", MANIFEST):
+            continue
+        if name.startswith("points/"):  # points/<hash>.zarr/<key>, as verify checked
+            stores.setdefault(name.split("/")[1][:-len(".zarr")], []).append(name)
+            continue
+        out = staging / (name if name == "fits.json" else f"ensemble.zarr/{name}")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with open(out, "xb") as fh:
+            fh.writelines(member_blocks(zf, name, entry, src))
+    (staging / "points").mkdir(parents=True, exist_ok=True)
+    for h, names in stores.items():
+        path = point_store.point_path(staging / "points", h)
+        prefix = f"points/{h}.zarr/"
+        with zipfile.ZipFile(path, "x", compression=zipfile.ZIP_STORED, allowZip64=True) as out:
+            # as sgdsweep.store.points writes a point store: stored members, the group's zarr.json first
+            for name in sorted(names, key=lambda n: (n != prefix + "zarr.json", n)):
+                info = zipfile.ZipInfo(name[len(prefix):])
+                info.file_size = members[name]["size"]  # zipfile then writes zip64 only if needed
+                info.external_attr = 0o600 << 16
+                with out.open(info, "w") as fh:
+                    for block in member_blocks(zf, name, members[name], src):
+                        fh.write(block)
+        if not point_store.is_complete(path):
+            raise ShareError(f"{src}: the point store of point {h} is not marked complete; the "
+                             "file was crafted or exported from an unfinished sweep, do not use it")
+
+
+def merge_exports(sources: list[str], dest: str) -> dict[str, Any]:
+    """Merge exports of compatible sweeps into one export holding the union of their points.
+
+    Compatible: the same config except the grid/points (so the same model and dynamics). A point
+    present in several exports must be identical in all of them (same hash and same values);
+    otherwise the merge is refused, naming the point.
+    """
+    import numpy as np
+    import xarray as xr
+    import zarr
+
+    from sgdsweep.analysis.fit import fit_ensemble
+    from sgdsweep.store.aggregate import write_ensemble
+    from sgdsweep.sweep.identity import content_hash
+
+    if len(sources) < 2:
+        raise UsageError("merge needs at least two export files")
+    _new_destination(dest)
+    manifests = [verify(s) for s in sources]
+    ignore = ("grid", "points", "report", "fit", "execution", "sweep", "results_dir")
+
+    def core(cfg: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in cfg.items() if k not in ignore}
+
+    for src, m in zip(sources[1:], manifests[1:]):
+        if core(m["config"]) != core(manifests[0]["config"]):
+            diff = sorted(k for k in set(core(m["config"])) | set(core(manifests[0]["config"]))
+                          if core(m["config"]).get(k) != core(manifests[0]["config"]).get(k))
+            raise ShareError(f"{src} is not compatible with {sources[0]}: config section(s) {diff} differ "
+                             "(only grid/points may differ between merged sweeps)")
+    datasets = []
+    for src in sources:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = _download(str(src), Path(tmp))
+            with zarr.storage.ZipStore(path, mode="r") as zs:
+                datasets.append(xr.open_zarr(zs).load())
+    seen: dict[str, tuple[int, int]] = {}
+    keep: list[list[int]] = []
+    for di, ds in enumerate(datasets):
+        idx = []
+        for pi, h in enumerate(ds["point"].values):
+            if h in seen:
+                dj, pj = seen[h]
+                a, b = ds.isel(point=pi), datasets[dj].isel(point=pj)
+                for name in ds.data_vars:
+                    if name == "simulation_seconds":
+                        continue
+                    va, vb = np.asarray(a[name].values), np.asarray(b[name].values)
+                    if va.shape != vb.shape or not np.array_equal(va, vb, equal_nan=va.dtype.kind == "f"):
+                        raise ShareError(f"point {h} is in {sources[dj]} and {sources[di]} with different "
+                                         f"'{name}'; refusing to merge conflicting duplicates")
+                continue
+            seen[h] = (di, pi)
+            idx.append(pi)
+        keep.append(idx)
+    merged = xr.concat([ds.isel(point=idx) for ds, idx in zip(datasets, keep)], dim="point",
+                       data_vars="all", coords="different", compat="equals", join="outer",
+                       combine_attrs="override")
+    merged.attrs["merged_from"] = json.dumps([m["config_hash"] for m in manifests])
+    # The merged sweep's config lists its points explicitly, so that importing the merge and
+    # running its config regenerates exactly these point hashes (and simulates nothing).
+    axes = [c for c in merged.coords if merged[c].dims == ("point",) and c not in ("point", "shard")]
+    config = json.loads(json.dumps(manifests[0]["config"]))
+    config["grid"] = {}
+    def plain(v: Any) -> Any:
+        return v.item() if hasattr(v, "item") else v
+
+    config["points"] = [{a: plain(merged[a].values[i]) for a in axes} for i in range(merged.sizes["point"])]
+    fits = fit_ensemble(merged, config["fit"])
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        sweep_dir = tmp / manifests[0]["sweep"]
+        write_ensemble(merged, sweep_dir / "ensemble.zarr")
+        members = _ensemble_members(sweep_dir / "ensemble.zarr", fits)
+        for src in sources:
+            local = _download(str(src), tmp)
+            with zipfile.ZipFile(local) as zf:
+                for name in zf.namelist():
+                    if name.startswith("points/") and name not in members:
+                        members[name] = zf.read(name)
+        base = {"sweep": manifests[0]["sweep"], "config": config, "config_hash": content_hash(config),
+                "provenance": {"merged_from": [m["config_hash"] for m in manifests]},
+                "points": [str(h) for h in merged["point"].values]}
+        members["fits.json"] = json.dumps(fits, indent=1, sort_keys=True).encode()
+        local = tmp / "merged.zip"
+        _write_zip(local, members.items(), base)
+        _upload(local, dest)
+    return verify(dest)

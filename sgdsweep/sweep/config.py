@@ -1,0 +1,317 @@
+"""From a YAML config to a frozen :class:`Sweep`: validation, defaults, points, identity.
+
+Every check runs here, before any job starts: the schema (types, ranges, unknown keys), the
+grid (duplicates, zip groups), and per point the model's own constraints (noise type supported,
+P > N, batch_size <= P) and the burn-in (resolved from the problem's slowest relaxation time
+when ``auto``, and required to be shorter than ``steps``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sgdsweep.errors import ConfigError
+from sgdsweep.models import get_model, noise_types
+from sgdsweep.sweep import grid as gridmod
+from sgdsweep.sweep.cost import Footprint, footprint
+from sgdsweep.sweep.identity import content_hash
+from sgdsweep.sweep.paths import nested_sweep, sweep_dir
+from sgdsweep.sweep.schema import load_schema, read_yaml, validate_and_fill
+
+#: Axes every sweep must set (in the grid or in every explicit point) when the model uses them.
+REQUIRED_AXES = ("lr", "batch_size", "samples_per_param", "hidden_width")
+#: Noise types the SDE integrator accepts (it is Gaussian by definition).
+SDE_NOISE = ("gaussian", "gaussian_matched")
+#: Keys that vary inside a shard; every other parameter is shared by a shard's points.
+IN_SHARD_KEYS = ("lr", "batch_size", "momentum")
+#: Config sections that determine simulation results (fit/report/execution do not).
+SIMULATION_SECTIONS = ("seed", "model", "dynamics", "grid", "points")
+
+
+@dataclass(frozen=True)
+class Point:
+    """One parameter point of a sweep.
+
+    Attributes:
+        hash: content hash of ``params`` (the point's identity and store name).
+        params: fully resolved parameters (every key that can change the result).
+        burn_in: burn-in in steps, resolved from ``params['burn_in']``.
+        shard: id of the shard the point belongs to.
+    """
+
+    hash: str
+    params: Mapping[str, Any]
+    burn_in: int
+    shard: str
+
+    def spec(self) -> dict[str, Any]:
+        """JSON-ready description, as passed to simulation tasks."""
+        return {"hash": self.hash, "params": dict(self.params), "burn_in": self.burn_in}
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A validated sweep: its config (defaults filled), its points and coordinates."""
+
+    config: Mapping[str, Any]
+    points: tuple[Point, ...]
+    coords: tuple[str, ...]
+    #: shard id → the memory its simulation tasks need (:mod:`sgdsweep.sweep.cost`)
+    footprints: Mapping[str, Footprint] = field(default_factory=dict, repr=False, compare=False)
+    _shards: dict[str, list[Point]] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def name(self) -> str:
+        return self.config["sweep"]
+
+    @property
+    def directory(self) -> Path:
+        """``<results_dir>/<sweep>``."""
+        return sweep_dir(self.config["results_dir"], self.name)
+
+    @property
+    def shards(self) -> dict[str, list[Point]]:
+        """Shard id → its points, in sweep order."""
+        if not self._shards:
+            for p in self.points:
+                self._shards.setdefault(p.shard, []).append(p)
+        return self._shards
+
+    def simulation_config(self) -> dict[str, Any]:
+        """The sections of the config that determine simulation results."""
+        return {k: self.config[k] for k in SIMULATION_SECTIONS if k in self.config}
+
+    @property
+    def config_hash(self) -> str:
+        """Hash of the whole resolved config."""
+        return content_hash(self.config)
+
+    @property
+    def sweep_hash(self) -> str:
+        """Hash of the simulation-relevant config (unchanged by fit/report/execution edits)."""
+        return content_hash(self.simulation_config())
+
+
+def _describe(gp: Mapping[str, Any]) -> str:
+    return "point " + ", ".join(f"{k}={v}" for k, v in gp.items())
+
+
+def _resolve_burn_in(params: Mapping[str, Any], problem, where: str) -> int:
+    steps = params["steps"]
+    if params["burn_in"] != "auto":
+        burn = int(params["burn_in"])
+        if burn >= steps:
+            raise ConfigError("dynamics.burn_in", burn, f"an integer below steps = {steps}",
+                              f"Nothing would be measured at {where}.")
+        return burn
+    tau = problem.relaxation_steps(params["lr"], params["momentum"])
+    if math.isinf(tau):
+        return steps // 2  # unstable in the mean: the replicas will diverge and be flagged
+    burn = math.ceil(params["burn_in_relaxations"] * tau)
+    if burn >= steps:
+        raise ConfigError(
+            "dynamics.burn_in", "auto", f"a burn-in shorter than steps = {steps}",
+            f"At {where} the auto burn-in is {burn} steps ({params['burn_in_relaxations']} slowest "
+            f"relaxation times of {tau:.0f} steps each). Raise steps to at least "
+            f"{2 * burn}, use larger lr values, or set dynamics.burn_in explicitly.")
+    return burn
+
+
+def _checked_problem(model, params: Mapping[str, Any], where: str):
+    """The point's problem, after the model's own checks (``check_point``); a data set too
+    large for memory, or one numpy cannot factorise (a degenerate covariance), is a
+    :class:`ConfigError` naming the model's options."""
+    try:
+        model.check_point(params, where)
+        return model.make_problem(model.data_params(params))
+    except (MemoryError, np.linalg.LinAlgError) as exc:
+        options = {k: v for k, v in model.data_params(params).items() if k not in ("model", "seed")}
+        what = "does not fit in memory" if isinstance(exc, MemoryError) else f"is degenerate ({exc})"
+        raise ConfigError("model", options, "a problem whose data set can be built",
+                          f"At {where} the data set {what}; change samples_per_param or the model's "
+                          "sizes and scales.") from None
+
+
+def build_sweep(raw: Mapping[str, Any]) -> Sweep:
+    """Validate a config mapping and build its :class:`Sweep`.
+
+    Raises:
+        ConfigError: naming the key, the value given and what is allowed.
+    """
+    if not isinstance(raw, Mapping):
+        raise ConfigError("<config>", raw, "a YAML mapping of keys to values")
+    raw_grid = raw.get("grid") if isinstance(raw.get("grid"), Mapping) else {}
+    for section in ("model", "dynamics"):
+        sec = raw.get(section)
+        if isinstance(sec, Mapping):
+            for key in gridmod.EXTRA_GRID_KEYS:
+                if key in sec and key in raw_grid:
+                    raise ConfigError(f"grid.{key}", raw_grid[key], f"one place for '{key}'",
+                                      f"It is set in both {section} and grid; keep one.")
+    cfg = validate_and_fill(dict(raw))
+    pair = cfg["fit"]["wigner"]["pair"]
+    if pair[0] == pair[1]:
+        raise ConfigError("fit.wigner.pair", pair, "two different indices, e.g. [0, 1]",
+                          "The pair is two distinct eigenvalues of WᵀW.")
+    kind = cfg["model"]["kind"]
+    model = get_model(kind)
+    options = _model_options(cfg["model"], model, kind, raw_grid)
+    cfg["model"] = {"kind": kind, **options}  # the resolved config shows the model's defaults
+    required = tuple(a for a in REQUIRED_AXES if a in model.AXES)
+    expanded = gridmod.expand(cfg["grid"], cfg.get("points", []), required)
+    if not expanded:
+        raise ConfigError("grid", cfg["grid"], "at least one point", "The sweep is empty.")
+
+    base = {"model": kind, "seed": cfg["seed"], **options}
+    base.update({k: v for k, v in cfg["dynamics"].items() if k != "observe"})
+    base["observe"] = _observe(cfg["dynamics"]["observe"], kind)
+    base.setdefault("noise", noise_types(model, options)[0])
+    points: list[Point] = []
+    seen: dict[str, int] = {}
+    footprints: dict[str, Footprint] = {}
+    for i, gp in enumerate(expanded):
+        where = _describe(gp)
+        for axis in gp:
+            if axis in gridmod.AXES and axis not in model.AXES:
+                raise ConfigError(f"grid.{axis}", gp[axis], f"an axis of model.kind {kind}: " + ", ".join(model.AXES),
+                                  f"'{axis}' applies to another model; remove it.")
+        for axis in required:
+            if axis not in gp:
+                raise ConfigError(f"grid.{axis}", None, "a value or a list of values",
+                                  f"Every {kind} sweep sets '{axis}'; add it to grid (or to every point).")
+        params = {k: gridmod.coerce(k, v) for k, v in {**base, **gp}.items()}
+        _check_dynamics(params, model, where)
+        problem = _checked_problem(model, params, where)
+        if params["init"] == "auto":  # hash the concrete start, so 'auto' and its meaning hash alike
+            params["init"] = problem.auto_init
+        burn = _resolve_burn_in(params, problem, where)
+        h = content_hash(params)
+        if h in seen:
+            raise ConfigError("points" if i >= len(expanded) - len(cfg.get("points", [])) else "grid",
+                              dict(gp), "distinct points",
+                              f"{where} appears twice in the sweep; remove the duplicate.")
+        seen[h] = i
+        shard = content_hash({k: v for k, v in params.items() if k not in IN_SHARD_KEYS})
+        if shard not in footprints:
+            footprints[shard] = footprint(problem, params)
+        points.append(Point(hash=h, params=params, burn_in=burn, shard=shard))
+
+    coords = tuple(a for a in gridmod.AXES if a in model.AXES) + tuple(
+        k for k in gridmod.EXTRA_GRID_KEYS if any(k in gp for gp in expanded))
+    return Sweep(config=cfg, points=tuple(points), coords=coords, footprints=footprints)
+
+
+def _model_options(section: Mapping[str, Any], model, kind: str, raw_grid: Mapping[str, Any]) -> dict[str, Any]:
+    """The model's options: its defaults overridden by ``model.*``; a key of another model is an error."""
+    options = dict(model.OPTIONS)
+    for key, value in section.items():
+        if key == "kind":
+            continue
+        if key not in model.OPTIONS:
+            raise ConfigError(f"model.{key}", value, f"a key of model.kind {kind}: "
+                              + (", ".join(model.OPTIONS) or "(none)"),
+                              f"'{key}' belongs to another model kind; remove it.")
+        options[key] = value
+    for key in ("n_inputs", "label_noise"):
+        if key in raw_grid and key not in model.OPTIONS:
+            raise ConfigError(f"grid.{key}", raw_grid[key], f"a key of model.kind {kind}: "
+                              + (", ".join(model.OPTIONS) or "(none)"), f"model.kind {kind} has no '{key}'.")
+    return options
+
+
+def _observe(section: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    """``dynamics.observe`` with ``escape: auto`` resolved (on for landscape only)."""
+    out = dict(section)
+    if out["escape"] == "auto":
+        out["escape"] = kind == "landscape"
+    out["noise_lags"] = sorted(set(out["noise_lags"]))
+    return out
+
+
+def _check_dynamics(params: Mapping[str, Any], model, where: str) -> None:
+    """Noise type, SDE and observable choices that the model and dynamics support."""
+    noise = params["noise"]
+    if noise not in model.NOISE_TYPES:
+        raise ConfigError("grid.noise", noise, f"for model.kind {params['model']}: " + ", ".join(model.NOISE_TYPES),
+                          f"At {where}.")
+    if params["method"] == "sde":
+        if params["momentum"] != 0.0:
+            raise ConfigError("grid.momentum", params["momentum"], "0 with dynamics.method sde",
+                              f"The SDE has no momentum term. At {where}.")
+        if noise not in SDE_NOISE:
+            raise ConfigError("grid.noise", noise, "with dynamics.method sde: " + ", ".join(SDE_NOISE),
+                              f"The SDE's noise is Gaussian. At {where}.")
+        k = 1.0 / params["dt_over_lr"]
+        if abs(k - round(k)) > 1e-9:
+            raise ConfigError("dynamics.dt_over_lr", params["dt_over_lr"], "1/k for an integer k (1, 0.5, 0.25, 0.1, …)",
+                              "Each SGD step must be a whole number of SDE steps.")
+        limit = load_schema()["$defs"]["steps"]["maximum"]
+        if params["steps"] * round(k) > limit:
+            raise ConfigError("dynamics.dt_over_lr", params["dt_over_lr"],
+                              f"at most {limit:.0e} integrator steps (steps / dt_over_lr)",
+                              f"At {where}, {params['steps']} steps of {round(k)} SDE steps each; use a larger "
+                              "dt_over_lr or fewer steps.")
+    elif params["dt_over_lr"] != 1.0:
+        raise ConfigError("dynamics.dt_over_lr", params["dt_over_lr"], "1.0 unless dynamics.method is sde",
+                          "Only the SDE integrator has its own step.")
+    observe = params["observe"]
+    sampled_single_layer = params["model"] in ("linear", "digits", "matrix") and noise in (
+        "minibatch", "minibatch_replace", "epoch", "label")
+    if observe["gradient_noise"] and not sampled_single_layer:
+        raise ConfigError("dynamics.observe.gradient_noise", True,
+                          "single-layer models (linear, digits, matrix) with noise minibatch, minibatch_replace, "
+                          "epoch or label", f"D(m) is the noise of the sampled batches. At {where}.")
+    if observe["escape"] and params["model"] != "landscape":
+        raise ConfigError("dynamics.observe.escape", True, "model.kind landscape",
+                          "Only landscapes define a basin to escape from.")
+    if params["init"] == "minimum" and params["model"] == "two_layer":
+        raise ConfigError("dynamics.init", "minimum", "auto or zero for two_layer",
+                          "Its minima form a manifold; auto starts from random weights (model.init_scale).")
+
+
+def load_sweep(path: str | Path, overrides: Mapping[str, Any] | None = None) -> Sweep:
+    """Read a YAML config file (safely), apply top-level ``overrides`` and build the sweep, which
+    must fit in memory (:func:`check_fits`)."""
+    raw = read_yaml(path)
+    if overrides:
+        raw.update(overrides)
+    sweep = build_sweep(raw)
+    check_place(sweep)
+    check_fits(sweep)
+    return sweep
+
+
+def check_place(sweep: Sweep) -> None:
+    """Raise :class:`ConfigError` if the sweep's directory lies inside another sweep's directory,
+    or holds one (:func:`sgdsweep.sweep.paths.nested_sweep`): runs of the outer sweep would lose the
+    inner one's results."""
+    found = nested_sweep(sweep.directory)
+    if found is not None:
+        other, how = found
+        where = "inside another sweep's directory" if how == "inside" else "around another sweep's directory"
+        raise ConfigError("results_dir", sweep.config["results_dir"],
+                          "a directory whose sweeps lie side by side, none inside another",
+                          f"With sweep '{sweep.name}' the sweep's directory {sweep.directory} lies {where}, "
+                          f"{other}: a run of the outer sweep would delete the inner one's results. Choose "
+                          "another results_dir (e.g. results) or sweep name")
+
+
+def check_fits(sweep: Sweep) -> None:
+    """Raise :class:`ConfigError` if simulating the points of ``sweep`` that have no complete
+    store needs more memory than ``execution.max_memory`` (:func:`sgdsweep.sweep.cost.check_memory`).
+    Every point is checked first; only when they do not fit are the stores read, so that a
+    finished or imported sweep that simulates nothing is never refused."""
+    from sgdsweep.store.points import complete_points
+    from sgdsweep.sweep.cost import check_memory
+
+    try:
+        check_memory(sweep)
+    except ConfigError:
+        done = complete_points(sweep.directory / "points", (p.hash for p in sweep.points))
+        check_memory(sweep, [p.hash for p in sweep.points if p.hash not in done])

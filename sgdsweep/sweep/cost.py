@@ -1,0 +1,326 @@
+"""What simulating a sweep costs, estimated before any job starts: memory, replica-steps, time.
+
+A sweep's points run as Dask tasks: each task advances the replicas of up to
+``execution.points_per_task`` points of one shard and batch size together, as the lanes of one
+engine call (:func:`sgdsweep.run.execute.make_batches`, :func:`sgdsweep.sim.simulate.simulate_points`).
+Memory of one task, in bytes (:class:`Footprint`, from the point's own problem):
+
+- per lane (replica): twice its accumulators (:class:`sgdsweep.sim.observables.Accumulators` for
+  this problem and ``dynamics.observe``: the working set, and the results' per-replica
+  temporaries or the engine's full-size copy once replicas stop early), its random generators
+  (:data:`STREAM_BYTES`), its weights, momentum and start (4·d doubles) and, with sampling noise,
+  its permutation of the P samples;
+- per task: the problem's arrays, the engine's random-number blocks and the exact theory
+  (:func:`theory_bytes`).
+
+Measured against ``tracemalloc`` peaks of :func:`~sgdsweep.sim.simulate.simulate_points` (tests in
+``tests/test_plan.py``), the estimate is within a factor of 2. The machine holds the largest
+tasks that run at once (:func:`tasks_at_once`), each in a worker process of about
+:data:`PROCESS_BYTES` (its Python, NumPy, Numba and Dask). :func:`check_memory` refuses a sweep
+whose estimate exceeds ``execution.max_memory``; :func:`measure_rate` times the engine on a
+point's own problem, for the time estimate that ``sgdsweep plan`` prints.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from sgdsweep.errors import ConfigError
+
+if TYPE_CHECKING:  # config imports this module
+    from sgdsweep.sweep.config import Point, Sweep
+
+#: Bytes of one lane's three random generators (``SeedSequence``-spawned PCG64 ``Generator``
+#: objects), measured with ``tracemalloc``: 2.8 KiB.
+STREAM_BYTES = 3 * 1024
+#: Resident memory of one Dask worker process before it simulates (its Python, NumPy, Numba,
+#: Dask and compiled kernels; ``benchmarks/memory.py`` measures ~220 MiB).
+PROCESS_BYTES = 256 * 2**20
+#: Fraction of the physical memory that ``execution.max_memory: auto`` allows.
+AUTO_FRACTION = 0.8
+#: Lanes and seconds of one timing run of :func:`measure_rate`.
+CALIBRATION_LANES = 64
+CALIBRATION_SECONDS = 0.1
+
+_UNITS = {"B": 1, "kB": 10**3, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "PB": 10**15,
+          "KiB": 2**10, "kiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "PiB": 2**50}
+_SIZE = re.compile(r"([0-9]+(?:\.[0-9]+)?) ?([kKMGTP]i?B|B)")
+
+
+def format_bytes(n: float) -> str:
+    """``1536`` → ``'1.5 KiB'`` (binary units)."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(n) < 1024 or unit == "PiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.3g} {unit}"
+        n /= 1024
+    raise AssertionError  # pragma: no cover
+
+
+def parse_size(text: str) -> int:
+    """``'16GB'`` → 16·10⁹, ``'512MiB'`` → 512·2²⁰ (bytes); ValueError for anything else."""
+    m = _SIZE.fullmatch(text.strip())
+    if not m:
+        raise ValueError(f"not a size: {text!r}")
+    return int(float(m.group(1)) * _UNITS[m.group(2)])
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """Memory of the simulation tasks of one shard (bytes): ``fixed`` per task, ``per_lane`` per
+    replica; ``dim``: the problem's number of parameters d."""
+
+    fixed: int
+    per_lane: int
+    dim: int
+
+
+def theory_bytes(d: int) -> int:
+    """Peak bytes of the exact theory of a d-parameter point (:mod:`sgdsweep.theory.linear`): its
+    direct solve holds ~4 matrices of d² × d² doubles up to d² = ``DIRECT_MAX_UNKNOWNS``, its
+    eigenbasis method beyond ~256 matrices of d × d (fitted to ``tracemalloc`` peaks at d = 20 … 200)."""
+    from sgdsweep.theory.linear import DIRECT_MAX_UNKNOWNS
+
+    return 32 * d**4 if d * d <= DIRECT_MAX_UNKNOWNS else 2048 * d * d
+
+
+def footprint(problem: Any, params: Mapping[str, Any]) -> Footprint:
+    """The :class:`Footprint` of a point's tasks, from its problem and resolved parameters."""
+    from sgdsweep.sim.engine import BLOCK_RANDOM_NUMBERS
+    from sgdsweep.sim.noise import MODE
+    from sgdsweep.sim.observables import Accumulators
+    from sgdsweep.sim.simulate import observe_spec
+
+    acc = Accumulators.create(0, problem, observe_spec(params), problem.w_min is None)
+    acc_bytes = sum(math.prod(a.shape[1:]) * a.itemsize for a in acc.arrays.values())
+    d = int(problem.dim)
+    permutation = 8 * int(problem.n_samples or 0) if params["noise"] in MODE else 0
+    per_lane = 2 * acc_bytes + STREAM_BYTES + 4 * 8 * d + permutation + 16 * 8
+    data = sum(v.nbytes for v in vars(problem).values() if isinstance(v, np.ndarray))
+    return Footprint(fixed=data + 8 * BLOCK_RANDOM_NUMBERS + theory_bytes(d), per_lane=per_lane, dim=d)
+
+
+@dataclass(frozen=True)
+class Task:
+    """One Dask task of a sweep: ``points`` (the first one's parameters in ``first``), ``lanes``
+    (their replicas), ``replica_steps`` (lanes × integrator steps) and ``memory`` (bytes, the
+    estimated peak)."""
+
+    shard: str
+    first: Point
+    points: int
+    lanes: int
+    replica_steps: int
+    memory: int
+
+
+def tasks(sweep: Sweep, hashes: Iterable[str] | None = None) -> list[Task]:
+    """The tasks that simulate ``hashes`` (default: every point), grouped as the shard jobs group
+    them."""
+    from sgdsweep.run.execute import make_batches
+
+    wanted = None if hashes is None else set(hashes)
+    per_task = int(sweep.config["execution"]["points_per_task"])
+    out: list[Task] = []
+    for shard, points in sweep.shards.items():
+        by_hash = {p.hash: p for p in points if wanted is None or p.hash in wanted}
+        if not by_hash:
+            continue
+        fp = sweep.footprints[shard]
+        for batch in make_batches([p.spec() for p in by_hash.values()], per_task):
+            lanes = sum(int(s["params"]["replicas"]) for s in batch)
+            p0 = batch[0]["params"]
+            substeps = 1 if p0["method"] == "sgd" else round(1.0 / p0["dt_over_lr"])
+            out.append(Task(shard, by_hash[batch[0]["hash"]], len(batch), lanes,
+                            lanes * int(p0["steps"]) * substeps, fp.fixed + lanes * fp.per_lane))
+    return out
+
+
+def memory_limit(execution: Mapping[str, Any]) -> tuple[int, str]:
+    """``execution.max_memory`` in bytes, and where it comes from (in words)."""
+    value = execution.get("max_memory", "auto")
+    if value != "auto":
+        return (int(value) if isinstance(value, int) else parse_size(value)), "execution.max_memory"
+    if execution.get("cluster") == "slurm":
+        memory = execution.get("slurm", {}).get("memory", "")
+        try:
+            return parse_size(memory), f"auto: slurm.memory {memory} of one job"
+        except ValueError:
+            pass
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return int(AUTO_FRACTION * total), f"auto: {AUTO_FRACTION:.0%} of this machine's {format_bytes(total)}"
+
+
+def tasks_at_once(execution: Mapping[str, Any]) -> tuple[int, str]:
+    """How many tasks share the memory of ``execution.max_memory``, and why: the workers of a
+    local cluster, the worker processes of one SLURM job, or one (a worker of an external
+    scheduler, whose machines sgdsweep does not see)."""
+    from sgdsweep.run.cluster import SCHEDULER_ENV, worker_count
+
+    if execution.get("scheduler") or os.environ.get(SCHEDULER_ENV):
+        return 1, "one per worker of the external scheduler"
+    if execution.get("cluster") == "slurm":
+        cores = int(execution.get("slurm", {}).get("cores", 1))
+        return cores, f"{cores} per SLURM job (slurm.cores)"
+    workers = worker_count(execution)
+    return workers, f"{workers} local worker(s)"
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """The memory a sweep's simulation needs at once: ``total`` bytes for ``at_once`` tasks (the
+    largest, ``largest``) and their worker processes, against ``limit`` (from ``source``)."""
+
+    total: int
+    at_once: int
+    why: str
+    largest: Task | None
+    limit: int
+    source: str
+
+    @property
+    def fits(self) -> bool:
+        return self.total <= self.limit
+
+
+def estimate_memory(sweep: Sweep, task_list: list[Task]) -> MemoryEstimate:
+    """The :class:`MemoryEstimate` of running ``task_list`` (largest tasks at once)."""
+    execution = sweep.config["execution"]
+    limit, source = memory_limit(execution)
+    slots, why = tasks_at_once(execution)
+    biggest = sorted(task_list, key=lambda t: t.memory, reverse=True)[:slots]
+    total = sum(t.memory for t in biggest) + len(biggest) * PROCESS_BYTES
+    return MemoryEstimate(total, len(biggest), why, biggest[0] if biggest else None, limit, source)
+
+
+def _replicas_key(sweep: Sweep) -> str:
+    if "replicas" in sweep.config["grid"]:
+        return "grid.replicas"
+    return "points" if any("replicas" in p for p in sweep.config.get("points", [])) else "dynamics.replicas"
+
+
+def check_memory(sweep: Sweep, hashes: Iterable[str] | None = None) -> MemoryEstimate:
+    """Raise :class:`ConfigError` if simulating ``hashes`` (default: every point) needs more
+    memory than ``execution.max_memory``, naming the estimate and how to lower it; else return
+    the estimate."""
+    est = estimate_memory(sweep, tasks(sweep, hashes))
+    if est.fits or est.largest is None:
+        return est
+    t = est.largest
+    fp = sweep.footprints[t.shard]
+    replicas = t.first.params["replicas"]
+    raise ConfigError(
+        _replicas_key(sweep), replicas,
+        f"a sweep whose simulation fits in execution.max_memory = {format_bytes(est.limit)} ({est.source})",
+        f"Its estimated memory is {format_bytes(est.total)}: {est.at_once} task(s) at once ({est.why}), the "
+        f"largest {t.points} point(s) × {replicas} replicas = {t.lanes} lanes of a d = {fp.dim} model, "
+        f"{format_bytes(fp.per_lane)} per replica and {format_bytes(fp.fixed)} per task = "
+        f"{format_bytes(t.memory)}, plus {format_bytes(PROCESS_BYTES)} per worker process. Use fewer "
+        "replicas, fewer points per task (execution.points_per_task), fewer workers (execution.workers), "
+        "a smaller model (n_inputs, hidden_width, dynamics.observe.cov_max_dim), or raise "
+        "execution.max_memory if the machine has the memory")
+
+
+def measure_rate(point: Point, lanes: int) -> float:
+    """Replica-steps per second of the engine on ``point``'s own problem, in this process with
+    the kernel's threads of a worker (``$SGDSWEEP_THREADS``, default 1): ``min(lanes, 64)``
+    lanes, every step measured (observables on; burn-in steps cost less), timed over ever longer
+    runs until one takes :data:`CALIBRATION_SECONDS`. A wall-clock measurement: an estimate."""
+    from sgdsweep.models import get_model
+    from sgdsweep.sim.engine import Dynamics, run_lanes
+    from sgdsweep.sim.simulate import observe_spec, replica_streams
+    from sgdsweep.sweep.identity import stream_hash
+
+    p = point.params
+    model = get_model(p["model"])
+    problem = model.make_problem(model.data_params(p))
+    n = max(1, min(lanes, CALIBRATION_LANES))
+    gens = replica_streams(int(p["seed"]), stream_hash(p), n)
+    w0 = np.array([problem.initial(p["init"], g[2]) for g in gens])
+    bound = float(p["divergence_threshold"]) * problem.divergence_scale()
+
+    def lane_steps_per_s(steps: int) -> tuple[float, float]:
+        t0 = time.perf_counter()
+        out = run_lanes(problem, noise=p["noise"], batch_size=int(p["batch_size"]), steps=steps,
+                        lr=np.full(n, float(p["lr"])), momentum=np.full(n, float(p["momentum"])),
+                        burn_in=np.zeros(n, np.int64), bound=np.full(n, bound), w0=w0.copy(),
+                        streams=[g[:2] for g in gens], observe=observe_spec(p),
+                        dynamics=Dynamics(p["method"], p["dt_over_lr"]))
+        seconds = time.perf_counter() - t0
+        stopped = np.maximum(out["diverged_step"], out["escape_step"])
+        done = float(np.where(stopped >= 0, stopped + 1, steps).sum())
+        return seconds, done / seconds if seconds > 0 else math.inf
+
+    lane_steps_per_s(4)  # loads the compiled kernels
+    steps = 16
+    while True:
+        seconds, rate = lane_steps_per_s(steps)
+        if seconds >= CALIBRATION_SECONDS or steps >= 2**20:
+            return rate
+        steps *= 2
+
+
+def _sci(x: float, digits: int = 3) -> str:
+    """``2.05e+07`` as ``2.05e7``."""
+    return f"{x:.{digits}g}".replace("e+0", "e").replace("e+", "e")
+
+
+def format_duration(seconds: float) -> str:
+    """``3725`` → ``'1 h 2 min'``; ``42`` → ``'42 s'``."""
+    if not math.isfinite(seconds):
+        return "unknown"
+    if seconds < 60:
+        return f"{seconds:.2g} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 86400 * 2:
+        return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60)} min"
+    return f"{seconds / 86400:.1f} days"
+
+
+#: Task kinds (shard and batch size) whose rate :func:`describe` measures, the costliest first;
+#: the others are assumed to run at the slowest rate measured.
+CALIBRATED_KINDS = 4
+
+
+def describe(sweep: Sweep, hashes: Iterable[str] | None = None, measure: bool = True) -> list[str]:
+    """Lines for ``sgdsweep plan``: the estimated cost of simulating ``hashes`` (default: every
+    point): tasks and replica-steps, memory per task and at once against the limit, and (when
+    ``measure``) the time at the kernel rate :func:`measure_rate` measures now."""
+    task_list = tasks(sweep, hashes)
+    if not task_list:
+        return ["cost: nothing to simulate"]
+    est = estimate_memory(sweep, task_list)
+    big = est.largest
+    total = sum(t.replica_steps for t in task_list)
+    per_task = sweep.config["execution"]["points_per_task"]
+    lines = [f"cost (estimates): {len(task_list)} task(s) of up to {per_task} points, "
+             + f"{_sci(total)} replica-steps",
+             f"  memory: {format_bytes(big.memory)} for the largest task ({big.points} point(s), {big.lanes} "
+             + f"replicas); {format_bytes(est.total)} with {est.at_once} task(s) at once ({est.why}) and "
+             + f"their worker processes; limit {format_bytes(est.limit)} ({est.source})"]
+    if not measure:
+        return lines
+    kinds: dict[tuple[str, int], list[Task]] = {}
+    for t in task_list:
+        kinds.setdefault((t.shard, int(t.first.params["batch_size"])), []).append(t)
+    costliest = sorted(kinds, key=lambda k: -sum(t.replica_steps for t in kinds[k]))[:CALIBRATED_KINDS]
+    rates = {k: measure_rate(kinds[k][0].first, max(t.lanes for t in kinds[k])) for k in costliest}
+    slowest = min(rates.values())
+    seconds = [t.replica_steps / rates.get((t.shard, int(t.first.params["batch_size"])), slowest)
+               for t in task_list]
+    slots = min(tasks_at_once(sweep.config["execution"])[0], len(task_list))
+    wall = max(sum(seconds) / slots, max(seconds))
+    shown = _sci(slowest, 2) if len(rates) == 1 else f"{_sci(slowest, 2)}–{_sci(max(rates.values()), 2)}"
+    others = f"; the other {len(kinds) - len(rates)} kind(s) at the slowest" if len(kinds) > len(rates) else ""
+    lines.append(f"  time: about {format_duration(wall)} on {slots} worker(s) ({format_duration(sum(seconds))} "
+                 f"of one worker), at {shown} replica-steps/s per worker: the kernel rate measured just now "
+                 f"on this machine for {len(rates)} task kind(s) (shard and batch size){others}")
+    return lines

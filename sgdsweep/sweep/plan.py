@@ -1,0 +1,220 @@
+"""The plan: files that tell each workflow job what to do, written only when they change.
+
+Snakemake decides what to rerun from file modification times and parameters. sgdsweep writes,
+at workflow parse time, one JSON *spec* per shard listing that shard's points, and one spec
+each for aggregation, fits and the report. A file is rewritten only when its content changes
+(:func:`sgdsweep.sweep.paths.write_if_changed`), so:
+
+- adding an ``lr`` value changes one shard's spec: that shard's job reruns and simulates only
+  the new points (finished points are found in the content-addressed store);
+- editing only ``fit`` or ``report`` changes only ``fit.json``/``report.json``;
+- reordering keys or writing ``0.1`` as ``1e-1`` changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sgdsweep.errors import StoreError
+from sgdsweep.store.points import complete_points, failed_marker, point_path, read_attrs
+from sgdsweep.sweep.config import Point, Sweep
+from sgdsweep.sweep.cost import check_memory, describe
+from sgdsweep.sweep.grid import AXES
+from sgdsweep.sweep.paths import write_if_changed
+
+
+def _dump(obj: Any) -> str:
+    # compact: json's C encoder (indent= falls back to the pure-Python one, 10× slower on 10⁴ points)
+    return json.dumps(obj, sort_keys=True, separators=(",", ":")) + "\n"
+
+
+@dataclass(frozen=True)
+class PlanFiles:
+    """Paths of one sweep's plan and outputs (all under ``sweep.directory``)."""
+
+    root: Path
+
+    @property
+    def points_dir(self) -> Path:
+        return self.root / "points"
+
+    def shard_spec(self, shard: str) -> Path:
+        return self.root / "plan" / "shards" / f"{shard}.json"
+
+    def shard_receipt(self, shard: str) -> Path:
+        return self.root / "shards" / f"{shard}.json"
+
+    @property
+    def sweep_spec(self) -> Path:
+        return self.root / "plan" / "sweep.json"
+
+    @property
+    def fit_spec(self) -> Path:
+        return self.root / "plan" / "fit.json"
+
+    @property
+    def report_spec(self) -> Path:
+        return self.root / "plan" / "report.json"
+
+    @property
+    def execution_spec(self) -> Path:
+        return self.root / "plan" / "execution.json"
+
+    @property
+    def ensemble(self) -> Path:
+        return self.root / "ensemble.zarr"
+
+    @property
+    def fits(self) -> Path:
+        return self.root / "fits.json"
+
+    @property
+    def report(self) -> Path:
+        return self.root / "report.html"
+
+    @property
+    def figures(self) -> Path:
+        """The report's figures as PNG files (for ``snakemake --report``)."""
+        return self.root / "figures"
+
+    @property
+    def cluster_dir(self) -> Path:
+        return self.root / ".cluster"
+
+
+def axis_key(point: Point) -> list[Any]:
+    """The point's values of the six named axes: what "the same point" means across edits."""
+    return [point.params.get(a) for a in AXES]
+
+
+def _previous_repair(spec: Path) -> int:
+    try:
+        return int(json.loads(spec.read_text()).get("repair", 0))
+    except (OSError, ValueError, TypeError):
+        return 0
+
+
+def write_plan(sweep: Sweep) -> PlanFiles:
+    """Write (if changed) every spec file of ``sweep``; return the paths.
+
+    Raises:
+        ConfigError: before writing anything, if simulating the points without a complete store
+            needs more memory than ``execution.max_memory`` (:func:`sgdsweep.sweep.cost.check_memory`).
+    """
+    files = PlanFiles(sweep.directory)
+    pending = pending_points(sweep)
+    check_memory(sweep, [h for hashes in pending.values() for h in hashes])
+    for shard, points in sweep.shards.items():
+        spec = files.shard_spec(shard)
+        repair = _previous_repair(spec)
+        if shard in pending and (files.shard_receipt(shard).exists() or files.ensemble.exists()):
+            # Stores are missing or corrupt although the shard ran before. Snakemake compares
+            # input checksums, so only a change of content makes it rerun the shard (and what
+            # depends on it): count the repairs in the spec.
+            repair += 1
+        write_if_changed(spec, _dump({"shard": shard, "points_dir": str(files.points_dir), "repair": repair,
+                                      "points": [p.spec() for p in points]}))
+    write_if_changed(files.sweep_spec, _dump({
+        "sweep": sweep.name, "sweep_hash": sweep.sweep_hash,
+        "simulation_config": sweep.simulation_config(), "coords": list(sweep.coords),
+        "points_dir": str(files.points_dir),
+        "points": [{"hash": p.hash, "shard": p.shard, "key": axis_key(p)} for p in sweep.points]}))
+    write_if_changed(files.fit_spec, _dump(sweep.config["fit"]))
+    shown = {k: v for k, v in sweep.config.items() if k != "execution"}  # execution never changes results
+    write_if_changed(files.report_spec, _dump({"report": sweep.config["report"], "config": shown,
+                                               "config_hash": sweep.config_hash}))
+    write_if_changed(files.execution_spec, _dump(sweep.config["execution"]))
+    return files
+
+
+def pending_points(sweep: Sweep) -> dict[str, list[str]]:
+    """Shard id → hashes of its points that have no complete store yet."""
+    files = PlanFiles(sweep.directory)
+    done = complete_points(files.points_dir, (p.hash for p in sweep.points))
+    out: dict[str, list[str]] = {}
+    for shard, points in sweep.shards.items():
+        todo = [p.hash for p in points if p.hash not in done]
+        if todo:
+            out[shard] = todo
+    return out
+
+
+def explain(sweep: Sweep) -> dict[str, str]:
+    """Why each point without a complete store would be simulated (hash → reason).
+
+    Reasons: ``corrupt`` (a store exists but is incomplete or unreadable), ``previously failed``
+    (its last simulation raised; the error is quoted), ``changed`` (the previous plan had a point
+    with the same axis values but other parameters; the differences are listed) or ``new``.
+    Call it before :func:`write_plan`, which replaces the previous plan.
+    """
+    files = PlanFiles(sweep.directory)
+    previous: dict[tuple, str] = {}
+    try:
+        for entry in json.loads(files.sweep_spec.read_text()).get("points", []):
+            if "key" in entry:
+                previous[tuple(entry["key"])] = entry["hash"]
+    except (OSError, ValueError):
+        pass
+    reasons: dict[str, str] = {}
+    done = complete_points(files.points_dir, (p.hash for p in sweep.points))
+    for p in sweep.points:
+        if p.hash in done:
+            continue
+        store = point_path(files.points_dir, p.hash)
+        marker = failed_marker(files.points_dir, p.hash)
+        old = previous.get(tuple(axis_key(p)))
+        if store.exists():
+            reasons[p.hash] = "corrupt (incomplete or unreadable store)"
+        elif marker.exists():
+            try:
+                error = json.loads(marker.read_text()).get("error", "")
+            except (OSError, ValueError):
+                error = ""
+            reasons[p.hash] = f"previously failed ({error})" if error else "previously failed"
+        elif old is not None and old != p.hash:
+            reasons[p.hash] = "changed" + _param_diff(files.points_dir, old, p)
+        else:
+            reasons[p.hash] = "new"
+    return reasons
+
+
+def _param_diff(points_dir: Path, old_hash: str, point: Point) -> str:
+    try:
+        old = read_attrs(point_path(points_dir, old_hash))["params"]
+    except StoreError:
+        return ""
+    diffs = [f"{k} {old.get(k)!r} → {point.params.get(k)!r}" for k in sorted(set(old) | set(point.params))
+             if old.get(k) != point.params.get(k)]
+    return f": {', '.join(diffs)}" if diffs else ""
+
+
+def format_explanation(sweep: Sweep, reasons: dict[str, str], verbose: bool = True,
+                       max_lines: int | None = None, cost: bool = False) -> str:
+    """Human-readable plan: counts by reason, then (verbose) one line per point to simulate
+    (at most ``max_lines`` of them), then (``cost``) the estimated cost of simulating them
+    (:func:`sgdsweep.sweep.cost.describe`: replica-steps, memory, and time at a kernel rate measured
+    now)."""
+    counts: dict[str, int] = {}
+    for r in reasons.values():
+        kind = r.split(" (")[0].split(":")[0]
+        counts[kind] = counts.get(kind, 0) + 1
+    head = (f"sgdsweep plan for sweep '{sweep.name}': {len(sweep.points)} points, "
+            f"{len(sweep.points) - len(reasons)} stored, {len(reasons)} to simulate")
+    if counts:
+        head += " (" + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) + ")"
+    lines = [head]
+    if verbose:
+        by_hash = {p.hash: p for p in sweep.points}
+        for i, (h, reason) in enumerate(reasons.items()):
+            if max_lines is not None and i >= max_lines:
+                lines.append(f"  … and {len(reasons) - max_lines} more (sgdsweep plan CONFIG lists all)")
+                break
+            p = by_hash[h]
+            coords = ", ".join(f"{c}={p.params[c]}" for c in sweep.coords if c in p.params)
+            lines.append(f"  {h}  {coords}: {reason}")
+    if cost:
+        lines += describe(sweep, reasons)
+    return "\n".join(lines)
