@@ -1,27 +1,48 @@
-"""Models: each module builds a :class:`~sgdsweep.models.base.Problem` from point parameters.
+"""Models: each model is one module that builds a :class:`~sgdsweep.models.base.Problem` from
+point parameters and owns everything else that is particular to it.
 
-Every model module exposes the same small interface:
+A model module provides (``docs/models.md``, "Adding a model"):
+
+Required:
 
 - ``AXES``: the sweep axes it uses (any other axis is a config error listing these);
 - ``OPTIONS``: its ``model.*`` keys with their defaults;
-- ``NOISE_TYPES``: the ``noise`` values it supports; the first is the default, unless the
-  module also has ``noise_types(options)``: those its options allow (the first the default);
+- ``NOISE_TYPES``: the ``noise`` values it supports, a subset of
+  :data:`sgdsweep.models.noise_types.ALL` chosen by their properties; the first is the default;
 - ``check_point(params, where)``: raise :class:`~sgdsweep.errors.ConfigError` if a point cannot
   be simulated (``where`` names the point in the message);
 - ``data_params(params)``: the parameters that determine the problem (points sharing them share
   data);
-- ``make_problem(data_params)``: the problem (deterministic, cached per process).
+- ``make_problem(data_params)``: the problem (deterministic, cached per process); its class
+  names its compiled kernel family in ``kernel`` (:data:`sgdsweep.models.base.KERNELS`).
+
+Optional, with the defaults of :mod:`sgdsweep.models.defaults`:
+
+- ``noise_types(options)``: the noise types that its options allow (the first the default);
+  default ``NOISE_TYPES``;
+- ``OBSERVES``: the optional ``dynamics.observe`` keys it supports (``gradient_noise``,
+  ``escape``; ``escape: auto`` is on where supported); default none;
+- ``check_dynamics(params, where)``: its restrictions on ``dynamics`` (init, method, …);
+- ``theory(problem, params, pred, step, gain)``: fill the
+  :class:`~sgdsweep.theory.predict.Prediction` ``pred`` with the point's stationary theory
+  (``step``: the integrator step, λ or the SDE's dt; ``gain``: the noise gain λ/dt, 1 for SGD).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import ModuleType
+from typing import Any
 
 from sgdsweep.errors import ConfigError
-from sgdsweep.models import digits, landscape, linear, matrix, quadratic, two_layer
+from sgdsweep.models import defaults, digits, landscape, linear, matrix, quadratic, two_layer
 
 MODELS: dict[str, ModuleType] = {"quadratic": quadratic, "linear": linear, "two_layer": two_layer,
                                  "matrix": matrix, "landscape": landscape, "digits": digits}
+#: What every model module defines.
+REQUIRED = ("AXES", "OPTIONS", "NOISE_TYPES", "check_point", "data_params", "make_problem")
+#: Hooks a model module may define; :mod:`sgdsweep.models.defaults` has the others' defaults.
+OPTIONAL = ("noise_types", "OBSERVES", "check_dynamics", "theory")
 
 
 def get_model(kind: str) -> ModuleType:
@@ -32,12 +53,25 @@ def get_model(kind: str) -> ModuleType:
         raise ConfigError("model.kind", kind, "one of " + ", ".join(sorted(MODELS))) from None
 
 
-def noise_types(model: ModuleType, options) -> tuple[str, ...]:
+def hook(model: ModuleType, name: str) -> Any:
+    """The model's optional hook ``name`` (one of :data:`OPTIONAL` but ``noise_types``, which
+    :func:`allowed_noise` applies), or its default."""
+    if name not in OPTIONAL or name == "noise_types":
+        raise ValueError(f"{name!r} is not a defaulted model hook ({', '.join(OPTIONAL[1:])})")
+    return getattr(model, name, getattr(defaults, name))
+
+
+def allowed_noise(model: ModuleType, options: Mapping[str, Any]) -> tuple[str, ...]:
     """The noise types that a model's ``options`` allow, the first being the default noise: its
     ``noise_types(options)`` where it has one (it narrows ``NOISE_TYPES`` by option), else
     ``NOISE_TYPES``."""
     narrowed = getattr(model, "noise_types", None)
     return narrowed(options) if narrowed else model.NOISE_TYPES
+
+
+def observing(observable: str) -> tuple[str, ...]:
+    """The model kinds whose ``OBSERVES`` includes ``observable``."""
+    return tuple(kind for kind, model in MODELS.items() if observable in hook(model, "OBSERVES"))
 
 
 def make_problem(params):

@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from sgdsweep.models.base import ADDED_NOISE, Layer, Problem
+from sgdsweep.models.base import Layer, Problem
+from sgdsweep.models.noise_types import ALL
 
 
 class AffineProblem(Problem):
@@ -29,6 +30,7 @@ class AffineProblem(Problem):
     (n_out × n_in) — the expected loss on fresh data, or the loss on a held-out set."""
 
     linear_in_w = True
+    kernel = "affine"
 
     def __init__(self, kind: str, x: np.ndarray, y: np.ndarray, *, metric: np.ndarray | None = None,
                  offsets: np.ndarray | None = None, noise_types: tuple[str, ...] = (),
@@ -139,4 +141,4 @@ class AffineProblem(Problem):
 
 
 #: every noise type an affine problem with a teacher supports
-AFFINE_NOISE = ("minibatch", "minibatch_replace", "epoch", "label") + ADDED_NOISE
+AFFINE_NOISE = ALL

@@ -21,14 +21,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-#: Noise types that draw samples from the data set (physics.md §7).
-SAMPLING_NOISE = ("minibatch", "minibatch_replace", "epoch", "label")
-#: Noise types that add drawn noise to the full gradient.
-ADDED_NOISE = ("gaussian", "gaussian_matched", "student_t")
+from sgdsweep.models.noise_types import ADDED_NOISE, SAMPLING_NOISE
+
+#: Public names; the noise types' subsets are re-exported from :mod:`sgdsweep.models.noise_types`.
+__all__ = ["ADDED_NOISE", "KERNELS", "SAMPLING_NOISE", "Layer", "Problem", "data_rng",
+           "mean_update_radius", "relaxation_from_curvatures"]
+
+#: The kernel families of :attr:`Problem.kernel`.
+KERNELS = ("affine", "two_layer", "thesis", "additive")
 
 
 @dataclass(frozen=True)
@@ -65,7 +69,16 @@ class Problem:
             adds noise of covariance C/S.
         noise_types: the ``noise`` values the model supports.
         linear_in_w: the gradient is affine in w with sample matrices (x, y): single linear layer.
+        kernel: the compiled kernel family that simulates the problem (one of :data:`KERNELS`:
+            ``affine`` a single linear layer on a data set, ``two_layer`` the linear two-layer
+            network, ``thesis`` the thesis landscape, ``additive`` a polynomial gradient with
+            additive noise), or None when only the numpy engine runs it.
+        isotropic_on_range: the theory predicts isotropic fluctuations on the Hessian's range
+            (two_layer's joint eigenvalue), so results summarise that spectrum's mean and spread.
     """
+
+    kernel: ClassVar[str | None] = None
+    isotropic_on_range: ClassVar[bool] = False
 
     kind: str = ""
     dim: int = 0
@@ -146,6 +159,12 @@ class Problem:
         """Per-coordinate variance of the isotropic ``gaussian`` noise per step: the minibatch
         (without replacement) noise trace at the minimum divided by d (physics.md §7)."""
         return float(np.trace(self.minibatch_noise_cov(batch_size)) / self.dim)
+
+    def layer_cov_theory(self, w: np.ndarray, params: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """Predicted eigenvalues (descending, weight² units) of a layer's stationary covariance
+        around the weights ``w`` (shape (d,)), keyed by layer name, for the point ``params``;
+        empty where the model has no such theory."""
+        return {}
 
     def describe(self) -> dict[str, Any]:
         """JSON-ready facts about the problem, stored with every point (minimum loss etc.)."""

@@ -18,11 +18,15 @@ import numpy as np
 
 from sgdsweep.errors import ConfigError
 from sgdsweep.models.affine import AffineProblem
-from sgdsweep.models.base import ADDED_NOISE, data_rng
+from sgdsweep.models.base import data_rng
+from sgdsweep.models.noise_types import UNLABELLED_NOISE
 
 AXES = ("lr", "batch_size", "momentum", "noise")
 OPTIONS: dict[str, Any] = {"test_fraction": 0.2, "pixel_scale": 16.0}
-NOISE_TYPES = ("minibatch", "minibatch_replace", "epoch") + ADDED_NOISE
+#: every type but fresh label noise (the digits have no teacher)
+NOISE_TYPES = UNLABELLED_NOISE
+#: The fluctuation–dissipation observables of sampled batches (``dynamics.observe.gradient_noise``).
+OBSERVES = frozenset({"gradient_noise"})
 
 
 def data_params(params: Mapping[str, Any]) -> dict[str, Any]:

@@ -20,27 +20,43 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from sgdsweep.errors import ConfigError
-from sgdsweep.models.base import ADDED_NOISE, Layer, Problem, data_rng
+from sgdsweep.models.base import Layer, Problem, data_rng
+from sgdsweep.models.noise_types import DATA_FREE_NOISE, NOISE, UNLABELLED_NOISE, select
+
+if TYPE_CHECKING:
+    from sgdsweep.theory.predict import Prediction
 
 AXES = ("lr", "batch_size", "momentum", "noise")
 OPTIONS: dict[str, Any] = {"landscape": "double_well", "barrier": 1.0, "curvature_min": 1.0,
                            "curvature_saddle": 0.5, "noise_std": 1.0, "start": "spurious"}
 #: options that only one landscape reads
 _DOUBLE_WELL = ("barrier", "curvature_min", "curvature_saddle", "noise_std")
-NOISE_TYPES = ("minibatch", "minibatch_replace", "epoch") + ADDED_NOISE
+#: the thesis landscape's: every type but fresh label noise (its data set has no teacher)
+NOISE_TYPES = UNLABELLED_NOISE
+#: Escape from the starting basin (``dynamics.observe.escape``; on by default).
+OBSERVES = frozenset({"escape"})
+#: Noise types whose per-step covariance at the minimum the local theory of the thesis landscape
+#: knows: the minibatch covariance of the per-sample gradients, each step independent, sampled or
+#: Gaussian (minibatch, minibatch_replace, gaussian_matched).
+LOCAL_NOISE = tuple(n for n in select(matched=True, independent_steps=True, fresh_labels=False)
+                    if NOISE[n].sampled or NOISE[n].gaussian)
+LOCAL_FORMULA = ("local quadratic approximation at the starting minimum w*: the exact discrete Lyapunov "
+                 "solution with H = ∇²L(w*) and C = the minibatch covariance of the per-sample gradients "
+                 "at w* (quadratic.stationary_covariance); neglects ∇³L and C(w) − C(w*), O(λ) relative")
 
 
 class DoubleWell(Problem):
     """See the module docstring."""
 
     kind = "landscape"
-    noise_types = ("gaussian", "student_t")
+    noise_types = DATA_FREE_NOISE
     auto_init = "minimum"
+    kernel = "additive"
 
     def __init__(self, barrier: float, k_a: float, k_b: float, noise_std: float) -> None:
         self.barrier, self.k_min, self.k_saddle = barrier, k_a, k_b
@@ -92,6 +108,7 @@ class Thesis(Problem):
     kind = "landscape"
     noise_types = NOISE_TYPES
     auto_init = "minimum"
+    kernel = "thesis"
 
     def __init__(self, x: np.ndarray, y: np.ndarray, start: str) -> None:
         import scipy.optimize  # here: importing it costs 0.6 s, which every plan of any sweep would pay
@@ -221,3 +238,21 @@ def make_problem(d: Mapping[str, Any]) -> Problem:
 @functools.lru_cache(maxsize=8)
 def _double_well(barrier: float, k_a: float, k_b: float, noise_std: float) -> DoubleWell:
     return DoubleWell(barrier, k_a, k_b, noise_std)
+
+
+def theory(problem: Problem, params: Mapping[str, Any], pred: Prediction, step: float, gain: float) -> None:
+    """The thesis landscape with :data:`LOCAL_NOISE`: the stationary covariance and loss of the
+    local quadratic approximation at the starting minimum (:data:`LOCAL_FORMULA`). The double
+    well has none; escape times are common to every problem with a barrier."""
+    from sgdsweep.theory import quadratic as quadratic_theory
+
+    noise, s = params["noise"], params["batch_size"]
+    if problem.n_samples is None or noise not in LOCAL_NOISE:
+        return
+    pred.hessian = problem.hessian(problem.w_min)
+    pred.noise_cov = problem.minibatch_noise_cov(s, replace=NOISE[noise].replacement)
+    pred.weight_cov = quadratic_theory.stationary_covariance(pred.hessian, pred.noise_cov * gain, step,
+                                                             params["momentum"])
+    pred.loss = float(problem.loss_min + 0.5 * np.sum(pred.hessian * pred.weight_cov))
+    pred.formulas["weight_cov"] = LOCAL_FORMULA
+    pred.formulas["loss"] = "L(w*) + ½ Tr(H M) with M from " + LOCAL_FORMULA

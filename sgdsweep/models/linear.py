@@ -23,13 +23,17 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from sgdsweep.errors import ConfigError
 from sgdsweep.models.affine import AFFINE_NOISE, AffineProblem
 from sgdsweep.models.base import data_rng
+from sgdsweep.models.noise_types import MINIBATCH_NOISE
+
+if TYPE_CHECKING:
+    from sgdsweep.theory.predict import Prediction
 
 #: Axes this model uses.
 AXES = ("lr", "batch_size", "momentum", "samples_per_param", "noise")
@@ -37,6 +41,8 @@ AXES = ("lr", "batch_size", "momentum", "samples_per_param", "noise")
 OPTIONS: dict[str, Any] = {"n_inputs": 20, "n_outputs": 1, "label_noise": 0.5, "inputs": "isotropic",
                            "wishart_ratio": 2.0, "labels": "teacher"}
 NOISE_TYPES = AFFINE_NOISE
+#: The fluctuation–dissipation observables of sampled batches (``dynamics.observe.gradient_noise``).
+OBSERVES = frozenset({"gradient_noise"})
 
 
 def n_samples(params: Mapping[str, Any]) -> int:
@@ -109,3 +115,41 @@ def make_problem(dparams: Mapping[str, Any]) -> AffineProblem:
     return _make(int(dparams["n_inputs"]), int(dparams["n_outputs"]), int(dparams["n_samples"]),
                  float(dparams["label_noise"]), dparams["inputs"], dparams["wishart_ratio"],
                  dparams["labels"], bool(dparams["noiseless"]), int(dparams["seed"]))
+
+
+def theory(problem: AffineProblem, params: Mapping[str, Any], pred: Prediction, step: float, gain: float) -> None:
+    """The exact discrete-time stationary second moment of one output (every noise type that
+    :data:`sgdsweep.theory.linear.NOISE_TYPES` covers), the loss, test loss and
+    fluctuation–dissipation residual from it, H and C at the minimum (``step``: λ or the SDE's
+    dt; ``gain``: the noise gain λ/dt). Several outputs or ``epoch`` noise: no theory."""
+    from sgdsweep.theory import linear as linear_theory  # scipy: loaded when a point is predicted
+
+    noise, s = params["noise"], params["batch_size"]
+    if problem.n_outputs != 1 or noise not in linear_theory.NOISE_TYPES:
+        return
+    pred.weight_cov = linear_theory.stationary_second_moment(problem, step, s, params["momentum"], noise, gain)
+    pred.loss = linear_theory.training_loss(problem, pred.weight_cov)
+    pred.formulas["weight_cov"] = linear_theory.FORMULA
+    pred.formulas["loss"] = "L(w*) + ½ Tr(H M) with M from " + linear_theory.FORMULA
+    pred.hessian, pred.noise_cov = problem.sxx, linear_theory.noise_covariance(problem, s, noise)
+    _theory_extras(problem, params, pred)
+
+
+def _theory_extras(problem: AffineProblem, params: Mapping[str, Any], pred: Prediction) -> None:
+    """Test loss and the fluctuation–dissipation residual from the exact M."""
+    from sgdsweep.theory import fdr
+    from sgdsweep.theory import linear as linear_theory
+
+    m = pred.weight_cov
+    if not np.all(np.isfinite(m)):
+        return
+    if getattr(problem, "input_cov", None) is not None:
+        pred.test_loss = float(problem.test_loss(problem.w_min[None])[0] + 0.5 * np.sum(problem.input_cov * m))
+        pred.formulas["test_loss"] = ("test_loss(w_hat) + 1/2 Tr(Sigma_pop M) with the exact M: E[w] = w_hat exactly "
+                                      "for a quadratic loss, Sigma_pop the input covariance of fresh data")
+    if params["noise"] in MINIBATCH_NOISE and params["momentum"] == 0 and params["method"] == "sgd":
+        batch = linear_theory.batch_product(problem, m, params["batch_size"], params["noise"])
+        pred.fdr_residual = fdr.predicted_residual(params["lr"] * batch, params["lr"] * pred.noise_cov)
+        pred.formulas["fdr_residual"] = fdr.FORMULA["predicted_residual"]
+    else:
+        pred.reasons["fdr_residual"] = "the relation is derived for plain SGD with minibatch noise (no momentum)"

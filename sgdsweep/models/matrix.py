@@ -20,13 +20,17 @@ from typing import Any
 import numpy as np
 
 from sgdsweep.models.affine import AffineProblem
-from sgdsweep.models.base import ADDED_NOISE, data_rng
+from sgdsweep.models.base import data_rng
 from sgdsweep.models.linear import check_data
 from sgdsweep.models.linear import n_samples as _n_samples
+from sgdsweep.models.noise_types import UNLABELLED_NOISE
 
 AXES = ("lr", "batch_size", "momentum", "samples_per_param", "noise")
 OPTIONS: dict[str, Any] = {"targets": [2.0, 2.0], "z_matrix": "identity", "injected_noise": 0.1}
-NOISE_TYPES = ("minibatch", "minibatch_replace", "epoch") + ADDED_NOISE
+#: every type but fresh label noise (the labels have no noise to redraw)
+NOISE_TYPES = UNLABELLED_NOISE
+#: The fluctuation–dissipation observables of sampled batches (``dynamics.observe.gradient_noise``).
+OBSERVES = frozenset({"gradient_noise"})
 #: standard deviation of the entries of the random initial W (the authors' N(0, 0.1²))
 INIT_STD = 0.1
 

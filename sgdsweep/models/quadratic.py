@@ -11,16 +11,21 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from sgdsweep.errors import ConfigError
 from sgdsweep.models.base import Layer, Problem
+from sgdsweep.models.noise_types import DATA_FREE_NOISE
+
+if TYPE_CHECKING:
+    from sgdsweep.theory.predict import Prediction
 
 AXES = ("lr", "batch_size", "momentum", "noise")
 OPTIONS: dict[str, Any] = {"curvatures": [1.0], "noise_cov": [1.0]}
-NOISE_TYPES = ("gaussian", "student_t")
+#: no data set: the noise types drawn with the model's own covariance C/S
+NOISE_TYPES = DATA_FREE_NOISE
 
 
 class QuadraticProblem(Problem):
@@ -28,6 +33,7 @@ class QuadraticProblem(Problem):
 
     kind = "quadratic"
     noise_types = NOISE_TYPES
+    kernel = "additive"
 
     def __init__(self, curvatures: tuple[float, ...], noise_cov: np.ndarray) -> None:
         self.k = np.asarray(curvatures, dtype=np.float64)
@@ -95,3 +101,19 @@ def _as_tuple(value: Any) -> tuple:
 
 def make_problem(dparams: Mapping[str, Any]) -> QuadraticProblem:
     return _make(_as_tuple(dparams["curvatures"]), _as_tuple(dparams["noise_cov"]))
+
+
+def theory(problem: QuadraticProblem, params: Mapping[str, Any], pred: Prediction, step: float,
+           gain: float) -> None:
+    """The exact discrete-time stationary covariance (discrete Lyapunov equation with momentum)
+    and loss for the per-step noise covariance C/S (times ``gain`` under the SDE, whose step is
+    ``step``); H and C/S for the approximations."""
+    from sgdsweep.theory import quadratic as quadratic_theory
+
+    s, mu = params["batch_size"], params["momentum"]
+    c = problem.noise_cov / s * gain
+    pred.weight_cov = quadratic_theory.stationary_covariance(problem.hessian, c, step, mu)
+    pred.loss = quadratic_theory.training_loss(problem.hessian, c, step, mu)
+    pred.formulas["weight_cov"] = quadratic_theory.FORMULA["stationary_covariance"]
+    pred.formulas["loss"] = quadratic_theory.FORMULA["training_loss"]
+    pred.hessian, pred.noise_cov = problem.hessian, problem.noise_cov / s

@@ -14,20 +14,24 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sgdsweep.models.affine import AFFINE_NOISE
+from sgdsweep.errors import ConfigError
 from sgdsweep.models.base import Layer, Problem, data_rng
 from sgdsweep.models.linear import check_data, n_samples
+from sgdsweep.models.noise_types import ALL
+
+if TYPE_CHECKING:
+    from sgdsweep.theory.predict import Prediction
 
 AXES = ("lr", "batch_size", "momentum", "samples_per_param", "hidden_width", "noise")
 OPTIONS: dict[str, Any] = {"n_inputs": 10, "n_outputs": 1, "label_noise": 1.0, "labels": "noise",
                            "init_scale": "glorot"}
-#: Every affine noise type but ``gaussian``: its isotropic variance is the minibatch noise at the
+#: Every noise type but ``gaussian``: its isotropic variance is the minibatch noise at the
 #: unique minimum (physics.md §7), and the two-layer minima form a manifold.
-NOISE_TYPES = tuple(n for n in AFFINE_NOISE if n != "gaussian")
+NOISE_TYPES = tuple(n for n in ALL if n != "gaussian")
 INIT_VARIANCE = {"glorot": 1.0, "tiny": 1e-6}
 
 
@@ -37,6 +41,8 @@ class TwoLayerProblem(Problem):
     kind = "two_layer"
     noise_types = NOISE_TYPES
     auto_init = "random"
+    kernel = "two_layer"
+    isotropic_on_range = True
 
     def __init__(self, x: np.ndarray, y: np.ndarray, hidden: int, init_scale: str, label_noise: float,
                  teacher: np.ndarray) -> None:
@@ -117,6 +123,17 @@ class TwoLayerProblem(Problem):
     def divergence_scale(self):
         return 1.0 + self.dim
 
+    def layer_cov_theory(self, w: np.ndarray, params: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """W2's covariance eigenvalues (λσ²/2S)·D1/(D1 + D2) at the weights ``w``, σ² = 2 L_min
+        (one output only)."""
+        if self.n_outputs != 1:
+            return {}
+        from sgdsweep.theory import two_layer as two_layer_theory
+
+        w1, w2 = (layer.take(w[None])[0] for layer in self.layers)
+        return {"W2": two_layer_theory.w2_covariance_eigenvalues(
+            w1, w2, params["lr"], params["batch_size"], 2.0 * self.loss_min)[0]}
+
     def describe(self) -> dict[str, Any]:
         return {"loss_min": self.loss_min, "n_samples": self.n_samples, "hidden_width": self.hidden}
 
@@ -131,6 +148,27 @@ def data_params(params: Mapping[str, Any]) -> dict[str, Any]:
 
 def check_point(params: Mapping[str, Any], where: str) -> None:
     check_data(params, n_samples(params), params["n_inputs"], where)
+
+
+def check_dynamics(params: Mapping[str, Any], where: str) -> None:
+    """No start at the minimum: there is no unique one."""
+    if params["init"] == "minimum":
+        raise ConfigError("dynamics.init", "minimum", "auto or zero for two_layer",
+                          "Its minima form a manifold; auto starts from random weights (model.init_scale).")
+
+
+def theory(problem: TwoLayerProblem, params: Mapping[str, Any], pred: Prediction, step: float,
+           gain: float) -> None:
+    """No stationary covariance (the minima form a manifold); the joint eigenvalue λ⟨r²⟩/(2S)
+    on the range of Γ and the formula of W2's spectrum, measured per replica."""
+    from sgdsweep.theory import two_layer as two_layer_theory
+
+    pred.formulas["w2_covariance"] = (two_layer_theory.FORMULA["w2_covariance_eigenvalues"]
+                                      + "; per replica at its own mean weights, averaged")
+    pred.joint_eigenvalue = params["lr"] * 2.0 * problem.loss_min / (2.0 * params["batch_size"])
+    pred.formulas["joint_eigenvalue"] = (
+        "λ⟨r²⟩/(2S), ⟨r²⟩ = 2 L_min: isotropic joint fluctuations on the range of Γ (Gross et al. "
+        "2024 Sec. III, physics.md §4; leading order in λ, P ≫ N)")
 
 
 @functools.lru_cache(maxsize=16)

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from sgdsweep.sim import observables as obs
+from sgdsweep.store.variables import VARIABLES, describe
 from sgdsweep.theory import fdr
-from sgdsweep.theory import two_layer as two_layer_theory
 
 #: (long_name, units, description) of the arrays that only point stores hold (matrices).
 POINT_ARRAYS: dict[str, tuple[str, str, str]] = {
@@ -42,11 +42,9 @@ JACKKNIFE_GROUPS = 32
 def array_attrs(name: str) -> dict[str, str]:
     """Attributes of a point-store array: those of the ensemble variable of the same name, or
     of :data:`POINT_ARRAYS`."""
-    from sgdsweep.store.aggregate import VARIABLES, _attrs
-
     table = POINT_ARRAYS if name in POINT_ARRAYS else VARIABLES
     try:
-        return _attrs(table, name)
+        return describe(name, table)
     except KeyError:
         return {}
 
@@ -250,7 +248,7 @@ def _spectra_per_replica(problem, params, lanes, moments: Moments) -> tuple[dict
     curv = np.full((rep.size, d), np.nan)
     per_layer: dict[str, list[np.ndarray]] = {layer.name: [] for layer in problem.layers}
     layer_curv: dict[str, list[np.ndarray]] = {layer.name: [] for layer in problem.layers}
-    w2_theory: list[np.ndarray] | None = [] if problem.kind == "two_layer" and problem.n_outputs == 1 else None
+    layer_theory: dict[str, list[np.ndarray]] = {}  # the problem's per-layer theory, per replica
     k_range = problem.hessian_rank if hasattr(problem, "hessian_rank") else d
     on_range = np.full((rep.size, k_range), np.nan)
     for j, r in enumerate(rep):
@@ -275,10 +273,8 @@ def _spectra_per_replica(problem, params, lanes, moments: Moments) -> tuple[dict
             lv, lu = lv[order], lu[:, order]
             per_layer[layer.name].append(lv)
             layer_curv[layer.name].append(np.einsum("dk,de,ek->k", lu, hess[sl, sl], lu))
-        if w2_theory is not None:
-            w1, w2 = (layer.take(centre[None])[0] for layer in problem.layers)
-            w2_theory.append(two_layer_theory.w2_covariance_eigenvalues(
-                w1, w2, params["lr"], params["batch_size"], 2.0 * problem.loss_min)[0])
+        for name, vals in problem.layer_cov_theory(centre, params).items():
+            layer_theory.setdefault(name, []).append(vals)
     arrays: dict[str, Any] = {
         "weight_cov_eigenvalues": (("mode",), eig.mean(axis=0) if rep.size else np.full(d, np.nan)),
         "mode_curvature": (("mode",), curv.mean(axis=0) if rep.size else np.full(d, np.nan)),
@@ -289,10 +285,10 @@ def _spectra_per_replica(problem, params, lanes, moments: Moments) -> tuple[dict
         arrays[f"layer_cov_eigenvalues_{layer.name}"] = ((f"mode_{layer.name}",), vals)
         curv_l = np.mean(layer_curv[layer.name], axis=0) if rep.size else np.full(layer.size, np.nan)
         arrays[f"layer_mode_curvature_{layer.name}"] = ((f"mode_{layer.name}",), curv_l)
-    if w2_theory:
-        arrays["layer_cov_eigenvalues_W2_theory"] = (("mode_W2",), np.mean(w2_theory, axis=0))
+    for name, vals in layer_theory.items():
+        arrays[f"layer_cov_eigenvalues_{name}_theory"] = ((f"mode_{name}",), np.mean(vals, axis=0))
     summary: dict[str, Any] = {}
-    if problem.kind == "two_layer" and rep.size:
+    if problem.isotropic_on_range and rep.size:
         top = on_range.mean(axis=1)
         summary["joint_eigenvalue"], summary["joint_eigenvalue_se"] = map(finite_or_none, mean_se(top))
         spread = on_range.std(axis=1) / on_range.mean(axis=1)

@@ -1,9 +1,10 @@
 """From a YAML config to a frozen :class:`Sweep`: validation, defaults, points, identity.
 
 Every check runs here, before any job starts: the schema (types, ranges, unknown keys), the
-grid (duplicates, zip groups), and per point the model's own constraints (noise type supported,
-P > N, batch_size <= P) and the burn-in (resolved from the problem's slowest relaxation time
-when ``auto``, and required to be shorter than ``steps``).
+grid (duplicates, zip groups), and per point the model's own constraints (its hooks in
+:mod:`sgdsweep.models`: noise types, observables, ``check_point``, ``check_dynamics``) and the
+burn-in (resolved from the problem's slowest relaxation time when ``auto``, and required to be
+shorter than ``steps``). No model is named here: what differs between models is theirs.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from sgdsweep.errors import ConfigError
-from sgdsweep.models import get_model, noise_types
+from sgdsweep.models import allowed_noise, get_model, hook, observing
+from sgdsweep.models.noise_types import SAMPLING_NOISE, SDE_NOISE, describe
 from sgdsweep.sweep import grid as gridmod
 from sgdsweep.sweep.cost import Footprint, footprint
 from sgdsweep.sweep.identity import content_hash
@@ -26,8 +28,6 @@ from sgdsweep.sweep.schema import load_schema, read_yaml, validate_and_fill
 
 #: Axes every sweep must set (in the grid or in every explicit point) when the model uses them.
 REQUIRED_AXES = ("lr", "batch_size", "samples_per_param", "hidden_width")
-#: Noise types the SDE integrator accepts (it is Gaussian by definition).
-SDE_NOISE = ("gaussian", "gaussian_matched")
 #: Keys that vary inside a shard; every other parameter is shared by a shard's points.
 IN_SHARD_KEYS = ("lr", "batch_size", "momentum")
 #: Config sections that determine simulation results (fit/report/execution do not).
@@ -170,8 +170,8 @@ def build_sweep(raw: Mapping[str, Any]) -> Sweep:
 
     base = {"model": kind, "seed": cfg["seed"], **options}
     base.update({k: v for k, v in cfg["dynamics"].items() if k != "observe"})
-    base["observe"] = _observe(cfg["dynamics"]["observe"], kind)
-    base.setdefault("noise", noise_types(model, options)[0])
+    base["observe"] = _observe(cfg["dynamics"]["observe"], model)
+    base.setdefault("noise", allowed_noise(model, options)[0])
     points: list[Point] = []
     seen: dict[str, int] = {}
     footprints: dict[str, Footprint] = {}
@@ -225,17 +225,18 @@ def _model_options(section: Mapping[str, Any], model, kind: str, raw_grid: Mappi
     return options
 
 
-def _observe(section: Mapping[str, Any], kind: str) -> dict[str, Any]:
-    """``dynamics.observe`` with ``escape: auto`` resolved (on for landscape only)."""
+def _observe(section: Mapping[str, Any], model) -> dict[str, Any]:
+    """``dynamics.observe`` with ``escape: auto`` resolved (on where the model observes escape)."""
     out = dict(section)
     if out["escape"] == "auto":
-        out["escape"] = kind == "landscape"
+        out["escape"] = "escape" in hook(model, "OBSERVES")
     out["noise_lags"] = sorted(set(out["noise_lags"]))
     return out
 
 
 def _check_dynamics(params: Mapping[str, Any], model, where: str) -> None:
-    """Noise type, SDE and observable choices that the model and dynamics support."""
+    """Noise type, SDE and observable choices that the model and dynamics support; then the
+    model's own ``check_dynamics``."""
     noise = params["noise"]
     if noise not in model.NOISE_TYPES:
         raise ConfigError("grid.noise", noise, f"for model.kind {params['model']}: " + ", ".join(model.NOISE_TYPES),
@@ -261,18 +262,15 @@ def _check_dynamics(params: Mapping[str, Any], model, where: str) -> None:
         raise ConfigError("dynamics.dt_over_lr", params["dt_over_lr"], "1.0 unless dynamics.method is sde",
                           "Only the SDE integrator has its own step.")
     observe = params["observe"]
-    sampled_single_layer = params["model"] in ("linear", "digits", "matrix") and noise in (
-        "minibatch", "minibatch_replace", "epoch", "label")
-    if observe["gradient_noise"] and not sampled_single_layer:
+    observes = hook(model, "OBSERVES")
+    if observe["gradient_noise"] and not ("gradient_noise" in observes and noise in SAMPLING_NOISE):
         raise ConfigError("dynamics.observe.gradient_noise", True,
-                          "single-layer models (linear, digits, matrix) with noise minibatch, minibatch_replace, "
-                          "epoch or label", f"D(m) is the noise of the sampled batches. At {where}.")
-    if observe["escape"] and params["model"] != "landscape":
-        raise ConfigError("dynamics.observe.escape", True, "model.kind landscape",
-                          "Only landscapes define a basin to escape from.")
-    if params["init"] == "minimum" and params["model"] == "two_layer":
-        raise ConfigError("dynamics.init", "minimum", "auto or zero for two_layer",
-                          "Its minima form a manifold; auto starts from random weights (model.init_scale).")
+                          f"model.kind {describe(observing('gradient_noise'))} with noise {describe(SAMPLING_NOISE)}",
+                          f"D(m) is the noise of the sampled batches of a single layer. At {where}.")
+    if observe["escape"] and "escape" not in observes:
+        raise ConfigError("dynamics.observe.escape", True, f"model.kind {describe(observing('escape'))}",
+                          "Only these models define a basin to escape from.")
+    hook(model, "check_dynamics")(params, where)
 
 
 def load_sweep(path: str | Path, overrides: Mapping[str, Any] | None = None) -> Sweep:

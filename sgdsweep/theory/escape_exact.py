@@ -50,6 +50,7 @@ import scipy.sparse
 import scipy.sparse.linalg
 import scipy.special
 
+from sgdsweep.models.noise_types import DATA_FREE_NOISE, GAUSSIAN_NOISE, MINIBATCH_NOISE, NOISE
 from sgdsweep.sim.noise import STUDENT_NU
 
 FORMULA = (
@@ -336,7 +337,7 @@ def thesis_chain(problem, step: float, batch_size: int, noise: str, gain: float 
 # ---------------------------------------------------------------------------------------------
 
 #: sampled noise types whose Gaussian-matched chain is the approximation column
-SAMPLED = ("minibatch", "minibatch_replace")
+SAMPLED = MINIBATCH_NOISE
 
 
 def for_point(problem, params: Mapping[str, Any], rtol: float = 0.01) -> tuple[str, ExactEscape | None, str]:
@@ -357,16 +358,16 @@ def for_point(problem, params: Mapping[str, Any], rtol: float = 0.01) -> tuple[s
         step, gain, substeps = lr, 1.0, 1
     try:
         if problem.n_samples is None:
-            if noise not in ("gaussian", "student_t"):
+            if noise not in DATA_FREE_NOISE:
                 return column, None, f"no exact kernel for noise {noise} on the double well"
             res = double_well(problem, step, problem.step_noise_var(s) * gain, noise, rtol=rtol)
         else:
-            if noise not in ("gaussian", "gaussian_matched") + SAMPLED:
+            if noise not in GAUSSIAN_NOISE + SAMPLED:
                 return column, None, (f"no exact kernel for noise {noise} on the thesis landscape "
                                       "(gaussian and gaussian_matched; minibatch via the matched "
                                       "approximation)")
             chain = thesis_chain(problem, step, s, "gaussian" if noise == "gaussian" else "matched",
-                                 gain, replace=noise == "minibatch_replace")
+                                 gain, replace=NOISE[noise].replacement)
             res = chain_escape(chain, box_2d(chain, problem.hessian(problem.w_min)), rtol=rtol)
     except (ResolutionError, ValueError, np.linalg.LinAlgError, MemoryError) as exc:
         return column, None, f"{type(exc).__name__}: {exc}"

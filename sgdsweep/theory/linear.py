@@ -32,6 +32,7 @@ import numpy as np
 import scipy.sparse.linalg as spla
 
 from sgdsweep.models.affine import AffineProblem
+from sgdsweep.models.noise_types import NOISE, select
 
 #: Largest number of entries of M (N²) solved with a dense factorisation (2500: 50 MB a matrix).
 DIRECT_MAX_UNKNOWNS = 2500
@@ -47,17 +48,16 @@ FORMULA = (
 #: Noise types whose stationary second moment this module gives exactly. ``gaussian_matched``
 #: and ``student_t`` draw noise of the minibatch covariance at the current weights, and for a
 #: quadratic loss E[C(w)] = E[AMA] − HMH + C exactly: they share ``minibatch``'s answer.
-NOISE_TYPES = ("minibatch", "minibatch_replace", "label", "gaussian", "gaussian_matched", "student_t")
+#: They are the types whose steps are independent (every type but ``epoch``).
+NOISE_TYPES = select(independent_steps=True)
 
 
 def _scheme(noise: str) -> str:
-    """How the multiplicative term E[AMA] arises: 'without', 'with' (replacement) or 'none'."""
-    if noise in ("minibatch", "label", "gaussian_matched", "student_t"):
-        return "without"
-    if noise == "minibatch_replace":
-        return "with"
-    if noise == "gaussian":
-        return "none"
+    """How the multiplicative term E[AMA] arises: 'without', 'with' (replacement) or 'none'
+    (noise not matched to the per-sample gradients: isotropic ``gaussian``)."""
+    if noise in NOISE_TYPES:
+        kind = NOISE[noise]
+        return "none" if not kind.matched else "with" if kind.replacement else "without"
     raise ValueError(f"noise {noise!r}: no exact linear-regression theory (it covers "
                      + ", ".join(NOISE_TYPES) + ")")
 

@@ -14,11 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from sgdsweep.models import get_model, hook
 from sgdsweep.theory import escape as escape_theory
-from sgdsweep.theory import escape_exact, fdr, lyapunov
-from sgdsweep.theory import linear as linear_theory
-from sgdsweep.theory import quadratic as quadratic_theory
-from sgdsweep.theory import two_layer as two_layer_theory
+from sgdsweep.theory import escape_exact, lyapunov
 
 
 @dataclass
@@ -63,13 +61,6 @@ class Prediction:
     reasons: dict[str, str] = field(default_factory=dict)
 
 
-#: Noise types whose per-step covariance at the minimum the local theory of a landscape knows.
-LOCAL_NOISE = ("minibatch", "minibatch_replace", "gaussian_matched")
-LOCAL_FORMULA = ("local quadratic approximation at the starting minimum w*: the exact discrete Lyapunov "
-                 "solution with H = ∇²L(w*) and C = the minibatch covariance of the per-sample gradients "
-                 "at w* (quadratic.stationary_covariance); neglects ∇³L and C(w) − C(w*), O(λ) relative")
-
-
 def _sde_step(params: Mapping[str, Any]) -> tuple[float, float]:
     """(integrator step, noise gain): (λ, 1) for SGD, (dt, λ/dt) for the SDE."""
     lr = params["lr"]
@@ -80,38 +71,19 @@ def _sde_step(params: Mapping[str, Any]) -> tuple[float, float]:
 
 
 def predict(problem, params: Mapping[str, Any]) -> Prediction:
-    """Theory for ``params`` on ``problem`` (see :class:`Prediction`)."""
+    """Theory for ``params`` on ``problem`` (see :class:`Prediction`): the model's own ``theory``
+    hook (:mod:`sgdsweep.models`), then what is common to every model — the papers'
+    approximations from H and C, and escape times wherever the problem has a barrier."""
     pred = Prediction()
     kind, noise = params["model"], params["noise"]
     step, gain = _sde_step(params)
-    mu, s = params["momentum"], params["batch_size"]
     try:
-        if kind == "quadratic":
-            c = problem.noise_cov / s * gain
-            pred.weight_cov = quadratic_theory.stationary_covariance(problem.hessian, c, step, mu)
-            pred.loss = quadratic_theory.training_loss(problem.hessian, c, step, mu)
-            pred.formulas["weight_cov"] = quadratic_theory.FORMULA["stationary_covariance"]
-            pred.formulas["loss"] = quadratic_theory.FORMULA["training_loss"]
-            pred.hessian, pred.noise_cov = problem.hessian, problem.noise_cov / s
-        elif kind == "linear" and problem.n_outputs == 1 and noise in linear_theory.NOISE_TYPES:
-            pred.weight_cov = linear_theory.stationary_second_moment(problem, step, s, mu, noise, gain)
-            pred.loss = linear_theory.training_loss(problem, pred.weight_cov)
-            pred.formulas["weight_cov"] = linear_theory.FORMULA
-            pred.formulas["loss"] = "L(w*) + ½ Tr(H M) with M from " + linear_theory.FORMULA
-            pred.hessian, pred.noise_cov = problem.sxx, linear_theory.noise_covariance(problem, s, noise)
-            _linear_extras(problem, params, pred)
-        elif kind == "landscape" and problem.n_samples is not None and noise in LOCAL_NOISE:
-            pred.hessian = problem.hessian(problem.w_min)
-            pred.noise_cov = problem.minibatch_noise_cov(s, replace=noise == "minibatch_replace")
-            pred.weight_cov = quadratic_theory.stationary_covariance(pred.hessian, pred.noise_cov * gain, step, mu)
-            pred.loss = float(problem.loss_min + 0.5 * np.sum(pred.hessian * pred.weight_cov))
-            pred.formulas["weight_cov"] = LOCAL_FORMULA
-            pred.formulas["loss"] = "L(w*) + ½ Tr(H M) with M from " + LOCAL_FORMULA
-        else:
-            pred.reasons["weight_cov"] = (f"no exact stationary covariance for model {kind} with noise {noise}"
-                                          + (" and several outputs" if getattr(problem, "n_outputs", 1) > 1 else ""))
+        hook(get_model(kind), "theory")(problem, params, pred, step, gain)
     except (RuntimeError, np.linalg.LinAlgError, MemoryError, ValueError) as exc:
         pred.reasons["weight_cov"] = f"{type(exc).__name__}: {exc}"
+    if pred.weight_cov is None and "weight_cov" not in pred.reasons:
+        pred.reasons["weight_cov"] = (f"no exact stationary covariance for model {kind} with noise {noise}"
+                                      + (" and several outputs" if getattr(problem, "n_outputs", 1) > 1 else ""))
     if "weight_cov" in pred.reasons:
         pred.reasons["loss"] = pred.reasons["weight_cov"]
     _approximations(params, pred)
@@ -121,31 +93,7 @@ def predict(problem, params: Mapping[str, Any]) -> Prediction:
                 f" ({pred.reasons['weight_cov']})" if "weight_cov" in pred.reasons else "")
     if hasattr(problem, "barrier"):
         _escape(problem, params, pred)
-    if kind == "two_layer":
-        pred.formulas["w2_covariance"] = (two_layer_theory.FORMULA["w2_covariance_eigenvalues"]
-                                          + "; per replica at its own mean weights, averaged")
-        pred.joint_eigenvalue = params["lr"] * 2.0 * problem.loss_min / (2.0 * s)
-        pred.formulas["joint_eigenvalue"] = (
-            "λ⟨r²⟩/(2S), ⟨r²⟩ = 2 L_min: isotropic joint fluctuations on the range of Γ (Gross et al. "
-            "2024 Sec. III, physics.md §4; leading order in λ, P ≫ N)")
     return pred
-
-
-def _linear_extras(problem, params: Mapping[str, Any], pred: Prediction) -> None:
-    """Test loss and the fluctuation–dissipation residual from the exact M (linear regression)."""
-    m = pred.weight_cov
-    if not np.all(np.isfinite(m)):
-        return
-    if getattr(problem, "input_cov", None) is not None:
-        pred.test_loss = float(problem.test_loss(problem.w_min[None])[0] + 0.5 * np.sum(problem.input_cov * m))
-        pred.formulas["test_loss"] = ("test_loss(w_hat) + 1/2 Tr(Sigma_pop M) with the exact M: E[w] = w_hat exactly "
-                                      "for a quadratic loss, Sigma_pop the input covariance of fresh data")
-    if params["noise"] in ("minibatch", "minibatch_replace") and params["momentum"] == 0 and params["method"] == "sgd":
-        batch = linear_theory.batch_product(problem, m, params["batch_size"], params["noise"])
-        pred.fdr_residual = fdr.predicted_residual(params["lr"] * batch, params["lr"] * pred.noise_cov)
-        pred.formulas["fdr_residual"] = fdr.FORMULA["predicted_residual"]
-    else:
-        pred.reasons["fdr_residual"] = "the relation is derived for plain SGD with minibatch noise (no momentum)"
 
 
 def _approximations(params: Mapping[str, Any], pred: Prediction) -> None:

@@ -1,0 +1,22 @@
+"""The defaults of a model module's optional hooks (:mod:`sgdsweep.models` lists the interface):
+what a model that does not define a hook gets."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sgdsweep.models.base import Problem
+    from sgdsweep.theory.predict import Prediction
+
+#: No optional ``dynamics.observe`` key (``gradient_noise``, ``escape``) is supported.
+OBSERVES: frozenset[str] = frozenset()
+
+
+def check_dynamics(params: Mapping[str, Any], where: str) -> None:
+    """No restriction on ``dynamics`` beyond the common ones."""
+
+
+def theory(problem: Problem, params: Mapping[str, Any], pred: Prediction, step: float, gain: float) -> None:
+    """No stationary theory: :func:`sgdsweep.theory.predict.predict` records why."""
