@@ -207,3 +207,11 @@ def test_no_model_is_named_outside_its_module():
                       and any(isinstance(n, ast.Attribute) and n.attr == "kind"
                               for n in [node.left, *node.comparators])]
         assert not kind_tests, f"{rel} compares .kind at lines {kind_tests}"
+
+
+def test_the_page_on_adding_a_model_names_every_hook():
+    page = (ROOT / "docs" / "models.md").read_text(encoding="utf-8")
+    section = page[page.index("## Adding a model"):]
+    for name in (*models.REQUIRED, *models.OPTIONAL):
+        assert f"`{name}" in section, name
+    assert "sgdsweep/models/noise_types.py" in page
