@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import io
 import os
 import shutil
 import subprocess
 import sys
 import zipfile
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import yaml
 
@@ -49,13 +52,54 @@ def tiny_config(**sections: Any) -> dict[str, Any]:
 
 
 def as_directory_store(path: Path) -> Path:
-    """The zip point store at ``path`` unpacked as a directory store ``<hash>.zarr`` (the layout
-    sgdsweep wrote before zip stores); the zip removed. Returns the directory."""
-    directory = path.with_name(path.name[: -len(".zip")])
-    with zipfile.ZipFile(path) as zf:
-        zf.extractall(directory)
+    """The point store at ``path`` (``<hash>.npz``) rewritten as a Zarr directory store
+    ``<hash>.zarr`` (the layout sgdsweep wrote first), through Zarr's public API; the ``.npz``
+    removed. Returns the directory."""
+    from sgdsweep.store.points import write_zarr_group
+
+    directory = path.with_name(path.name[: -len(".npz")] + ".zarr")
+    write_zarr_group(path, directory)
     path.unlink()
     return directory
+
+
+def write_zarr_zip_point(path: Path, arrays: dict[str, tuple], attrs: dict[str, Any]) -> Path:
+    """A point store as sgdsweep wrote it before ``.npz`` stores: one Zarr (format 3) group in a
+    zip file ``<hash>.zarr.zip``, written here by Zarr's own ``ZipStore``; ``arrays`` is
+    name → (dimension names, array), ``attrs`` the group attributes (``sgdsweep_complete`` added)."""
+    import zarr
+
+    store = zarr.storage.ZipStore(path, mode="w")
+    try:
+        group = zarr.open_group(store=store, mode="w", zarr_format=3,
+                                attributes={**attrs, "store_version": 2, "sgdsweep_complete": True})
+        for name, (dims, data) in arrays.items():
+            group.create_array(name, data=np.asarray(data), dimension_names=list(dims))
+    finally:
+        store.close()
+    return path
+
+
+def checksummed_zip(path: Path, members: dict[str, bytes]) -> None:
+    """A zip of ``members`` (name → bytes) carrying a valid sgdsweep checksum comment, as a
+    crafted point store would (the CRC-32 of every byte before the digits)."""
+    from sgdsweep.store.points import CHECKSUM_MARKER
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+        zf.comment = CHECKSUM_MARKER + b"0" * 8
+    raw = bytearray(buf.getvalue())
+    raw[-8:] = b"%08x" % zlib.crc32(raw[:-8])
+    path.write_bytes(bytes(raw))
+
+
+def npy(array: np.ndarray, allow_pickle: bool = False) -> bytes:
+    """The ``.npy`` file of ``array`` (with ``allow_pickle``, an object array pickled)."""
+    out = io.BytesIO()
+    np.lib.format.write_array(out, array, allow_pickle=allow_pickle)
+    return out.getvalue()
 
 
 def write_yaml(path: Path, data: Any) -> Path:

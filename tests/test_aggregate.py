@@ -1,27 +1,25 @@
-"""Aggregation reads point stores without Zarr's per-array cost, and gets what Zarr gets."""
+"""Aggregation: point stores read through their public reader into the ensemble, which is
+written with xarray (Zarr, zstd + CRC-32C) and checked on every read."""
 
 from __future__ import annotations
 
-import json
 import os
-import zipfile
 
 import numpy as np
 import pytest
 import xarray as xr
 import zarr
 from conftest import as_directory_store
-from zarr.codecs import BytesCodec
 
 from sgdsweep.errors import StoreError
-from sgdsweep.store import aggregate
+from sgdsweep.store import aggregate, variables
 from sgdsweep.store import points as point_store
 
 
 def _point(tmp_path, name="p0"):
     arrays = {"weight_var_replica": (("replica",), np.array([0.1, np.nan, 0.3])),
               "diverged_step": (("replica",), np.array([-1, 7, -1])),
-              "escape_step": (("replica",), np.zeros(3, np.int64)),  # all fill value: no chunk file
+              "escape_step": (("replica",), np.zeros(3, np.int64)),
               "flags": (("replica",), np.array([True, False, True])),
               "singular_values_W": (("replica", "sv"), np.arange(6.0).reshape(3, 2))}
     path = point_store.point_path(tmp_path, name)
@@ -29,76 +27,53 @@ def _point(tmp_path, name="p0"):
     return path, {k: v[1] for k, v in arrays.items()}
 
 
-def test_point_arrays_match_zarr(tmp_path):
+def test_point_arrays_are_read_in_order_with_their_dtype(tmp_path):
     path, arrays = _point(tmp_path)
-    got = aggregate.read_point_arrays(path, ["absent", *arrays])
+    got = point_store.read_arrays(path, ["absent", *arrays])
     assert list(got) == list(arrays)  # absent names left out, order kept
     for name, want in arrays.items():
         np.testing.assert_array_equal(got[name], want)
-        np.testing.assert_array_equal(got[name], point_store.read_array(path, name))
-        assert got[name].dtype == point_store.read_array(path, name).dtype and got[name].flags.writeable
+        assert got[name].dtype == want.dtype and got[name].flags.writeable
+    assert list(point_store.read_arrays(path, ["flags"], prefixes=("singular_values_",))) == [
+        "flags", "singular_values_W"]
+    assert point_store.read_arrays(tmp_path / "absent.npz", ["weight_var_replica"]) == {}
 
 
-def test_other_layouts_go_through_zarr(tmp_path):
-    """Big-endian chunks are decoded directly; compressed or multi-chunk arrays are read by Zarr
-    (in a directory store, and in a zip store)."""
-    path = as_directory_store(_point(tmp_path)[0])
-    big = zarr.create_array(str(path / "big"), shape=(4,), dtype=">f8", chunks=(4,),
-                            serializer=BytesCodec(endian="big"), compressors=None)
-    big[...] = np.arange(4.0)
-    packed = zarr.create_array(str(path / "packed"), shape=(10,), dtype="f8", chunks=(3,))  # default compressor
-    packed[...] = np.linspace(0, 1, 10)
-    assert aggregate._single_chunk(zarr.open_array(str(path / "packed")).metadata.to_dict()) is None
-    zipped = point_store.point_path(tmp_path / "zipped", "p0")
-    with point_store.PointFiles(path) as files:
-        point_store.place_point(zipped, dict(files))
-    for where in (path, zipped):
-        got = aggregate.read_point_arrays(where, ["big", "packed"])
-        np.testing.assert_array_equal(got["big"], np.arange(4.0))
-        np.testing.assert_array_equal(got["packed"], np.linspace(0, 1, 10))
+def test_damaged_or_foreign_point_store_stops_aggregation_naming_it(tmp_path):
+    spec = _sweep(tmp_path)
+    victim = point_store.point_path(tmp_path, "h1")
+    raw = bytearray(victim.read_bytes())
+    raw[len(raw) // 2] ^= 1
+    victim.write_bytes(bytes(raw))
+    with pytest.raises(StoreError, match=f"point store {victim} is damaged"):
+        aggregate.build_ensemble(spec)
+    victim.write_bytes(b"not a zip")
+    with pytest.raises(StoreError, match=f"point store {victim} is damaged"):
+        aggregate.build_ensemble(spec)
+    victim.unlink()
+    with pytest.raises(StoreError, match=f"point store {victim} is missing or unreadable"):
+        aggregate.build_ensemble(spec)
 
 
-def test_point_stores_have_one_entry_per_array_file_and_earlier_layouts_still_read(tmp_path):
-    """A point store is one zip whose keys are ``<array>/zarr.json`` and ``<array>/c.0.0``;
-    directory stores of earlier versions read the same, with chunk keys ``c.0.0`` and with
-    Zarr's default ``c/0/0``, directly and through Zarr."""
-    path, arrays = _point(tmp_path)
-    with zipfile.ZipFile(path) as zf:
-        assert sorted(n for n in zf.namelist() if n.startswith("singular_values_W/")) == [
-            "singular_values_W/c.0.0", "singular_values_W/zarr.json"]
-    path = as_directory_store(path)
-    assert point_store.point_path(tmp_path, "p0") == path
-    got = aggregate.read_point_arrays(path, list(arrays))
-    for name, want in arrays.items():
-        np.testing.assert_array_equal(got[name], want)
-    for name in arrays:  # rewrite as the earliest layout
-        meta_path, chunk = path / name / "zarr.json", path / name / ("c." + ".".join("0" * arrays[name].ndim))
-        meta = json.loads(meta_path.read_text())
-        meta["chunk_key_encoding"] = {"name": "default", "configuration": {"separator": "/"}}
-        meta_path.write_text(json.dumps(meta))
-        if chunk.exists():
-            nested = path / name / "/".join(["c"] + ["0"] * arrays[name].ndim)
-            nested.parent.mkdir(parents=True)
-            chunk.rename(nested)
-    got = aggregate.read_point_arrays(path, list(arrays))
-    for name, want in arrays.items():
-        np.testing.assert_array_equal(got[name], want)
-        np.testing.assert_array_equal(point_store.read_array(path, name), want)
+def test_the_catalogue_describes_every_ensemble_variable_without_xarray(tmp_path):
+    """sgdsweep.store.variables names each variable's long name, units and dimensions, and is
+    what simulation workers import (neither xarray nor Zarr comes with it)."""
+    import subprocess
+    import sys
 
-
-def test_damaged_chunk_raises_store_error(tmp_path):
-    path, _ = _point(tmp_path)
-    with point_store.PointFiles(path) as files:
-        damaged = dict(files)
-    damaged["weight_var_replica/c.0"] = b"\0" * 5  # truncated
-    path.unlink()
-    point_store.place_point(path, damaged)
-    with pytest.raises(StoreError, match="weight_var_replica"):
-        aggregate.read_point_arrays(path, ["weight_var_replica"])
-    (path.parent / "garbage.zarr.zip").write_bytes(b"not a zip")
-    with pytest.raises(StoreError, match="unreadable"):
-        aggregate.read_point_arrays(path.parent / "garbage.zarr.zip", ["weight_var_replica"])
-    assert aggregate.read_point_arrays(path.parent / "absent.zarr.zip", ["weight_var_replica"]) == {}
+    code = ("import sys; import sgdsweep.store.variables, sgdsweep.sim.results; "
+            "print(sorted(m for m in ('xarray', 'zarr') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+    ds = aggregate.build_ensemble(_sweep(tmp_path))
+    for name, var in ds.data_vars.items():
+        assert {"long_name", "units", "description"} <= set(var.attrs), name
+        if variables.ensemble_dims(name) is not None:
+            assert var.dims == variables.ensemble_dims(name), name
+        else:
+            assert var.dims == ("point",) and name in variables.VARIABLES, name
+    assert variables.describe("layer_cov_eigenvalues_W2")["long_name"] == "covariance eigenvalues of W2"
+    assert variables.ensemble_dims("weight_cov") is None  # matrices stay in the point stores
 
 
 def _sweep(tmp_path, n=3):
@@ -123,17 +98,21 @@ def _sweep(tmp_path, n=3):
             "sweep_hash": "abc", "simulation_config": {"model": {}}}
 
 
-def test_ensemble_equals_the_zarr_read(tmp_path, monkeypatch):
+def test_ensemble_of_npz_stores_equals_that_of_zarr_stores(tmp_path):
+    """The same points stored as .npz and as Zarr directory stores (the first layout, read through
+    Zarr) aggregate to the same ensemble."""
     spec = _sweep(tmp_path)
-    fast = aggregate.build_ensemble(spec)
-    monkeypatch.setattr(aggregate, "_read_fast", lambda *a: None)  # every array through Zarr
-    slow = aggregate.build_ensemble(spec)
-    for ds in (fast, slow):
+    npz = aggregate.build_ensemble(spec)
+    for entry in spec["points"]:
+        as_directory_store(point_store.point_path(tmp_path, entry["hash"]))
+    assert not list(tmp_path.glob("*.npz"))
+    directories = aggregate.build_ensemble(spec)
+    for ds in (npz, directories):
         ds.attrs.pop("created_utc")
-    xr.testing.assert_identical(fast, slow)
-    assert list(fast.data_vars) == list(slow.data_vars)
-    assert fast.sizes["replica"] == 5 and fast["diverged_step"].dtype == np.int64
-    assert list(fast["lag"].values) == [1, 2]
+    xr.testing.assert_identical(npz, directories)
+    assert list(npz.data_vars) == list(directories.data_vars)
+    assert npz.sizes["replica"] == 5 and npz["diverged_step"].dtype == np.int64
+    assert list(npz["lag"].values) == [1, 2]
 
 
 def _ensemble(tmp_path):

@@ -100,14 +100,10 @@ def test_point_store_arrays_are_described(tmp_path):
                          "grid": {"lr": 0.002, "batch_size": 5}})
     simulate_points([sweep.points[0].spec()], str(tmp_path))
     path = point_store.point_path(tmp_path, sweep.points[0].hash)
-    import zarr
-
-    with zarr.storage.ZipStore(path, mode="r") as zipped:
-        group = zarr.open_group(zipped, mode="r")
-        names = list(group.array_keys())
-        assert {"sigma_ww", "noise_cov_lag", "weight_var_diag", "weight_cov_eigenvectors"} <= set(names)
-        for name in names:
-            assert {"long_name", "units", "description"} <= set(group[name].attrs), name
+    with point_store.PointStore(path) as store:
+        assert {"sigma_ww", "noise_cov_lag", "weight_var_diag", "weight_cov_eigenvectors"} <= set(store.arrays)
+        for name, (_, attrs) in store.arrays.items():
+            assert {"long_name", "units", "description"} <= set(attrs), name
 
 
 def test_a_batch_never_mixes_shards(tmp_path):

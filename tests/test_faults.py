@@ -18,8 +18,10 @@ import pytest
 import xarray as xr
 from conftest import (
     REPO,
+    checksummed_zip,
     cluster_daemons,
     immutable,
+    npy,
     run_cli,
     run_snakemake,
     tiny_config,
@@ -52,9 +54,16 @@ def _wait_for(predicate, timeout=180.0, what="condition"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def _members(path: Path) -> tuple[dict[str, np.ndarray], dict]:
+    """The arrays and the metadata of the point store at ``path``, read with numpy alone."""
+    with np.load(path, allow_pickle=False) as npz:
+        members = {name: npz[name] for name in npz.files}
+    return members, json.loads(bytes(members.pop("sgdsweep_meta")[()]))
+
+
 def _stores(sweep: Path) -> dict[str, int]:
     """Point stores → inode of their file (changes if a store is rewritten)."""
-    return {p.name: p.stat().st_ino for p in (sweep / "points").glob("*.zarr.zip")}
+    return {p.name: p.stat().st_ino for p in (sweep / "points").glob("*.npz")}
 
 
 def _ensemble(sweep: Path) -> xr.Dataset:
@@ -136,20 +145,18 @@ def test_corrupted_point_store_is_recomputed(tmp_path):
     assert run_snakemake(tmp_path, cfg).returncode == 0
     sweep = tmp_path / "results" / "tiny"
     before = _ensemble(sweep)
-    stores = sorted((sweep / "points").glob("*.zarr.zip"))
+    stores = sorted((sweep / "points").glob("*.npz"))
     stores[0].write_bytes(stores[0].read_bytes()[: stores[0].stat().st_size // 2])  # cut to half its size
-    with point_store.PointFiles(stores[2]) as files:
-        chunk = files["weight_var_replica/c.0"]
+    with np.load(stores[2], allow_pickle=False) as npz:
+        chunk = npz["weight_var_replica"].tobytes()
     raw = bytearray(stores[2].read_bytes())
-    raw[raw.index(chunk) + 3] ^= 0x10  # a flipped bit inside a chunk
+    raw[raw.index(chunk) + 3] ^= 0x10  # a flipped bit inside an array
     stores[2].write_bytes(bytes(raw))
-    with point_store.PointFiles(stores[1]) as files:  # a store missing an array...
-        kept = {k: v for k, v in files.items() if not k.startswith("weight_var_replica/")}
-    meta = json.loads(kept["zarr.json"])
+    members, meta = _members(stores[1])  # a store missing an array...
+    del members["weight_var_replica"], meta["arrays"]["weight_var_replica"]
     meta["attributes"]["sgdsweep_complete"] = False  # ...and no longer marked complete
-    kept["zarr.json"] = json.dumps(meta).encode()
     stores[1].unlink()
-    point_store.place_point(stores[1], kept)
+    point_store.place_members(stores[1], members, meta)
     intact = {p.name: p.stat().st_ino for p in stores[3:]}
     # what a write killed long ago left beside the truncated store goes at once; a young one may
     # be live until the point is stored, then it goes too
@@ -212,19 +219,20 @@ def test_deleted_results_are_rebuilt_without_simulating(tmp_path):
 
 
 def test_failed_aggregate_keeps_the_ensemble(tmp_path):
-    """An aggregate that fails (here on a point store whose bytes are intact but whose array
-    metadata is not Zarr's) exits non-zero naming the store, and the previous ensemble stays as
+    """An aggregate that fails (here on a point store whose checksum and metadata are intact but
+    one of whose arrays is a pickled object array, refused) exits non-zero naming the store, and the previous ensemble stays as
     it was; a backup Snakemake keeps while it runs, left by a killed run, does not block the next."""
     cfg = write_yaml(tmp_path / "t.yaml", tiny_config())
     assert run_snakemake(tmp_path, cfg).returncode == 0
     sweep = tmp_path / "results" / "tiny"
     ensemble = _files(sweep / "ensemble.zarr")
-    victim = min((sweep / "points").glob("*.zarr.zip"))
+    victim = min((sweep / "points").glob("*.npz"))
     good = victim.read_bytes()
-    with point_store.PointFiles(victim) as files:
-        broken = {**files, "weight_var_replica/zarr.json": b"{"}
-    victim.unlink()
-    point_store.place_point(victim, broken)
+    members, meta = _members(victim)
+    files = {f"{name}.npy": npy(data) for name, data in members.items()}
+    files["sgdsweep_meta.npy"] = npy(np.array(json.dumps(meta).encode()))
+    files["weight_var_replica.npy"] = npy(np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    checksummed_zip(victim, files)  # complete, checksum intact: read, and refused as it is read
     proc = run_snakemake(tmp_path, cfg, "--forcerun", "aggregate")
     assert proc.returncode != 0
     assert f"point store results/tiny/points/{victim.name}" in proc.stdout + proc.stderr

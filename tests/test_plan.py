@@ -30,8 +30,8 @@ def test_reasons_new_changed_failed_corrupt(tmp_path):
     sweep = build_sweep(tiny_config(results_dir=str(tmp_path / "results"), dynamics={"steps": 1500, "replicas": 4}))
     points_dir = PlanFiles(sweep_dir).points_dir
     a, b = sweep.points[0].hash, sweep.points[1].hash
-    (points_dir / f"{a}.zarr.zip").write_bytes(b"PK\x03\x04{")
-    (points_dir / f"{b}.zarr.zip").unlink()
+    (points_dir / f"{a}.npz").write_bytes(b"PK\x03\x04{")
+    (points_dir / f"{b}.npz").unlink()
     failed_marker(points_dir, b).write_text(json.dumps({"error": "MemoryError: out of memory"}))
     reasons = explain(sweep)
     assert reasons == {a: "corrupt (incomplete or unreadable store)",
@@ -56,7 +56,7 @@ def test_changing_a_model_parameter_reruns_only_affected_points(tmp_path):
     write_yaml(cfg_path, cfg)
     assert run_snakemake(tmp_path, cfg_path).returncode == 0
     points = tmp_path / "results" / "tiny" / "points"
-    before = {p.name for p in points.glob("*.zarr.zip")}
+    before = {p.name for p in points.glob("*.npz")}
     assert len(before) == 8
     cfg["grid"]["label_noise"] = [0.1, 0.6]
     write_yaml(cfg_path, cfg)
@@ -67,7 +67,7 @@ def test_changing_a_model_parameter_reruns_only_affected_points(tmp_path):
     assert summary.stdout.strip().count("\n") == 0
     proc = run_snakemake(tmp_path, cfg_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    new = {p.name for p in points.glob("*.zarr.zip")} - before
+    new = {p.name for p in points.glob("*.npz")} - before
     assert len(new) == 4  # only the label_noise = 0.6 points; the 0.1 shard did not run
     assert (proc.stdout + proc.stderr).count("localrule simulate:") == 1
 

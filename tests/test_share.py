@@ -195,7 +195,7 @@ def test_import_places_sweep_and_rerun_simulates_nothing(exported, tmp_path):
     assert proc.returncode == 0, proc.stderr
     target = work / "results" / "tiny"
     assert (target / "ensemble.zarr" / "zarr.json").is_file() and (target / "config.yaml").is_file()
-    assert len(list((target / "points").glob("*.zarr.zip"))) == 4
+    assert len(list((target / "points").glob("*.npz"))) == 4
     # never overwrite: a second import is refused
     again = run_cli("import", str(dest), cwd=work)
     assert again.returncode == 2 and "already exists" in again.stderr
@@ -204,7 +204,7 @@ def test_import_places_sweep_and_rerun_simulates_nothing(exported, tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     log = next((target / "logs" / "simulate").glob("*.log")).read_text()
     assert "0 to simulate" in log and "Dask dashboard" not in run.stdout + run.stderr
-    assert len(list((target / "points").glob("*.zarr.zip"))) == 4
+    assert len(list((target / "points").glob("*.npz"))) == 4
     assert (target / "report.html").is_file()
 
 

@@ -41,7 +41,7 @@ class _Html(HTMLParser):
 
 
 def _stores(sweep_dir: Path) -> set[str]:
-    return {p.name[: -len(".zarr.zip")] for p in (sweep_dir / "points").glob("*.zarr.zip")}
+    return {p.name[: -len(".npz")] for p in (sweep_dir / "points").glob("*.npz")}
 
 
 def _simulated(sweep_dir: Path) -> list[str]:

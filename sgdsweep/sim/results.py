@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from sgdsweep.sim import observables as obs
+from sgdsweep.store.variables import VARIABLES, describe
 from sgdsweep.theory import fdr
 
 #: (long_name, units, description) of the arrays that only point stores hold (matrices).
@@ -41,11 +42,9 @@ JACKKNIFE_GROUPS = 32
 def array_attrs(name: str) -> dict[str, str]:
     """Attributes of a point-store array: those of the ensemble variable of the same name, or
     of :data:`POINT_ARRAYS`."""
-    from sgdsweep.store.aggregate import VARIABLES, _attrs
-
     table = POINT_ARRAYS if name in POINT_ARRAYS else VARIABLES
     try:
-        return _attrs(table, name)
+        return describe(name, table)
     except KeyError:
         return {}
 

@@ -4,8 +4,8 @@ An export is a zip file that is at the same time a Zarr (format 3) store: its ro
 ensemble, so ``xarray.open_zarr(zarr.storage.ZipStore(path, mode="r"))`` opens it directly. It
 also holds
 
-- ``points/<hash>.zarr/…`` — every point store's files (Zarr keys under the point's name; an
-  import places each as its ``<hash>.zarr.zip``), so that an imported sweep re-runs its fits and
+- ``points/<hash>.zarr/…`` — every point store as a Zarr group under the point's name (an
+  import places each as its ``<hash>.npz``), so that an imported sweep re-runs its fits and
   report (or the whole workflow) without simulating anything;
 - ``fits.json`` — the fits (also in the root group's ``fits`` attribute);
 - ``README.txt`` — how to open and verify the file;
@@ -33,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from sgdsweep.errors import UsageError
+from sgdsweep.errors import StoreError, UsageError
 from sgdsweep.store import points as point_store
 from sgdsweep.store.share_verify import (
     COMMENT_PREFIX,
@@ -209,11 +209,14 @@ def export_sweep(sweep_dir: str | Path, dest: str) -> dict[str, Any]:
 
 
 def _point_members(points_dir: Path, hashes: list[str]) -> Iterable[tuple[str, bytes]]:
-    """Every point store's files as export members ``points/<hash>.zarr/<key>``, one store open at a time."""
+    """Every point store as export members ``points/<hash>.zarr/<key>``: the keys of the store
+    written as a Zarr group (:func:`sgdsweep.store.points.write_zarr_group`), one store at a time."""
     for h in hashes:
-        with point_store.PointFiles(point_store.point_path(points_dir, h)) as files:
-            for key, data in files.items():
-                yield f"points/{h}.zarr/{key}", data
+        with tempfile.TemporaryDirectory() as tmp:
+            group = Path(tmp) / "point.zarr"
+            point_store.write_zarr_group(point_store.point_path(points_dir, h), group)
+            for file in sorted(f for f in group.rglob("*") if f.is_file()):
+                yield f"points/{h}.zarr/{file.relative_to(group).as_posix()}", file.read_bytes()
 
 
 def verify(src: str | Path) -> dict[str, Any]:
@@ -291,9 +294,9 @@ def _imported_config(config: dict[str, Any], results_dir: Path) -> str:
 
 def _extract(zf: zipfile.ZipFile, manifest: dict[str, Any], staging: Path, src: str | Path) -> None:
     """Copy a verified export's members into ``staging`` (a new directory): ``fits.json``, the
-    ensemble's keys under ``ensemble.zarr/``, and each point's keys as its zip store
-    ``points/<hash>.zarr.zip`` (checked complete); each member streamed and hashed
-    (:func:`member_blocks`), no file written over another."""
+    ensemble's keys under ``ensemble.zarr/``, and each point's keys as a Zarr group, read back
+    and placed as its point store ``points/<hash>.npz`` (checked complete); each member
+    streamed and hashed (:func:`member_blocks`), no file written over another."""
     members = manifest["members"]
     stores: dict[str, list[str]] = {}
     for name, entry in members.items():
@@ -308,20 +311,20 @@ def _extract(zf: zipfile.ZipFile, manifest: dict[str, Any], staging: Path, src: 
             fh.writelines(member_blocks(zf, name, entry, src))
     (staging / "points").mkdir(parents=True, exist_ok=True)
     for h, names in stores.items():
-        path = point_store.point_path(staging / "points", h)
+        group = staging / ".import-points" / f"{h}.zarr"
         prefix = f"points/{h}.zarr/"
-        with zipfile.ZipFile(path, "x", compression=zipfile.ZIP_STORED, allowZip64=True) as out:
-            # as sgdsweep.store.points writes a point store: stored members, the group's zarr.json first
-            for name in sorted(names, key=lambda n: (n != prefix + "zarr.json", n)):
-                info = zipfile.ZipInfo(name[len(prefix):])
-                info.file_size = members[name]["size"]  # zipfile then writes zip64 only if needed
-                info.external_attr = 0o600 << 16
-                with out.open(info, "w") as fh:
-                    for block in member_blocks(zf, name, members[name], src):
-                        fh.write(block)
-        if not point_store.is_complete(path):
-            raise ShareError(f"{src}: the point store of point {h} is not marked complete; the "
-                             "file was crafted or exported from an unfinished sweep, do not use it")
+        for name in names:  # the keys of a Zarr group, as verify checked their names
+            out = group / name[len(prefix):]
+            out.parent.mkdir(parents=True, exist_ok=True)
+            with open(out, "xb") as fh:
+                fh.writelines(member_blocks(zf, name, members[name], src))
+        try:
+            point_store.copy_point(group, point_store.point_path(staging / "points", h))
+        except StoreError as exc:
+            raise ShareError(f"{src}: the point store of point {h} is not marked complete or not readable ({exc}); "
+                             "the file was crafted or exported from an unfinished sweep, do not use it") from None
+        shutil.rmtree(group)
+    shutil.rmtree(staging / ".import-points", ignore_errors=True)
 
 
 def merge_exports(sources: list[str], dest: str) -> dict[str, Any]:

@@ -1,0 +1,227 @@
+"""The catalogue of the ensemble's variables: what each one is called, its units, its dimensions.
+
+The one place that names every variable a point store or the ensemble may hold
+(:data:`VARIABLES`), the ensemble's coordinates (:data:`COORDS`), which point-store arrays
+aggregation copies and along which dimension (:data:`REPLICA_ARRAYS`, :data:`VECTOR_ARRAYS`,
+:data:`LAYER_VECTORS`), and which theory each ``*_theory`` column comes from
+(:data:`THEORY_SOURCES`). It imports neither xarray nor Zarr: simulation workers use it to
+describe the arrays they store (:func:`describe`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+#: (long_name, units, description) of every variable the ensemble may hold. Units: weights
+#: and losses are in the model's own units (label units for regression); times in SGD steps.
+VARIABLES: dict[str, tuple[str, str, str]] = {
+    "weight_var": ("weight variance", "weight²",
+                   ("mean per-coordinate stationary variance Tr E[(w-w*)(w-w*)ᵀ]/d after burn-in (around each "
+                   "replica's own time mean when minima form a manifold), averaged over time and non-diverged replicas")),
+    "weight_var_se": ("standard error of weight_var", "weight²",
+                      "standard error from the spread of independent replicas' time averages"),
+    "weight_var_theory": ("predicted weight variance", "weight²", "Tr(Σ)/d of the theory named in 'formula'"),
+    "loss": ("training loss", "loss", "time- and replica-averaged training loss after burn-in"),
+    "loss_se": ("standard error of loss", "loss", "standard error from the spread of replicas"),
+    "loss_theory": ("predicted training loss", "loss", "stationary E[L] of the theory named in 'formula'"),
+    "test_loss": ("test loss", "loss", "time- and replica-averaged expected loss on fresh data (or held-out data)"),
+    "test_loss_se": ("standard error of test_loss", "loss", "standard error from the spread of replicas"),
+    "test_loss_theory": ("predicted test loss", "loss", "stationary E[test loss] of the theory named in 'formula'"),
+    "loss_autocorr_time": ("integrated autocorrelation time of the loss", "steps",
+                           ("τ_int = 1 + 2Σρ(m) with Sokal's window, per replica, averaged; the effective number of "
+                           "samples of a replica is measured_steps/τ_int")),
+    "loss_autocorr_time_se": ("standard error of loss_autocorr_time", "steps", "spread of replicas"),
+    "loss_autocorr_truncated": ("replicas with truncated autocorrelation window", "1",
+                                "replicas whose τ_int is only a lower bound (stored lags too short)"),
+    "fdr_residual": ("fluctuation–dissipation residual", "1",
+                     "‖ΣxxΣ_WW + Σ_WWΣxx − λD(0)‖/‖λD(0)‖ (Frobenius), estimators of Han et al. (physics.md §3)"),
+    "fdr_residual_se": ("standard error of fdr_residual", "1",
+                        "delete-a-group jackknife over the replicas (32 groups at most)"),
+    "fdr_residual_theory": ("predicted fluctuation–dissipation residual", "1",
+                            ("the residual the papers' relation must leave at the exact stationary Σ_WW: "
+                            "‖λE[Σxx⁽ⁿ⁾Σ_WWΣxx⁽ⁿ⁾]‖/‖λD(0)‖")),
+    "q_ratio": ("antisymmetric ratio", "1", "max|Q|/max|D_sym|, Q = (ΣxxΣ_WW − Σ_WWΣxx)/2, D_sym its symmetric partner"),
+    "fdr_fourier_mismatch": ("Fourier mismatch of the FDR", "1",
+                             ("max over k_x of the difference between the normalised Fourier profiles "
+                             "|Â(k_x,0)|/|Â(0,0)| of ΣxxΣ_WW + Σ_WWΣxx and of D(0), the inputs seen as image "
+                             "pixels (Han et al. 2021 Fig. 2)")),
+    "noise_whiteness": ("gradient-noise whiteness", "1", "max over lags m ≠ 0 of ‖D(m)‖/‖D(0)‖"),
+    "joint_eigenvalue": ("joint fluctuation eigenvalue", "weight²",
+                         ("mean eigenvalue of the joint (W1, W2) covariance projected on the range of Γ (the "
+                         "N_o·N_i stiff directions of the loss Hessian at the replica's mean weights; two_layer)")),
+    "joint_eigenvalue_se": ("standard error of joint_eigenvalue", "weight²", "spread of replicas"),
+    "joint_eigenvalue_theory": ("predicted joint eigenvalue", "weight²", "λ⟨r²⟩/(2S) (physics.md §4)"),
+    "joint_anisotropy": ("joint anisotropy", "1",
+                         "per replica std/mean of the covariance eigenvalues on the range of Γ, averaged (0 = isotropic)"),
+    "escape_time": ("mean escape time", "steps",
+                    "exponential maximum-likelihood estimate with censoring: Σ times / number escaped"),
+    "escape_time_se": ("standard error of escape_time", "steps", "escape_time/√(number escaped)"),
+    "escaped_fraction": ("escaped fraction", "1", "fraction of non-diverged replicas that escaped within steps"),
+    "escape_censored": ("censored replicas", "1", "replicas that did not escape within steps (kept as censored)"),
+    "escape_time_theory_arrhenius": ("Kramers escape time", "steps", "Arrhenius/Kramers law (physics.md §6)"),
+    "escape_time_theory_powerlaw": ("power-law escape time", "steps", "Mori's state-dependent law (physics.md §6)"),
+    "escape_time_theory_exact": ("exact escape time of the discrete chain", "steps",
+                                 ("mean first-passage time of the SGD chain itself at any λ, solved on a grid "
+                                  "(theory/escape_exact.py; 'formula' names each point's grid)")),
+    "escape_time_theory_exact_matched": ("Gaussian-matched escape time (approximation)", "steps",
+                                         ("the exact discrete-chain escape time of N(0, C(w)) noise standing in for "
+                                          "sampled minibatch noise of the same covariance")),
+    "lr_curvature": ("λh", "1", "learning rate times the largest Hessian eigenvalue at the starting minimum"),
+    "diverged": ("diverged", "1", ("True if any replica of the point diverged (|w−w*|² beyond the bound "
+                 "or not finite); such replicas are excluded from every average")),
+    "diverged_replicas": ("diverged replicas", "1", "number of replicas that diverged"),
+    "burn_in": ("burn-in", "steps", "updates discarded before measuring"),
+    "measured_steps": ("measured steps", "steps", "updates averaged per replica after burn-in"),
+    "simulation_seconds": ("simulation time", "s", "wall-clock seconds spent simulating the point"),
+    # per replica
+    "weight_var_replica": ("weight variance per replica", "weight²",
+                           "per-replica time average of |w−w*|²/d; NaN for diverged or absent replicas"),
+    "loss_replica": ("training loss per replica", "loss", "per-replica time average; NaN for diverged replicas"),
+    "test_loss_replica": ("test loss per replica", "loss", "per-replica time average; NaN for diverged replicas"),
+    "loss_autocorr_time_replica": ("loss autocorrelation time per replica", "steps", "τ_int per replica"),
+    "diverged_step": ("divergence step", "steps", "step at which the replica diverged; -1 if it did not"),
+    "escape_step": ("escape step", "steps", "step at which the replica escaped; -1 if censored (did not escape)"),
+    "escape_time_replica": ("escape time per replica", "steps",
+                            ("SGD steps until the replica escaped, or the cap (steps) when censored (escape_step = -1); "
+                            "NaN for diverged replicas")),
+    # per mode
+    "weight_cov_eigenvalues": ("weight covariance eigenvalues", "weight²",
+                               ("eigenvalues of the stationary weight covariance, descending (per replica and "
+                               "averaged when minima form a manifold)")),
+    "weight_cov_eigenvalues_theory": ("predicted covariance eigenvalues", "weight²", "eigenvalues of the theory's Σ"),
+    "weight_cov_eigenvalues_theory_continuous": (
+        "continuous-time covariance eigenvalues", "weight²",
+        "eigenvalues of the solution of HM + MH = λC (leading order in λ, additive noise; the papers' theory)"),
+    "weight_cov_eigenvalues_theory_detailed_balance": (
+        "detailed-balance covariance eigenvalues", "weight²",
+        "eigenvalues of (λ/2)H⁻¹C (Gross 2024 Eq. 2.33), exact only when H and C commute"),
+    "q_eigenvalues": ("|eig Q| measured", "gradient²",
+                      ("singular values of Q = (HM − MH)(1−μ)/λ from the measured second moment M (the antisymmetric "
+                      "part of HM = (λ/2)(C + Q), Gross 2024 Eq. 2.30), descending, in pairs")),
+    "q_eigenvalues_theory": ("|eig Q| of the exact theory", "gradient²",
+                             "the same estimator applied to the exact stationary second moment"),
+    "q_eigenvalues_theory_continuous": ("|eig Q| of the continuous theory", "gradient²",
+                                        "Q_ij = (ω_i − ω_j)/(ω_i + ω_j)(VᵀCV)_ij (Gross 2024 Eq. 2.31)"),
+    "weight_var_theory_continuous": ("continuous-time weight variance", "weight²",
+                                     ("Tr M / d with HM + MH = λC (leading order in λ; misses the discrete "
+                                     "2/(2 − λω) and the multiplicative noise)")),
+    "mode_curvature": ("loss curvature along covariance modes", "loss/weight²",
+                       "vᵢᵀ H vᵢ for the covariance eigenvectors vᵢ, H the loss Hessian at the replica's mean weights"),
+    "mode_curvature_theory": ("loss curvature along the theory's covariance modes", "loss/weight²",
+                              "vᵢᵀ H vᵢ for the eigenvectors vᵢ of the exact theory covariance, H the loss Hessian"),
+    "range_cov_eigenvalues": ("covariance eigenvalues on the range of Γ", "weight²",
+                              "eigenvalues of the joint covariance projected on the Hessian's range, descending"),
+    "fdr_fourier_lhs": ("Fourier profile of ΣxxΣ_WW + Σ_WWΣxx", "1",
+                        "|Â(k_x,0)|/|Â(0,0)| at k_x = 2πj/(number of image pixels), the inputs seen as pixels"),
+    "fdr_fourier_noise": ("Fourier profile of D(0)", "1",
+                          "|D̂(k_x,0)|/|D̂(0,0)| at k_x = 2πj/(number of image pixels), the inputs seen as pixels"),
+    "noise_cov_ratio": ("‖D(m)‖/‖D(0)‖", "1", "Frobenius norm of the lag-m gradient-noise covariance over lag 0"),
+}
+#: Per-replica arrays copied from the point stores (padded with NaN or −1).
+REPLICA_ARRAYS = ("weight_var_replica", "loss_replica", "test_loss_replica", "loss_autocorr_time_replica",
+                  "diverged_step", "escape_step", "escape_time_replica")
+#: Per-point vectors copied when present (dimension name, padded with NaN).
+VECTOR_ARRAYS = {"weight_cov_eigenvalues": "mode", "weight_cov_eigenvalues_theory": "mode",
+                 "weight_cov_eigenvalues_theory_continuous": "mode",
+                 "weight_cov_eigenvalues_theory_detailed_balance": "mode",
+                 "q_eigenvalues": "q_mode", "q_eigenvalues_theory": "q_mode",
+                 "q_eigenvalues_theory_continuous": "q_mode",
+                 "mode_curvature": "mode", "mode_curvature_theory": "mode", "noise_cov_ratio": "lag", "range_cov_eigenvalues": "range_mode",
+                 "fdr_fourier_lhs": "fourier_k", "fdr_fourier_noise": "fourier_k"}
+COORDS: dict[str, tuple[str, str, str]] = {
+    "point": ("point hash", "1", "content hash of the point's fully resolved parameters"),
+    "replica": ("replica index", "1", "index of the independent replica"),
+    "mode": ("mode index", "1", "covariance eigenmode, largest eigenvalue first"),
+    "lag": ("lag m", "steps", "lag of the gradient-noise covariance D(m)"),
+    "q_mode": ("Q mode index", "1", "singular value of the antisymmetric matrix Q, largest first (they come in pairs)"),
+    "shard": ("shard id", "1", "the shard (group of points sharing data) that simulated the point"),
+    "lr": ("learning rate λ", "1", "SGD step size"),
+    "batch_size": ("batch size S", "samples", "samples per gradient step"),
+    "momentum": ("momentum μ", "1", "heavy-ball momentum"),
+    "samples_per_param": ("samples per parameter P/N", "1", "data-set size over input dimension"),
+    "hidden_width": ("hidden width N_h", "units", "hidden width of a two-layer network"),
+    "noise": ("noise type", "1", "how the gradient noise is generated (physics.md §7)"),
+    "n_inputs": ("input dimension N", "1", "number of inputs"),
+    "label_noise": ("label noise σ_ε", "label", "standard deviation of the label noise"),
+    "steps": ("steps", "steps", "updates per replica"),
+    "replicas": ("replicas", "1", "replicas per point"),
+}
+#: theory column → the key of its formula (and of the reason when it is missing) in the point summaries
+THEORY_SOURCES = {"weight_var_theory": "weight_cov", "weight_cov_eigenvalues_theory": "weight_cov",
+                  "mode_curvature_theory": "weight_cov",
+                  "loss_theory": "loss", "escape_time_theory_arrhenius": "escape_time_arrhenius",
+                  "escape_time_theory_powerlaw": "escape_time_powerlaw",
+                  "escape_time_theory_exact": "escape_time_exact",
+                  "escape_time_theory_exact_matched": "escape_time_exact_matched",
+                  "joint_eigenvalue_theory": "joint_eigenvalue",
+                  "weight_var_theory_continuous": "weight_cov_continuous",
+                  "weight_cov_eigenvalues_theory_continuous": "weight_cov_continuous",
+                  "weight_cov_eigenvalues_theory_detailed_balance": "weight_cov_detailed_balance",
+                  "q_eigenvalues_theory": "weight_cov", "q_eigenvalues_theory_continuous": "q_continuous",
+                  "layer_cov_eigenvalues_W2_theory": "w2_covariance",
+                  "test_loss_theory": "test_loss", "fdr_residual_theory": "fdr_residual"}
+INT_SCALARS = ("diverged_replicas", "burn_in", "measured_steps", "escape_censored", "loss_autocorr_truncated")
+
+
+#: Per-layer vectors (one value per eigenmode of a layer's covariance): prefix → (long name, units, description).
+LAYER_VECTORS = {
+    "layer_cov_eigenvalues_": ("covariance eigenvalues of {layer}", "weight²",
+                               ("eigenvalues of the stationary covariance of the weights of {layer} alone, descending, "
+                               "per replica around its own mean, averaged over replicas; when the minima form a "
+                               "manifold (two_layer) the covariance is first projected on the Hessian's range, so "
+                               "drift along flat directions is not counted")),
+    "layer_mode_curvature_": ("loss curvature along the covariance modes of {layer}", "loss/weight²",
+                              ("vᵢᵀ H vᵢ for the eigenvectors vᵢ of {layer}'s covariance (descending eigenvalue), H the "
+                              "Hessian block of {layer} at the replica's mean weights, averaged over replicas")),
+}
+
+
+def layer_vector(name: str) -> tuple[str, str, bool] | None:
+    """(prefix, layer, is_theory) of a per-layer vector name such as ``layer_cov_eigenvalues_W2_theory``."""
+    for prefix in LAYER_VECTORS:
+        if name.startswith(prefix):
+            rest = name[len(prefix):]
+            theory = rest.endswith("_theory")
+            return prefix, rest[: -len("_theory")] if theory else rest, theory
+    return None
+
+
+def describe(name: str, table: Mapping[str, tuple[str, str, str]] = VARIABLES) -> dict[str, str]:
+    """The ``long_name``, ``units`` and ``description`` attributes of the variable ``name``: from
+    ``table`` (:data:`VARIABLES` by default; :data:`COORDS` for coordinates), or generated for a
+    per-layer vector (:data:`LAYER_VECTORS`) or a layer's singular values (``singular_values_<layer>``).
+
+    Raises: KeyError for a name none of these describe.
+    """
+    lv = layer_vector(name)
+    if lv is not None:
+        prefix, layer, theory = lv
+        long_name, units, description = (t.format(layer=layer) for t in LAYER_VECTORS[prefix])
+        if theory:
+            return {"long_name": "predicted " + long_name, "units": units,
+                    "description": "theory of " + long_name + " for each replica's own weights, averaged over "
+                                   "replicas (see 'formula')"}
+        return {"long_name": long_name, "units": units, "description": description}
+    if name.startswith("singular_values_"):
+        layer = name[len("singular_values_"):]
+        return {"long_name": f"singular values of {layer}", "units": "weight",
+                "description": f"final singular values of the weight matrix {layer} per replica, descending"}
+    long_name, units, description = table[name]
+    return {"long_name": long_name, "units": units, "description": description}
+
+
+def ensemble_dims(name: str) -> tuple[str, ...] | None:
+    """The dimensions of the point-store array ``name`` once aggregated into the ensemble: per
+    replica ``("point", "replica")`` (:data:`REPLICA_ARRAYS`), a layer's singular values
+    ``("point", "replica", "sv_<layer>")``, a per-point vector ``("point", <its dimension>)``
+    (:data:`VECTOR_ARRAYS`, :data:`LAYER_VECTORS`: ``mode_<layer>``); None for an array the
+    ensemble does not hold (matrices stay in the point stores). Scalars of a point's summary
+    (the names of :data:`VARIABLES` not listed here) lie along ``("point",)``."""
+    if name in REPLICA_ARRAYS:
+        return ("point", "replica")
+    if name.startswith("singular_values_"):
+        return ("point", "replica", "sv_" + name[len("singular_values_"):])
+    if name in VECTOR_ARRAYS:
+        return ("point", VECTOR_ARRAYS[name])
+    lv = layer_vector(name)
+    return ("point", "mode_" + lv[1]) if lv is not None else None
