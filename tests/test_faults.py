@@ -148,12 +148,12 @@ def test_corrupted_point_store_is_recomputed(tmp_path):
     stores = sorted((sweep / "points").glob("*.npz"))
     stores[0].write_bytes(stores[0].read_bytes()[: stores[0].stat().st_size // 2])  # cut to half its size
     with np.load(stores[2], allow_pickle=False) as npz:
-        chunk = npz["weight_var_replica"].tobytes()
+        chunk = npz["weight_cov"].tobytes()
     raw = bytearray(stores[2].read_bytes())
     raw[raw.index(chunk) + 3] ^= 0x10  # a flipped bit inside an array
     stores[2].write_bytes(bytes(raw))
     members, meta = _members(stores[1])  # a store missing an array...
-    del members["weight_var_replica"], meta["arrays"]["weight_var_replica"]
+    del members["weight_cov"], meta["arrays"]["weight_cov"]
     meta["attributes"]["sgdsweep_complete"] = False  # ...and no longer marked complete
     stores[1].unlink()
     point_store.place_members(stores[1], members, meta)
@@ -231,7 +231,8 @@ def test_failed_aggregate_keeps_the_ensemble(tmp_path):
     members, meta = _members(victim)
     files = {f"{name}.npy": npy(data) for name, data in members.items()}
     files["sgdsweep_meta.npy"] = npy(np.array(json.dumps(meta).encode()))
-    files["weight_var_replica.npy"] = npy(np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    table = meta["arrays"]["weight_var_replica"]["table"]  # the member holding it, with its neighbours
+    files[f"{table}.npy"] = npy(np.array([{"a": 1}], dtype=object), allow_pickle=True)
     checksummed_zip(victim, files)  # complete, checksum intact: read, and refused as it is read
     proc = run_snakemake(tmp_path, cfg, "--forcerun", "aggregate")
     assert proc.returncode != 0

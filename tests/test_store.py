@@ -22,12 +22,14 @@ from sgdsweep.store.aggregate import build_ensemble, open_ensemble, write_ensemb
 from sgdsweep.sweep.config import build_sweep
 from sgdsweep.sweep.plan import write_plan
 
-ARRAYS = {"x": (("replica",), np.arange(4.0)), "m": (("param", "param_t"), np.eye(2), {"units": "weight²"})}
+ARRAYS = {"x": (("replica",), np.arange(4.0)), "m": (("param", "param_t"), np.eye(2), {"units": "weight²"}),
+          "n": (("replica",), np.array([1, 0, 2, -1]))}
 
 
 def test_point_store_round_trip_and_atomicity(tmp_path):
-    """A point store is one ``<hash>.npz`` that numpy alone opens (no pickle): one ``.npy`` member
-    per array and the metadata as one JSON string; written once, never overwritten."""
+    """A point store is one ``<hash>.npz`` that numpy alone opens (no pickle): a ``.npy`` member
+    per matrix, one table (a structured array, a column per array) per dimension of the 1-d
+    arrays, and the metadata as one JSON string; written once, never overwritten."""
     path = point_store.point_path(tmp_path, "abc123")
     assert path.name == "abc123.npz"
     assert point_store.write_point(path, ARRAYS, {"summary": {"weight_var": 1.5}, "params": {"lr": 0.1}})
@@ -40,20 +42,25 @@ def test_point_store_round_trip_and_atomicity(tmp_path):
     np.testing.assert_array_equal(point_store.read_array(path, "x"), np.arange(4.0))
     assert os.listdir(tmp_path) == ["abc123.npz"]  # one file per point
     with np.load(path, allow_pickle=False) as npz:  # numpy's own reader
-        assert sorted(npz.files) == ["m", "sgdsweep_meta", "x"]
+        assert sorted(npz.files) == ["m", "sgdsweep_meta", "table.replica.4"]
         np.testing.assert_array_equal(npz["m"], np.eye(2))
+        np.testing.assert_array_equal(npz["table.replica.4"]["n"], [1, 0, 2, -1])
         meta = json.loads(bytes(npz["sgdsweep_meta"][()]))
     assert meta["attributes"]["sgdsweep_complete"] is True and meta["attributes"]["store_version"] == 3
     assert meta["arrays"]["m"] == {"dims": ["param", "param_t"], "attrs": {"units": "weight²"}}
+    assert meta["arrays"]["x"] == {"dims": ["replica"], "attrs": {}, "table": "table.replica.4"}
     with point_store.PointStore(path) as store:
-        assert store.arrays == {"x": (("replica",), {}), "m": (("param", "param_t"), {"units": "weight²"})}
+        assert store.arrays == {"x": (("replica",), {}), "m": (("param", "param_t"), {"units": "weight²"}),
+                                "n": (("replica",), {})}
         assert list(store.read_many(["absent", "x"], prefixes=("m",))) == ["x", "m"]
+        n = store.read("n")
+        assert n.dtype == np.asarray(ARRAYS["n"][1]).dtype and n.flags.c_contiguous and n.flags.writeable
     assert point_store.has_array(path, "m") and not point_store.has_array(path, "absent")
     with pytest.raises(StoreError, match=f"point store {path} holds no array 'absent'"):
         point_store.read_array(path, "absent")
     with pytest.raises(ValueError, match=r"must end in one of \.npz"):
         point_store.write_point(tmp_path / "abc123.h5", ARRAYS, {})
-    for bad in ({"sgdsweep_meta": ((), np.zeros(1))}, {"o": (("i",), np.array([{}, None], dtype=object))}):
+    for bad in ({"sgdsweep_meta": ((), np.zeros(1))}, {"table.x": ((), np.zeros(1))}, {"o": (("i",), np.array([{}, None], dtype=object))}):
         with pytest.raises(ValueError, match="a reserved name or an object array"):
             point_store.write_point(point_store.point_path(tmp_path, "bad"), bad, {})
 
@@ -175,10 +182,9 @@ def test_stores_of_earlier_layouts_are_read_and_reused(tmp_path):
     zipped, directory = hashes[:2], hashes[2:]
     for h in zipped:
         path = point_store.point_path(files.points_dir, h)
-        with np.load(path, allow_pickle=False) as npz:
-            meta = json.loads(bytes(npz["sgdsweep_meta"][()]))
-            arrays = {k: (v["dims"], npz[k]) for k, v in meta["arrays"].items()}
-        write_zarr_zip_point(path.with_name(f"{h}.zarr.zip"), arrays, meta["attributes"])
+        with point_store.PointStore(path) as store:
+            arrays = {name: (dims, store.read(name)) for name, (dims, _) in store.arrays.items()}
+            write_zarr_zip_point(path.with_name(f"{h}.zarr.zip"), arrays, store.attrs)
         path.unlink()
     for h in directory:
         as_directory_store(point_store.point_path(files.points_dir, h))

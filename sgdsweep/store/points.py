@@ -1,11 +1,14 @@
 """Per-point result stores: one NumPy ``.npz`` file per point, written atomically, checksummed.
 
 A point store is ``<hash>.npz`` (:data:`POINT_SUFFIX`), NumPy's own archive format: a zip of
-one ``.npy`` member per array (:mod:`numpy.lib.format`), which ``numpy.load(path,
-allow_pickle=False)`` opens. One more member, :data:`META_MEMBER`, holds the store's metadata
-as one UTF-8 JSON string: the group attributes (the point's identity and parameters, its scalar
-summary, the layout version :data:`STORE_VERSION` and :data:`COMPLETE_ATTR`) and each array's
-dimension names and attributes. Members are written and read with
+``.npy`` members (:mod:`numpy.lib.format`), which ``numpy.load(path, allow_pickle=False)``
+opens. An array of two or more dimensions is one member; the 1-d numeric arrays along one
+dimension with one length are the columns of one table, a structured array named
+``table.<dimension>.<length>`` (:data:`TABLE_PREFIX`), so that reading a point reads a handful
+of members rather than one per array. One more member, :data:`META_MEMBER`, holds the store's
+metadata as one UTF-8 JSON string: the group attributes (the point's identity and parameters,
+its scalar summary, the layout version :data:`STORE_VERSION` and :data:`COMPLETE_ATTR`) and
+each array's dimension names, attributes and table. Members are written and read with
 :func:`numpy.lib.format.write_array` / :func:`numpy.lib.format.read_array` through
 :mod:`zipfile`, as :func:`numpy.savez` and :func:`numpy.load` do, never with pickle. The store
 is written whole into a temporary file beside its final path and renamed into place, so a
@@ -53,6 +56,9 @@ POINT_SUFFIX, ZIP_SUFFIX, DIRECTORY_SUFFIX = ".npz", ".zarr.zip", ".zarr"
 SUFFIXES = (POINT_SUFFIX, ZIP_SUFFIX, DIRECTORY_SUFFIX)
 #: Name of the metadata member (``<name>.npy`` in the archive): a 0-d bytes array, UTF-8 JSON.
 META_MEMBER = "sgdsweep_meta"
+#: Start of the name of a member that holds several 1-d arrays along one dimension as the fields
+#: of one structured array (a table: ``table.<dimension>.<length>``, one column per array).
+TABLE_PREFIX = "table."
 #: Largest total declared (uncompressed) size of a point store's members, bytes: a larger
 #: declaration is a crafted archive (a "zip bomb"), refused before any member is read.
 MAX_POINT_BYTES = 1 << 31
@@ -118,13 +124,26 @@ def write_point(path: str | Path, arrays: Mapping[str, tuple], attrs: Mapping[st
     target = path.with_name(_stem(path) + POINT_SUFFIX)
     members: dict[str, np.ndarray] = {}
     described: dict[str, dict[str, Any]] = {}
+    columns: dict[str, list[tuple[str, np.ndarray]]] = {}
     for name, (dims, data, *extra) in arrays.items():
         data = np.asarray(data)
-        if name == META_MEMBER or data.dtype.hasobject:
+        if name == META_MEMBER or name.startswith(TABLE_PREFIX) or data.dtype.hasobject:
             raise ValueError(f"point store array {name!r}: a reserved name or an object array "
                              f"(dtype {data.dtype}); give a numeric array under another name")
-        members[name] = data
         described[name] = {"dims": list(dims), "attrs": dict(extra[0]) if extra else {}}
+        if data.ndim == 1 and data.dtype.kind in "biufc":
+            columns.setdefault(f"{TABLE_PREFIX}{dims[0]}.{data.size}", []).append((name, data))
+        else:
+            members[name] = data
+    for table, cols in columns.items():
+        if len(cols) == 1:
+            members[cols[0][0]] = cols[0][1]
+            continue
+        rows = np.empty(cols[0][1].size, dtype=[(name, data.dtype) for name, data in cols])
+        for name, data in cols:
+            rows[name] = data
+            described[name]["table"] = table
+        members[table] = rows
     meta = {"attributes": {**dict(attrs), "store_version": STORE_VERSION, COMPLETE_ATTR: True},
             "arrays": described}
     return place_members(target, members, meta)
@@ -325,6 +344,8 @@ class PointStore:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._zip: zipfile.ZipFile | None = None
+        self._tables: dict[str, str] = {}  # array name → the table member holding it
+        self._rows: dict[str, np.ndarray] = {}  # table member → its structured array, once read
         self._group: Any = None
         self._zipstore: Any = None
         try:
@@ -370,9 +391,11 @@ class PointStore:
         meta = json.loads(bytes(text[()]))
         if isinstance(meta, dict):
             described = meta.get("arrays")
-            if not isinstance(described, dict) or set(described) != {n[:-4] for n in names} - {META_MEMBER}:
+            held = {n[:-4] for n in names} - {META_MEMBER}
+            if not isinstance(described, dict) or {v.get("table", k) for k, v in described.items()} != held:
                 raise StoreError(f"point store {self.path}: its arrays and their description differ; "
                                  "delete the store and rerun the workflow")
+            self._tables = {k: v["table"] for k, v in described.items() if "table" in v}
             meta["arrays"] = {k: (tuple(v["dims"]), dict(v.get("attrs", {}))) for k, v in described.items()}
         return meta
 
@@ -406,6 +429,11 @@ class PointStore:
         if name not in self.arrays:
             raise KeyError(name)
         try:
+            if name in self._tables:
+                table = self._tables[name]
+                if table not in self._rows:
+                    self._rows[table] = self._member(table)
+                return self._rows[table][name].copy()
             if self._zip is not None:
                 return self._member(name)
             return np.asarray(self._group[name][...])

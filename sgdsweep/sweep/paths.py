@@ -5,7 +5,7 @@ Layout of one sweep's results (``<results_dir>/<sweep>/``)::
     config.resolved.json      the validated config with defaults (provenance)
     plan/points.json          the sweep's points in order (written only when it changes)
     plan/shards/<id>.json     one shard's points (written only when it changes)
-    points/<hash>.zarr.zip    one simulated point (content-addressed, written atomically; one zip file)
+    points/<hash>.npz         one simulated point (content-addressed, written atomically; one file)
     shards/<id>.json          a shard job's receipt (which points it simulated, timings)
     ensemble.zarr             the aggregate xarray dataset
     fits.json                 scaling-law fits
