@@ -1,97 +1,134 @@
-"""Point stores on this machine's disk: one zip file per point against a directory per point,
-written and read in the same run.
+"""Point stores and aggregation: this checkout against a baseline checkout, in the same run.
 
-The stores are those of the small-model shard (``kernel_shard.shard``: 100 points, 16
-replicas, N = 10; their Zarr keys built once by ``simulate_points``). Measured, alternating the
-two layouts ``--rounds`` times, each round into fresh directories under ``--dir``:
+The stores are those of the small-model shard (``kernel_shard.shard``: linear regression,
+N = 10, 16 replicas; their arrays and attributes captured from ``simulate_points`` on the
+first points of the shard, then repeated under new hashes). Each measurement runs in a fresh
+subprocess, alternating baseline and this checkout ``--rounds`` times, into fresh directories
+under ``--dir``:
 
-- write: ``point_store.place_point`` (one zip file, renamed into place) against the layout sgdsweep
-  wrote before, a directory of the same keys (one directory per array, a file per key, renamed
-  into place);
-- read: ``aggregate.build_ensemble`` of the 100 stores in each layout (both are read).
+- pipeline, 1,000 points: the stores written one by one as a shard's worker writes them
+  (``write_point``), then aggregated as the aggregate step does (``build_ensemble`` and
+  ``write_ensemble``);
+- aggregation of 1,000 and of 10⁴ points: ``build_ensemble`` and ``write_ensemble`` alone.
 
-Printed: ms per store, each round and the best, and the ratio directory/zip. The disk's speed
-varies by 10× from minute to minute here, so compare within a round.
+The baseline is another checkout of sgdsweep (``--baseline DIR``, imported with
+``PYTHONPATH=DIR``; e.g. ``git worktree add /tmp/base pre-relayout``), whose modules may have
+either layout (``sgdsweep.store.points`` or the flat ``sgdsweep.store``). Printed: seconds per
+round and the ratio this/baseline of each round and of the medians.
 
-    python benchmarks/point_stores.py [--dir DIR] [--rounds 3]
+    python benchmarks/point_stores.py --baseline /tmp/base [--rounds 3] [--dir DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import shutil
+import pickle
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
-import kernel_shard
-
-from sgdsweep.sim.simulate import simulate_points
-from sgdsweep.store import aggregate
-from sgdsweep.store import points as point_store
+REPO = Path(__file__).resolve().parent.parent
+SAMPLE_POINTS = 8
 
 
-def store_files(points) -> list[tuple[str, dict[str, bytes]]]:
-    """(hash, Zarr key → bytes) of the shard's point stores."""
-    with tempfile.TemporaryDirectory() as out:
-        simulate_points([p.spec() for p in points], out)
-        result = []
-        for p in points:
-            with point_store.PointFiles(point_store.point_path(out, p.hash)) as files:
-                result.append((p.hash, dict(files)))
-    return result
+def capture(path: Path) -> None:
+    """Simulate the first points of the small-model shard with this checkout and save, with
+    pickle (a benchmark's own scratch file), the (arrays, attributes) each store was written with."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import kernel_shard
+
+    from sgdsweep.sim import simulate
+    from sgdsweep.store import points as point_store
+
+    captured = []
+    write = point_store.write_point
+
+    def grab(where, arrays, attrs):
+        captured.append((arrays, attrs))
+        return write(where, arrays, attrs)
+
+    point_store.write_point = grab
+    try:
+        with tempfile.TemporaryDirectory() as out:
+            simulate.simulate_points([p.spec() for p in kernel_shard.shard(1000)[:SAMPLE_POINTS]], out)
+    finally:
+        point_store.write_point = write
+    path.write_bytes(pickle.dumps(captured))
 
 
-def write_directory(path: Path, files: dict[str, bytes]) -> None:
-    """The directory layout of a point store (sgdsweep's layout 1), written atomically."""
-    tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
-    for folder in sorted({os.path.dirname(k) for k in files} - {""}):
-        (tmp / folder).mkdir(exist_ok=True)
-    for key, data in files.items():
-        (tmp / key).write_bytes(data)
-    os.rename(tmp, path)
+def worker(inputs: Path, n: int, root: Path, write: bool) -> dict[str, float]:
+    """In this process (its sgdsweep as found on ``sys.path``): write ``n`` stores under ``root``
+    (timed only when ``write``), then build and write the ensemble. Seconds per phase."""
+    try:
+        from sgdsweep.store import aggregate
+        from sgdsweep.store import points as point_store
+    except ImportError:  # a checkout with the flat layout
+        from sgdsweep import aggregate  # type: ignore[no-redef]
+        from sgdsweep import store as point_store  # type: ignore[no-redef]
+    captured = pickle.loads(inputs.read_bytes())
+    points_dir = root / "points"
+    hashes = [f"{i:016x}" for i in range(n)]
+    t0 = time.perf_counter()
+    for i, h in enumerate(hashes):
+        arrays, attrs = captured[i % len(captured)]
+        point_store.write_point(point_store.point_path(points_dir, h), arrays, {**attrs, "point_hash": h})
+    t1 = time.perf_counter()
+    spec = {"points_dir": str(points_dir), "points": [{"hash": h, "shard": "s"} for h in hashes],
+            "coords": ["lr", "momentum"], "sweep": "bench", "sweep_hash": "-", "simulation_config": {"model": {}}}
+    ds = aggregate.build_ensemble(spec)
+    aggregate.write_ensemble(ds, root / "ensemble.zarr")
+    t2 = time.perf_counter()
+    assert ds.sizes["point"] == n
+    return {"write": t1 - t0, "aggregate": t2 - t1, "pipeline": t2 - t0, "module": point_store.__file__}
+
+
+def run(code: Path, inputs: Path, n: int, parent: str | None) -> dict[str, float]:
+    """:func:`worker` in a fresh interpreter importing sgdsweep from ``code``."""
+    with tempfile.TemporaryDirectory(dir=parent) as root:
+        env = {**os.environ, "PYTHONPATH": str(code)}
+        proc = subprocess.run([sys.executable, __file__, "--worker", str(inputs), str(n), root], env=env,
+                              capture_output=True, text=True, check=False)
+        if proc.returncode:
+            sys.exit(f"worker for {code} failed:\n{proc.stderr[-3000:]}")
+        return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        _, _, inputs, n, root = sys.argv
+        print(json.dumps(worker(Path(inputs), int(n), Path(root), True)))
+        return
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--dir", default=None, help="where the stores are written (default: the temporary directory)")
+    ap.add_argument("--baseline", required=True, type=Path, help="a checkout of sgdsweep to compare with")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--dir", default=None, help="where the stores are written (default: the temporary directory)")
+    ap.add_argument("--sizes", default="1000,10000", help="numbers of points (default: 1000,10000)")
     args = ap.parse_args()
-    points = kernel_shard.shard(1000)
-    stores = store_files(points)
-    n = len(stores)
-    times: dict[str, list[float]] = {"write directory": [], "write zip": [], "read directory": [], "read zip": []}
-    for _ in range(args.rounds):
-        root = Path(tempfile.mkdtemp(dir=args.dir))
-        try:
-            for layout in ("directory", "zip"):
-                points_dir = root / layout
-                points_dir.mkdir()
-                t0 = time.perf_counter()
-                for h, files in stores:
-                    if layout == "zip":
-                        point_store.place_point(points_dir / f"{h}{point_store.POINT_SUFFIX}", files)
-                    else:
-                        write_directory(points_dir / f"{h}{point_store.DIRECTORY_SUFFIX}", files)
-                times[f"write {layout}"].append((time.perf_counter() - t0) / n)
-                spec = {"points_dir": str(points_dir), "points": [{"hash": h, "shard": "s"} for h, _ in stores],
-                        "coords": ["lr", "momentum"], "sweep": "bench", "sweep_hash": "-",
-                        "simulation_config": {"model": {}}}
-                t0 = time.perf_counter()
-                aggregate.build_ensemble(spec)
-                times[f"read {layout}"].append((time.perf_counter() - t0) / n)
-        finally:
-            shutil.rmtree(root, ignore_errors=True)
-    print(f"{n} point stores of the small-model shard, {args.rounds} rounds under {args.dir or tempfile.gettempdir()}; "
-          "ms per store")
-    for name, values in times.items():
-        print(f"  {name:16s} " + " ".join(f"{v * 1e3:7.2f}" for v in values) + f"   best {min(values) * 1e3:.2f}")
-    for what in ("write", "read"):
-        ratios = [d / z for d, z in zip(times[f"{what} directory"], times[f"{what} zip"])]
-        print(f"  {what}: directory/zip per round " + " ".join(f"{r:.1f}" for r in ratios))
+    with tempfile.TemporaryDirectory() as tmp:
+        inputs = Path(tmp) / "points.pkl"
+        capture(inputs)
+        checkouts = {"baseline": args.baseline.resolve(), "this": REPO}
+        results: dict[tuple[str, int], list[dict[str, float]]] = {}
+        for _ in range(args.rounds):
+            for n in (int(s) for s in args.sizes.split(",")):
+                for name, code in checkouts.items():
+                    results.setdefault((name, n), []).append(run(code, inputs, n, args.dir))
+    print(f"point stores of the small-model shard, {args.rounds} rounds under {args.dir or tempfile.gettempdir()}; "
+          f"baseline {args.baseline}; seconds")
+    for n in sorted({n for _, n in results}):
+        for phase in (("pipeline", "write", "aggregate") if n == 1000 else ("aggregate",)):
+            base = [r[phase] for r in results[("baseline", n)]]
+            this = [r[phase] for r in results[("this", n)]]
+            label = "pipeline (write + aggregate)" if phase == "pipeline" else phase
+            print(f"  {n:>6} points {label:29s} baseline " + " ".join(f"{v:6.2f}" for v in base)
+                  + "  this " + " ".join(f"{v:6.2f}" for v in this)
+                  + "  ratio this/baseline per round " + " ".join(f"{t / b:.2f}" for t, b in zip(this, base))
+                  + f", of medians {statistics.median(this) / statistics.median(base):.2f}")
 
 
 if __name__ == "__main__":
