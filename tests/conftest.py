@@ -80,13 +80,13 @@ def write_zarr_zip_point(path: Path, arrays: dict[str, tuple], attrs: dict[str, 
     return path
 
 
-def checksummed_zip(path: Path, members: dict[str, bytes]) -> None:
+def checksummed_zip(path: Path, members: dict[str, bytes], compression: int = zipfile.ZIP_STORED) -> None:
     """A zip of ``members`` (name → bytes) carrying a valid sgdsweep checksum comment, as a
     crafted point store would (the CRC-32 of every byte before the digits)."""
     from sgdsweep.store.points import CHECKSUM_MARKER
 
     buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as zf:
+    with zipfile.ZipFile(buf, "w", compression) as zf:
         for name, data in members.items():
             zf.writestr(name, data)
         zf.comment = CHECKSUM_MARKER + b"0" * 8

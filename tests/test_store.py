@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import subprocess
+import zipfile
 import zlib
 
 import numpy as np
@@ -63,6 +64,8 @@ def test_point_store_round_trip_and_atomicity(tmp_path):
     for bad in ({"sgdsweep_meta": ((), np.zeros(1))}, {"table.x": ((), np.zeros(1))}, {"o": (("i",), np.array([{}, None], dtype=object))}):
         with pytest.raises(ValueError, match="a reserved name or an object array"):
             point_store.write_point(point_store.point_path(tmp_path, "bad"), bad, {})
+    with pytest.raises(ValueError, match=r"'x': 1 dimension names \('replica',\) for an array of shape \(2, 2\)"):
+        point_store.write_point(point_store.point_path(tmp_path, "bad"), {"x": (("replica",), np.eye(2))}, {})
 
 
 def test_stores_round_trip_every_kind_of_array(tmp_path):
@@ -157,13 +160,20 @@ def test_crafted_stores_are_refused(tmp_path, monkeypatch):
                               "x.npy": npy(np.array([{"a": 1}], dtype=object), allow_pickle=True)})
     with pytest.raises(StoreError, match=rf"array 'x' of point store {pickled} is unreadable .*allow_pickle"):
         point_store.read_array(pickled, "x")
-    bomb = point_store.point_path(tmp_path, "bomb")
-    point_store.write_point(bomb, {"x": (("replica",), np.zeros(1000))}, {})
-    monkeypatch.setattr(point_store, "MAX_POINT_BYTES", 4000)
+    bomb = point_store.point_path(tmp_path, "bomb")  # a small file declaring 8 MB of members
+    bomb_meta = {**meta, "arrays": {"x": {"dims": ["replica"]}}}
+    checksummed_zip(bomb, {"sgdsweep_meta.npy": npy(np.array(json.dumps(bomb_meta).encode())),
+                           "x.npy": npy(np.zeros(10**6))}, compression=zipfile.ZIP_DEFLATED)
+    assert bomb.stat().st_size < 100_000
+    big = point_store.point_path(tmp_path, "big")
+    point_store.write_point(big, {"x": (("replica",), np.zeros(200_000))}, {})
+    monkeypatch.setattr(point_store, "MAX_POINT_BYTES", 1_000_000)
     monkeypatch.setattr(np.lib.format, "read_array", None)  # nothing may be read
-    assert not point_store.is_complete(bomb)
-    with pytest.raises(StoreError, match=rf"point store {bomb} declares \d+ bytes of members, more than 4000"):
-        point_store.read_attrs(bomb)
+    for path, message in ((bomb, r"declares \d+ bytes of members, more than 1000000"),
+                          (big, r"is \d+ bytes, more than 1000000")):
+        assert not point_store.is_complete(path)
+        with pytest.raises(StoreError, match=rf"point store {path} {message}"):
+            point_store.read_attrs(path)
 
 
 def test_stores_of_earlier_layouts_are_read_and_reused(tmp_path):

@@ -59,8 +59,8 @@ META_MEMBER = "sgdsweep_meta"
 #: Start of the name of a member that holds several 1-d arrays along one dimension as the fields
 #: of one structured array (a table: ``table.<dimension>.<length>``, one column per array).
 TABLE_PREFIX = "table."
-#: Largest total declared (uncompressed) size of a point store's members, bytes: a larger
-#: declaration is a crafted archive (a "zip bomb"), refused before any member is read.
+#: Largest size of a point store's file, and largest total declared (uncompressed) size of its
+#: members, bytes: more is a crafted archive (a "zip bomb"), refused before any member is read.
 MAX_POINT_BYTES = 1 << 31
 #: Age (seconds, by modification time) from which a point store's temporary file
 #: (``.<hash>.npz.tmp-*``, or ``.<hash>.zarr.zip.tmp-*`` / ``.<hash>.zarr.tmp-*`` of earlier
@@ -116,7 +116,8 @@ def write_point(path: str | Path, arrays: Mapping[str, tuple], attrs: Mapping[st
         kept: results are content-addressed, so an existing complete store is the same point).
 
     Raises:
-        ValueError: a reserved array name, an object array or an unknown suffix (a caller's bug).
+        ValueError: a reserved array name, an object array, dimension names that do not match
+            the array's or an unknown suffix (a caller's bug).
         UsageError: the directory cannot be written, naming it and the fix.
         StoreError: any other failure to write (a full disk...), naming the store.
     """
@@ -130,6 +131,9 @@ def write_point(path: str | Path, arrays: Mapping[str, tuple], attrs: Mapping[st
         if name == META_MEMBER or name.startswith(TABLE_PREFIX) or data.dtype.hasobject:
             raise ValueError(f"point store array {name!r}: a reserved name or an object array "
                              f"(dtype {data.dtype}); give a numeric array under another name")
+        if len(dims) != data.ndim:
+            raise ValueError(f"point store array {name!r}: {len(dims)} dimension names {tuple(dims)} for "
+                             f"an array of shape {data.shape}; give one name per dimension")
         described[name] = {"dims": list(dims), "attrs": dict(extra[0]) if extra else {}}
         if data.ndim == 1 and data.dtype.kind in "biufc":
             columns.setdefault(f"{TABLE_PREFIX}{dims[0]}.{data.size}", []).append((name, data))
@@ -370,7 +374,12 @@ class PointStore:
         self.arrays: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = meta["arrays"]
 
     def _open_npz(self) -> dict[str, Any]:
-        raw = self.path.read_bytes()
+        with open(self.path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > MAX_POINT_BYTES:
+                raise StoreError(f"point store {self.path} is {size} bytes, more than {MAX_POINT_BYTES} "
+                                 "(not a store sgdsweep wrote); delete it and rerun the workflow")
+            raw = f.read()
         self._zip = zipfile.ZipFile(io.BytesIO(raw))  # reads the zip's directory only
         _check_crc(raw, self._zip.comment)
         infos = self._zip.infolist()
