@@ -156,10 +156,10 @@ def write_point(path: str | Path, arrays: Mapping[str, tuple], attrs: Mapping[st
 def place_members(path: str | Path, members: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> bool:
     """Place the ``.npz`` point store ``path`` holding ``members`` (array name → array) and the
     metadata ``meta`` (``{"attributes": {...}, "arrays": {name: {"dims": [...], "attrs": {...}}}}``,
-    stored as the JSON member :data:`META_MEMBER`), checksummed, atomically: written to a
-    temporary file beside ``path`` and renamed. Nothing is checked about the contents
-    (:func:`write_point` builds them); returns False, placing nothing, if a complete store of
-    the point is already there.
+    with ``"table": <member>`` for an array that is a column of a table member; stored as the
+    JSON member :data:`META_MEMBER`), checksummed, atomically: written to a temporary file beside
+    ``path`` and renamed. Nothing is checked about the contents (:func:`write_point` builds
+    them); returns False, placing nothing, if a complete store of the point is already there.
 
     Raises: UsageError or StoreError as :func:`write_point`.
     """
