@@ -15,7 +15,7 @@ Measured here, in this process:
 - ``jax``: ``kernel_linreg.jax_runner`` (the issue's "JAX vmap + lax.scan" row) on the same
   GPU, float64;
 - the CPU of the same machine, all its threads: the issue's plain numba kernel and the
-  sgdsweep fused kernel (bare steps), from ``kernel_linreg.py``;
+  sgdsweep compiled kernel (bare steps), from ``kernel_linreg.py``;
 - the GPU's float64 GEMM TFLOP/s (CuPy matmul): the flop roofline, GEMM/(4·S·N); and the
   bandwidth at which the kernel reads the minibatch rows (8·S·N bytes per replica-step, from
   the L2 cache: the data, 800 kB, exceed an SM's L1), which is what bounds it.
@@ -123,7 +123,7 @@ def main() -> None:
     cpu["numba"] = max(kl.numba_baseline(data, r_cpu, max(10, int(4e6 * args.seconds / r_cpu))) for _ in range(2))
     cpu["sgdsweep"] = max(kl.sgdsweep_kernel(data, r_cpu, max(10, int(4e6 * args.seconds / r_cpu)), False, threads)
                           for _ in range(2))
-    print(f"CPU at R={r_cpu}: numba {cpu['numba']:.3g}, sgdsweep fused (bare) {cpu['sgdsweep']:.3g} replica-steps/s")
+    print(f"CPU at R={r_cpu}: numba {cpu['numba']:.3g}, sgdsweep kernel (bare) {cpu['sgdsweep']:.3g} replica-steps/s")
     print(f"{'R':>7} {'cupy':>9} {'jax':>9} | {'cupy/jax':>8} {'cupy/numba':>10} {'cupy/sgdsweep':>13} "
           f"{'cupy/roof':>9} {'rows read':>9}")
     for r in args.replicas:

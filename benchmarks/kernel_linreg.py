@@ -15,8 +15,8 @@ Measured here, in this process:
   with ``--torch``; NaN otherwise);
 - ``jax``: one replica's step vmapped over replicas inside a jitted ``lax.scan``, float64 — the
   issue's "JAX vmap + lax.scan" row (only where JAX is installed; NaN otherwise);
-- ``sgdsweep``: :func:`sgdsweep.sim.engine.run_lanes` as a sweep runs it (the fused kernel of
-  :mod:`sgdsweep.sim.fused`), bare (burn-in = all steps, nothing accumulated) and with the default
+- ``sgdsweep``: :func:`sgdsweep.sim.engine.run_lanes` as a sweep runs it (the compiled kernel of
+  :mod:`sgdsweep.sim.kernels`), bare (burn-in = all steps, nothing accumulated) and with the default
   observables (N×N second moment every step, train and test loss every eighth relaxation time),
   on 1 and on 2 threads (``SGDSWEEP_THREADS``; ``--threads`` for another second count);
 - the roofline: float64 GEMM GFLOP/s (numpy matmul, all threads) → 4·S·N flops per replica-step;

@@ -6,7 +6,7 @@ sweep builds it. Its flops per replica-step are those of the gradient and update
 cheapest algorithm (``CASES`` below; observables excluded): for noise matched to the per-sample
 gradients, two passes over all P samples (4·P·d); the ratio is
 (throughput × flops) against the same product of the reference, linear regression N = 100,
-S = 10, minibatch (linreg-ref). Every case runs a fused kernel (:mod:`sgdsweep.sim.fused`).
+S = 10, minibatch (linreg-ref). Every case runs a compiled kernel (:mod:`sgdsweep.sim.kernels`).
 
 The lanes' generators are timed (:class:`TimedGenerator`), so each case also says what share
 of its time went to drawing random numbers outside the compiled loop (one thread; the normals —
@@ -29,8 +29,9 @@ from typing import Any
 import numpy as np
 
 from sgdsweep.models import get_model
-from sgdsweep.sim import engine, fused, noise
+from sgdsweep.sim import engine, kernels, noise
 from sgdsweep.sim.engine import run_lanes
+from sgdsweep.sim.kernels import loop
 from sgdsweep.sim.simulate import observe_spec, replica_streams
 from sgdsweep.sweep.config import build_sweep
 
@@ -131,10 +132,10 @@ def rate(cfg: dict[str, Any], steps: int, use_fused: bool = True) -> tuple[float
     problem = model.make_problem(model.data_params(p))
     gens = replica_streams(0, point.hash, LANES)
     clock = [0.0]
-    supports = fused.supports
+    supports = kernels.supports
     if not use_fused:
-        fused.supports = lambda *a: False
-    fused.draw_normals = engine.draw_normals = TimedGenerator.normals
+        kernels.supports = lambda *a: False
+    loop.draw_normals = engine.draw_normals = TimedGenerator.normals
     try:
         t0 = time.perf_counter()
         run_lanes(problem, noise=p["noise"], batch_size=int(p["batch_size"]), steps=steps,
@@ -144,8 +145,8 @@ def rate(cfg: dict[str, Any], steps: int, use_fused: bool = True) -> tuple[float
                   observe=dataclasses.replace(observe_spec(p), escape=False))
         seconds = time.perf_counter() - t0
     finally:
-        fused.supports = supports
-        fused.draw_normals = engine.draw_normals = noise.draw_normals
+        kernels.supports = supports
+        loop.draw_normals = engine.draw_normals = noise.draw_normals
     return LANES * steps / seconds, clock[0] / seconds, problem, int(p["batch_size"])
 
 

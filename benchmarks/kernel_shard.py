@@ -4,9 +4,9 @@ Linear regression N = 10, S = 10, P = 100, minibatch noise; 100 points of differ
 (0.05 … 0.5) and momentum (0, 0.3, 0.6, 0.9) in one call — 1,600 lanes — with the default
 observables (10×10 second moment, losses). Measured in the same run:
 
-- baseline: the numpy engine (one vectorised step of all lanes at a time; the fused kernels
+- baseline: the numpy engine (one vectorised step of all lanes at a time; the compiled kernels
   switched off), one thread;
-- ``sgdsweep``: the fused kernel on 1 and 2 threads (``SGDSWEEP_THREADS``) in this process, and
+- ``sgdsweep``: the compiled kernel on 1 and 2 threads (``SGDSWEEP_THREADS``) in this process, and
   in two Dask worker processes of one thread each, half the points each, as a sweep's workers
   run a shard (the rate: all replica-steps over the span from the first start to the last end);
 - the whole shard as a worker runs it: :func:`sgdsweep.sim.simulate.simulate_points` (engine, exact
@@ -25,7 +25,7 @@ import time
 import numpy as np
 
 from sgdsweep.models import get_model
-from sgdsweep.sim import fused
+from sgdsweep.sim import kernels
 from sgdsweep.sim.engine import run_lanes
 from sgdsweep.sim.simulate import loss_stride, observe_spec, replica_streams, simulate_points
 from sgdsweep.sweep.config import build_sweep
@@ -55,10 +55,10 @@ def engine_span(points, steps: int, threads: int, use_fused: bool) -> tuple[floa
     problem = model.make_problem(model.data_params(first))
     lanes = [(p, g) for p in points for g in replica_streams(0, p.hash, REPLICAS)]
     n = len(lanes)
-    os.environ[fused.THREADS_ENV] = str(threads)
-    supports = fused.supports
+    os.environ[kernels.THREADS_ENV] = str(threads)
+    supports = kernels.supports
     if not use_fused:
-        fused.supports = lambda *a: False
+        kernels.supports = lambda *a: False
     try:
         t0 = time.monotonic()
         run_lanes(problem, noise="minibatch", batch_size=10, steps=steps,
@@ -69,11 +69,11 @@ def engine_span(points, steps: int, threads: int, use_fused: bool) -> tuple[floa
                   loss_stride=np.array([loss_stride(problem, p.params, p.burn_in, 1) for p, _ in lanes]))
         return t0, time.monotonic()
     finally:
-        fused.supports = supports
+        kernels.supports = supports
 
 
 def kernel_span(points, steps: int) -> tuple[float, float]:
-    """:func:`engine_span` of the fused kernel on one thread."""
+    """:func:`engine_span` of the compiled kernel on one thread."""
     return engine_span(points, steps, 1, True)
 
 
@@ -81,7 +81,7 @@ def shard_span(points, steps: int) -> tuple[float, float]:
     """Start and end (``time.monotonic``) of :func:`sgdsweep.sim.simulate.simulate_points` on
     ``points`` on one thread — engine, exact theory, results and a store per point — writing
     into a fresh temporary directory (removed after)."""
-    os.environ[fused.THREADS_ENV] = "1"
+    os.environ[kernels.THREADS_ENV] = "1"
     with tempfile.TemporaryDirectory() as out:
         t0 = time.monotonic()
         simulate_points([p.spec() for p in points], out)
@@ -135,9 +135,9 @@ def main() -> None:
     procs, whole_procs = (max(r) for r in zip(*(workers_rates(points, args.steps) for _ in range(2))))
     print(f"100 points × {REPLICAS} replicas (linear N = 10, S = 10), {args.steps} steps, float64; replica-steps/s")
     print(f"  numpy engine, 1 thread (baseline):      {base:10.3g}")
-    print(f"  fused kernel, 1 thread:                 {one:10.3g}   × {one / base:.1f}")
-    print(f"  fused kernel, 2 threads:                {two:10.3g}   × {two / base:.1f}")
-    print(f"  fused kernel, 2 Dask workers × 1 thread: {procs:9.3g}   × {procs / base:.1f}")
+    print(f"  compiled kernel, 1 thread:              {one:10.3g}   × {one / base:.1f}")
+    print(f"  compiled kernel, 2 threads:             {two:10.3g}   × {two / base:.1f}")
+    print(f"  compiled kernel, 2 Dask workers × 1 thread: {procs:9.3g}   × {procs / base:.1f}")
     print(f"  whole shard (simulate_points), 1 thread: {whole:9.3g}   × {whole / base:.1f}")
     print(f"  whole shard, 2 Dask workers × 1 thread:  {whole_procs:9.3g}   × {whole_procs / base:.1f}")
 

@@ -1,4 +1,4 @@
-"""The fused kernel (sgdsweep.sim.fused) against the numpy engine on the same random numbers.
+"""The compiled kernels (sgdsweep.sim.kernels) against the numpy engine on the same random numbers.
 
 Both paths consume the same per-lane uniform and normal streams, so for every supported model,
 noise type and observable every accumulator must agree to floating-point rounding — including
@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from sgdsweep.models import get_model
-from sgdsweep.sim import engine, fused, pcg64
+from sgdsweep.sim import engine, kernels, pcg64
+from sgdsweep.sim.kernels import affine, common
 from sgdsweep.sim.observables import ObserveSpec
 from sgdsweep.sim.simulate import replica_streams
 from sgdsweep.sweep.config import build_sweep
@@ -39,9 +40,9 @@ def _run(problem, noise: str, *, lr, momentum, observe: ObserveSpec, steps: int 
          w0: np.ndarray | None = None) -> dict[str, np.ndarray]:
     n = len(lr)
     streams = [g[:2] for g in replica_streams(3, "00112233445566778899aabbccddeeff", n)]
-    monkeypatch.setenv(fused.THREADS_ENV, str(threads))
+    monkeypatch.setenv(kernels.THREADS_ENV, str(threads))
     if not use_fused:
-        monkeypatch.setattr(fused, "supports", lambda *a: False)
+        monkeypatch.setattr(kernels, "supports", lambda *a: False)
     out = engine.run_lanes(problem, noise=noise, batch_size=batch_size, steps=steps, lr=np.array(lr),
                            momentum=np.array(momentum), burn_in=np.arange(n) * 37 % 200,
                            bound=np.full(n, 1e6 * problem.divergence_scale()),
@@ -61,7 +62,7 @@ CASES = {
         [0.0, 0.5, 0.0, 0.0]),
     "linear momentum": ({"kind": "linear", "n_inputs": 12, "samples_per_param": 5}, "minibatch",
                         [0.1, 0.3, 0.2, 9.0], [0.0, 0.5, 0.9, 0.5]),
-    # inputs padded to a multiple of fused.PAD_INPUTS in the gradient
+    # inputs padded to a multiple of kernels.PAD_INPUTS in the gradient
     "linear N = 10, padded": ({"kind": "linear", "n_inputs": 10, "samples_per_param": 5}, "minibatch",
                               [0.1, 0.3, 0.2, 9.0], [0.0, 0.5, 0.9, 0.5]),
     "linear label, N = 7, padded": ({"kind": "linear", "n_inputs": 7, "samples_per_param": 5, "label_noise": 0.3},
@@ -87,9 +88,9 @@ def test_fused_equals_numpy_engine(name, monkeypatch):
     observe = ObserveSpec(cov_max_dim=64, autocorr_lags=8)
     a = _run(problem, noise, lr=lr, momentum=mom, observe=observe, use_fused=True, monkeypatch=monkeypatch)
     b = _run(problem, noise, lr=lr, momentum=mom, observe=observe, use_fused=False, monkeypatch=monkeypatch)
-    assert fused.supports(problem, noise, "sgd", [], False)
-    x_pad = fused.model_arrays(problem, noise, 5, 1.0, 0, 1, np.zeros((0, 0)), True, False, False)[1][-1]
-    assert (x_pad.size > 0) == name.endswith("padded")  # the padded gradient runs where it should
+    assert kernels.supports(problem, noise, "sgd", [], False)
+    rows = kernels.prepare(problem, noise, 5, 1.0, 1.0, np.zeros((0, 0)), True, False, False).data.rows
+    assert (rows.shape != problem.x.shape) == name.endswith("padded")  # the padded gradient runs where it should
     assert a.keys() == b.keys()
     assert (a["diverged_step"][-1] > 0) and (a["diverged_step"][:-1] == -1).all()  # the last lane diverges
     assert a["n"][:-1].min() > 100 and a["loss_count"][:-1].min() > 30
@@ -124,7 +125,7 @@ def test_added_noise_on_data_equals_numpy_engine(name, monkeypatch):
     kw = dict(lr=lr, momentum=[0.0, 0.5, 0.0, 0.0], observe=observe, dynamics=dyn, monkeypatch=monkeypatch)
     a = _run(problem, noise, use_fused=True, **kw)
     b = _run(problem, noise, use_fused=False, **kw)
-    assert fused.supports(problem, noise, dyn.kind, [], False)
+    assert kernels.supports(problem, noise, dyn.kind, [], False)
     assert (a["diverged_step"][-1] > 0) and (a["diverged_step"][:-1] == -1).all()
     assert a["n"][:-1].min() > 100 and a["loss_count"][:-1].min() > 30
     for k in a:
@@ -141,7 +142,7 @@ def test_gradient_noise_lags_equal_numpy_engine(name, monkeypatch):
     observe = ObserveSpec(cov_max_dim=64, autocorr_lags=8, noise_lags=(1, 2, 5))
     a = _run(problem, noise, lr=lr, momentum=mom, observe=observe, use_fused=True, monkeypatch=monkeypatch)
     b = _run(problem, noise, lr=lr, momentum=mom, observe=observe, use_fused=False, monkeypatch=monkeypatch)
-    assert fused.supports(problem, noise, "sgd", [0, 1, 2, 5], False)
+    assert kernels.supports(problem, noise, "sgd", [0, 1, 2, 5], False)
     assert (np.abs(a["noise_lag"][:-1]).max(axis=(2, 3)) > 0).all() and (a["sum_gram"][:-1] != 0).any()
     for k in a:
         np.testing.assert_allclose(a[k], b[k], rtol=1e-9, atol=1e-12 * np.nanmax(np.abs(b[k]), initial=1.0), err_msg=k)
@@ -185,7 +186,7 @@ def test_additive_kernel_equals_numpy_engine(name, cov_max_dim, monkeypatch):
     kw = dict(lr=lr, momentum=mom, observe=observe, batch_size=2, dynamics=dyn, monkeypatch=monkeypatch)
     a = _run(problem, noise, use_fused=True, **kw)
     b = _run(problem, noise, use_fused=False, **kw)
-    assert fused.supports(problem, noise, dyn.kind, [], False)
+    assert kernels.supports(problem, noise, dyn.kind, [], False)
     assert (a["diverged_step"][-1] > 0) and (a["diverged_step"][:-1] == -1).all()
     assert a["n"][:-1].min() > 100
     assert ("sum_dd" in a) == (problem.dim <= cov_max_dim) and ("sketch" in a) == (problem.dim > cov_max_dim)
@@ -204,7 +205,7 @@ def test_double_well_escapes_stop_lanes(monkeypatch):
     kw = dict(lr=[0.1] * 12, momentum=[0.0] * 12, observe=observe, batch_size=1, steps=3000, monkeypatch=monkeypatch)
     a = _run(problem, "gaussian", use_fused=True, **kw)
     b = _run(problem, "gaussian", use_fused=False, **kw)
-    assert fused.supports(problem, "gaussian", "sgd", [], True)
+    assert kernels.supports(problem, "gaussian", "sgd", [], True)
     assert 0 < (a["escape_step"] >= 0).sum() < 12  # some escape, some stay
     for k in a:
         np.testing.assert_allclose(a[k], b[k], rtol=1e-9, atol=1e-12 * np.nanmax(np.abs(b[k]), initial=1.0), err_msg=k)
@@ -226,7 +227,7 @@ def test_thesis_kernel_equals_numpy_engine(noise, cov_max_dim, monkeypatch):
               w0=problem.w_min, monkeypatch=monkeypatch)
     a = _run(problem, noise, use_fused=True, **kw)
     b = _run(problem, noise, use_fused=False, **kw)
-    assert fused.supports(problem, noise, "sgd", [], True)
+    assert kernels.supports(problem, noise, "sgd", [], True)
     assert (a["escape_step"] >= 0).any() and (a["escape_step"] < 0).any() and a["diverged_step"][-1] >= 0
     assert ("sum_dd" in a) == (cov_max_dim >= 2) and ("sketch" in a) == (cov_max_dim < 2)
     for k in a:
@@ -249,7 +250,7 @@ def test_thesis_added_noise_equals_numpy_engine(noise, dyn, monkeypatch):
               batch_size=10, steps=400, w0=problem.w_min, dynamics=dyn, monkeypatch=monkeypatch)
     a = _run(problem, noise, use_fused=True, **kw)
     b = _run(problem, noise, use_fused=False, **kw)
-    assert fused.supports(problem, noise, dyn.kind, [], False)
+    assert kernels.supports(problem, noise, dyn.kind, [], False)
     assert (a["diverged_step"][-1] >= 0) and (a["diverged_step"][:-1] == -1).all()
     assert a["n"][:-1].min() > 100
     for k in a:
@@ -275,7 +276,7 @@ def test_two_layer_kernel_equals_numpy_engine(noise, dyn, monkeypatch):
               w0=w0, dynamics=dyn, monkeypatch=monkeypatch)
     a = _run(problem, noise, use_fused=True, **kw)
     b = _run(problem, noise, use_fused=False, **kw)
-    assert fused.supports(problem, noise, dyn.kind, [], False)
+    assert kernels.supports(problem, noise, dyn.kind, [], False)
     assert (a["diverged_step"][-1] > 0) and (a["diverged_step"][:-1] == -1).all()
     assert a["n"][:-1].min() > 100 and np.isfinite(a["reference"][:-1]).all()
     for k in a:
@@ -302,8 +303,8 @@ def test_uniform_generators_continue_after_the_kernels(threads, monkeypatch):
     n, steps, s = 40, engine.BLOCK_STEPS + 100, 5
     streams = [g[:2] for g in replica_streams(3, "00112233445566778899aabbccddeeff", n)]
     twins = [g[0] for g in replica_streams(3, "00112233445566778899aabbccddeeff", n)]
-    assert fused.supports(problem, "minibatch", "sgd", [], False) and all(pcg64.is_pcg64(g) for g, _ in streams)
-    monkeypatch.setenv(fused.THREADS_ENV, str(threads))
+    assert kernels.supports(problem, "minibatch", "sgd", [], False) and all(pcg64.is_pcg64(g) for g, _ in streams)
+    monkeypatch.setenv(kernels.THREADS_ENV, str(threads))
     engine.run_lanes(problem, noise="minibatch", batch_size=s, steps=steps, lr=np.full(n, 0.1),
                      momentum=np.zeros(n), burn_in=np.zeros(n), bound=np.full(n, 1e6 * problem.divergence_scale()),
                      w0=np.zeros((n, problem.dim)), streams=streams, observe=ObserveSpec(autocorr_lags=8))
@@ -312,7 +313,7 @@ def test_uniform_generators_continue_after_the_kernels(threads, monkeypatch):
         assert gen.bit_generator.state == twin.bit_generator.state
 
 
-@pytest.mark.parametrize("n_in", [7, fused.EIGHT_ROWS_MIN])
+@pytest.mark.parametrize("n_in", [7, kernels.EIGHT_ROWS_MIN])
 @pytest.mark.parametrize("has_label", [False, True])
 def test_plain_gradient_every_batch_size(has_label, n_in):
     """The inlined data sum of one output (rows eight, four, two and one at a time) against the
@@ -326,7 +327,7 @@ def test_plain_gradient_every_batch_size(has_label, n_in):
         zl = z[1, 2].reshape(s, 3)  # lane 1's at step 2, the ones used
         for o in range(3):
             g = np.full((3, n_in), np.nan)
-            fused._plain_grad(wm.ravel(), x, y, o, idx, weight, 0.3, z, 1, 2, has_label, g.ravel())
+            affine.plain_grad(wm.ravel(), x, y, o, idx, weight, 0.3, z, 1, 2, has_label, g.ravel())
             resid = x[idx] @ wm[o] - y[idx, o] - (0.3 * zl[:, o] if has_label else 0.0)
             np.testing.assert_allclose(g[o], (weight * resid) @ x[idx], rtol=1e-12, atol=1e-12)
             assert np.isnan(np.delete(g, o, axis=0)).all()  # the other outputs' entries untouched
@@ -349,7 +350,7 @@ def test_affine_gradient_is_the_formula(extras, has_label):
     idx, weight, z = rng.integers(0, p, s), rng.random(s), rng.standard_normal((3, 2, s * n_out))
     zl = z[2, 1].reshape(s, n_out)  # lane 2's normals at step 1, the ones used
     g = np.empty(n_out * n_in)
-    fused._affine_grad(wm.ravel(), x, y, idx, weight, metric, offsets, 0.4, z, 2, 1, has_label,
+    affine.affine_grad(wm.ravel(), x, y, idx, weight, metric, offsets, 0.4, z, 2, 1, has_label,
                        np.empty(n_out * n_in), g)
     want = np.zeros((n_out, n_in))
     for k in range(s):
@@ -368,11 +369,11 @@ def test_second_moment_flush_is_the_rank_k_update(d):
     Σ_b δ_b δ_bᵀ to its lane's sum and leaves the upper triangle and the other lanes alone (odd d: the blocked loop's last row;
     fewer than four steps: its remainder loop)."""
     rng = np.random.default_rng(d)
-    for nbuf in (1, 3, 4, 5, fused.DELTA_BUFFER):
-        dbuf = rng.standard_normal((fused.DELTA_BUFFER, d))  # δ_b, one row per buffered step
+    for nbuf in (1, 3, 4, 5, kernels.DELTA_BUFFER):
+        dbuf = rng.standard_normal((kernels.DELTA_BUFFER, d))  # δ_b, one row per buffered step
         before = rng.standard_normal((3, d, d))  # three lanes' sums; the middle one is flushed
         out = before.copy()
-        fused._flush(dbuf, nbuf, out, 1)
+        common.flush(dbuf, nbuf, out, 1)
         want = before[1] + dbuf[:nbuf].T @ dbuf[:nbuf]
         np.testing.assert_allclose(np.tril(out[1]), np.tril(want), rtol=1e-12, atol=1e-12)
         np.testing.assert_array_equal(np.triu(out[1], 1), np.triu(before[1], 1))
@@ -380,9 +381,9 @@ def test_second_moment_flush_is_the_rank_k_update(d):
 
 
 def test_threads_env_is_checked(monkeypatch):
-    monkeypatch.setenv(fused.THREADS_ENV, "two")
+    monkeypatch.setenv(kernels.THREADS_ENV, "two")
     with pytest.raises(ValueError, match="SGDSWEEP_THREADS='two'"):
-        fused.threads()
+        kernels.threads()
 
 
 def test_vectorisable_exp_is_within_two_ulp():
@@ -406,24 +407,64 @@ def test_vectorisable_exp_is_within_two_ulp():
     np.testing.assert_array_equal(beyond, ends)
 
 
-def test_cached_kernels_are_rebuilt_when_their_dependencies_change():
-    """Numba's cache of fused.py checks only fused.py: every module whose compiled functions or
-    numeric constants it imports is listed in COMPILED_DEPENDENCIES, and their sources hash to
-    DEPENDENCY_DIGEST (updating it edits fused.py, so the cached kernels are compiled again)."""
-    import ast
-    from importlib import import_module
+CACHE_PROBE = """
+import json, sys
+import numpy as np
+import sgdsweep
+from sgdsweep.models import get_model
+from sgdsweep.sim import engine
+from sgdsweep.sim.kernels import additive
+from sgdsweep.sim.observables import ObserveSpec
+from sgdsweep.sim.simulate import replica_streams
+from sgdsweep.sweep.config import build_sweep
+
+assert sgdsweep.__file__.startswith(sys.argv[1]), sgdsweep.__file__
+point = build_sweep({"sweep": "t", "model": {"kind": "quadratic", "curvatures": [1.0, 0.3], "noise_cov": [1.0, 2.0]},
+                     "grid": {"lr": 0.1, "batch_size": 2, "noise": "gaussian"}, "dynamics": {"burn_in": 0}}).points[0]
+model = get_model("quadratic")
+problem = model.make_problem(model.data_params(point.params))
+out = engine.run_lanes(problem, noise="gaussian", batch_size=2, steps=50, lr=np.full(2, 0.1), momentum=np.zeros(2),
+                       burn_in=np.zeros(2, np.int64), bound=np.full(2, 1e6), w0=np.zeros((2, problem.dim)),
+                       streams=[g[:2] for g in replica_streams(3, "0" * 32, 2)],
+                       observe=ObserveSpec(cov_max_dim=64, autocorr_lags=8, test_loss=False))
+stats = additive.KERNELS[0].stats  # the kernel that keeps Σδδᵀ
+print(json.dumps({"w": out["w_final"].tolist(), "hits": sum(stats.cache_hits.values()),
+                  "misses": sum(stats.cache_misses.values())}))
+"""
+
+
+def test_cached_kernels_are_compiled_again_when_a_helper_module_changes(tmp_path):
+    """A kernel is cached by Numba, and an edit to a compiled helper in another module than the
+    kernel's own (the heavy-ball update in kernels/common.py) makes the next process compile it
+    again rather than load stale machine code: real processes on a copy of the package."""
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
     from pathlib import Path
 
-    tree = ast.parse(Path(fused.__file__).read_text())
-    needed = set()
-    for node in tree.body:
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sgdsweep."):
-            module = import_module(node.module)
-            for alias in node.names:
-                obj = getattr(module, alias.name)
-                if isinstance(obj, (numba.core.registry.CPUDispatcher, int, float)) or hasattr(obj, "_defn"):
-                    needed.add(Path(module.__file__).name)
-    assert needed == set(fused.COMPILED_DEPENDENCIES), needed
-    assert fused.dependency_digest() == fused.DEPENDENCY_DIGEST, (
-        f"{', '.join(fused.COMPILED_DEPENDENCIES)} changed: set DEPENDENCY_DIGEST = "
-        f"{fused.dependency_digest()!r} in sgdsweep/sim/fused.py (that edit makes Numba compile its cached kernels again)")
+    import sgdsweep
+
+    repo = Path(sgdsweep.__file__).parent.parent
+    shutil.copytree(repo / "sgdsweep", tmp_path / "sgdsweep", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("Snakefile", "workflow"):  # the config schema
+        (tmp_path / name).symlink_to(repo / name)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "NUMBA_CACHE_DIR": str(tmp_path / "numba-cache")}
+
+    def probe() -> dict:
+        out = subprocess.run([sys.executable, "-c", CACHE_PROBE, str(tmp_path)], env=env, cwd=tmp_path,
+                             capture_output=True, text=True, check=False)
+        assert out.returncode == 0, out.stderr[-3000:]
+        return json.loads(out.stdout.splitlines()[-1])
+
+    first, again = probe(), probe()
+    assert first["misses"] == 1 and again["hits"] == 1 and again["misses"] == 0  # compiled once, then loaded
+    assert again["w"] == first["w"]
+    common_py = tmp_path / "sgdsweep" / "sim" / "kernels" / "common.py"
+    source = common_py.read_text(encoding="utf-8")
+    assert source.count("wl[i] -= dt * g[i]") == 1
+    common_py.write_text(source.replace("wl[i] -= dt * g[i]", "wl[i] -= 0.5 * dt * g[i]"), encoding="utf-8")
+    edited = probe()
+    assert edited["misses"] == 1 and edited["hits"] == 0  # compiled again, not loaded
+    assert edited["w"] != first["w"]  # and the edit is in the machine code that ran

@@ -14,11 +14,12 @@ A lane that diverges (|w − w*|² beyond its bound, or not finite) or escapes (
 is flagged with the step and compacted out of the working set: it stops costing compute.
 Randomness: :func:`sgdsweep.sim.noise.lane_streams`; results do not depend on the other lanes.
 
-Where :mod:`sgdsweep.sim.fused` has a compiled kernel for the model, noise type and dynamics — every
-model and noise type a config can name: single and two layers with sampled or added noise, the
-quadratic, double-well and thesis landscapes — each block of steps runs there instead of the
-per-step numpy loop below, on the same random numbers. The numpy loop is the reference
-implementation the kernels are tested against, and runs any combination without a kernel.
+Where :mod:`sgdsweep.sim.kernels` has a compiled kernel for the model, noise type and dynamics —
+every model and noise type a config can name: single and two layers with sampled or added
+noise, the quadratic, double-well and thesis landscapes — each block of steps runs there
+instead of the per-step numpy loop below, on the same random numbers. The numpy loop is the
+reference implementation the kernels are tested against, and runs any combination without a
+kernel.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sgdsweep.models.base import ADDED_NOISE, Problem
-from sgdsweep.sim import fused, pcg64
+from sgdsweep.sim import kernels, pcg64
 from sgdsweep.sim import observables as obs
 from sgdsweep.sim.noise import (
     MODE,
@@ -40,7 +41,7 @@ from sgdsweep.sim.noise import (
 )
 
 #: Upper bound on the random numbers held per block of the numpy loop, and per lane chunk of a
-#: fused block (memory ≈ 8 bytes each).
+#: kernel's block (memory ≈ 8 bytes each).
 BLOCK_RANDOM_NUMBERS = 1_000_000
 #: Longest block of steps.
 BLOCK_STEPS = 512
@@ -102,7 +103,7 @@ def run_lanes(problem: Problem, *, noise: str, batch_size: int, steps: int, lr: 
     mom = np.zeros_like(w) if use_momentum else None
     ref = problem.w_min
     sde = dynamics.kind == "sde"
-    step_size = lr * (dynamics.dt_over_lr if sde else 1.0)
+    dt_over_lr = dynamics.dt_over_lr if sde else 1.0  # the integrator's step is dt = λ·dt_over_lr
     noise_scale = np.sqrt(1.0 / dynamics.dt_over_lr) if sde else 1.0
     gaussian_var = problem.gaussian_noise_var(batch_size) if (
         noise == "gaussian" and problem.noise_cov is None) else 0.0
@@ -118,7 +119,7 @@ def run_lanes(problem: Problem, *, noise: str, batch_size: int, steps: int, lr: 
                                       else np.full(n_lanes, observe.autocorr_stride), dtype=np.int64))
 
     def stop(mask: np.ndarray) -> None:
-        nonlocal out, ids, w, mom, perm_view, pos_view, lr_v, mu_v, step_v, burn_v, bound_v, stride_v, gu, gz, ust
+        nonlocal out, ids, w, mom, perm_view, pos_view, lr, mu, burn, bound, stride, gu, gz, ust
         if ust is not None:  # the stopping lanes' generators continue where their kernel stopped
             if n_u:
                 pcg64.store([g for g, m in zip(gu, mask) if m], ust[mask])
@@ -141,35 +142,32 @@ def run_lanes(problem: Problem, *, noise: str, batch_size: int, steps: int, lr: 
             mom = mom[keep]
         if perm_view is not None:
             perm_view, pos_view = perm_view[keep], pos_view[keep]
-        lr_v, mu_v, step_v, burn_v, bound_v = lr_v[keep], mu_v[keep], step_v[keep], burn_v[keep], bound_v[keep]
-        stride_v = stride_v[keep]
+        lr, mu, burn, bound, stride = lr[keep], mu[keep], burn[keep], bound[keep], stride[keep]
         gu = [g for g, k in zip(gu, keep) if k]
         gz = [g for g, k in zip(gz, keep) if k]
 
     perm_view = perm if noise in MODE else None
     pos_view = pos if noise in MODE else None
-    lr_v, mu_v, step_v, burn_v, bound_v, stride_v = lr, mu, step_size, burn, bound, stride
     gu = [s[0] for s in streams]  # the working lanes' uniform and normal generators
     gz = [s[1] for s in streams]
     per_step = max(1, n_u + n_z)
-    use_fused = fused.supports(problem, noise, dynamics.kind, noise_lags, observe.escape) and (
+    use_kernel = kernels.supports(problem, noise, dynamics.kind, noise_lags, observe.escape) and (
         n_u == 0 or all(pcg64.is_pcg64(g) for g in gu))  # the kernels draw uniforms from PCG64 states
     ust = None  # the working lanes' PCG64 states (pcg64.states) while kernels draw their uniforms
-    if use_fused:
+    if use_kernel:
         omega = (obs.sketch_matrix(d, acc.arrays["sketch"].shape[2]) if "sketch" in acc.arrays
                  else np.zeros((0, 0)))
-        kernel, shared = fused.model_arrays(problem, noise, batch_size, noise_scale, MODE.get(noise, 0),
-                                            n_batches if noise in MODE else 1, omega, observe.loss,
-                                            observe.test_loss, observe.escape, noise_lags)
-        n_threads = fused.threads()
+        kernel = kernels.prepare(problem, noise, batch_size, noise_scale, dt_over_lr, omega, observe.loss,
+                                 observe.test_loss, observe.escape, noise_lags)
+        n_threads = kernels.threads()
         ust = pcg64.states(gu) if n_u else np.zeros((n_lanes, 4), np.uint64)
     t0 = 0
-    while use_fused and t0 < steps and ids.size:  # compiled blocks; normals drawn per lane chunk
-        nb = int(max(1, min(steps - t0, BLOCK_STEPS, BLOCK_RANDOM_NUMBERS // (fused.CHUNK_LANES * max(1, n_z)))))
-        stopping = fused.advance(kernel, shared, t0, nb, ust, gz, n_u, n_z, w, mom, step_v, mu_v, burn_v,
-                                 bound_v, stride_v, perm_view, pos_view, acc.arrays, n_threads)
-        if stopping.any():
-            stop(stopping)
+    while use_kernel and t0 < steps and ids.size:  # compiled blocks; normals drawn per lane chunk
+        nb = int(max(1, min(steps - t0, BLOCK_STEPS, BLOCK_RANDOM_NUMBERS // (kernels.CHUNK_LANES * max(1, n_z)))))
+        lanes = lane_state(acc.arrays, ust, w, mom, lr, mu, burn, bound, stride, perm_view, pos_view)
+        kernels.advance(kernel.pair, kernel.common, kernel.data, t0, nb, lanes, gz, n_u, n_z, n_threads)
+        if lanes.stopped.any():
+            stop(lanes.stopped)
         t0 += nb
     while t0 < steps and ids.size:
         n_work = ids.size
@@ -196,19 +194,20 @@ def run_lanes(problem: Problem, *, noise: str, batch_size: int, steps: int, lr: 
                 g = problem.grad(w) + noise_scale * added_noise(noise, problem, w, z, batch_size, gaussian_var)
             else:
                 g = problem.grad(w, idx)
+            dt = lr * dt_over_lr
             if mom is not None:
-                mom *= mu_v[:, None]
+                mom *= mu[:, None]
                 mom += g
-                w -= step_v[:, None] * mom
+                w -= dt[:, None] * mom
             else:
-                w -= step_v[:, None] * g
+                w -= dt[:, None] * g
             delta = w - ref if ref is not None else w
             d2 = np.einsum("ld,ld->l", delta, delta)
-            bad = ~(d2 <= bound_v)
+            bad = ~(d2 <= bound)
             escaped = None
             if observe.escape:
                 escaped = problem.escaped(w)
-            measuring = t >= burn_v
+            measuring = t >= burn
             if measuring.any():
                 sel = None if measuring.all() else measuring
                 if per_lane_ref:
@@ -219,7 +218,7 @@ def run_lanes(problem: Problem, *, noise: str, batch_size: int, steps: int, lr: 
                     delta = w - r
                 if bad.any():  # never let a diverging step into the sums
                     sel = measuring & ~bad
-                update_obs(acc, problem, observe, w, delta, sel, t, stride_v, idx, eps, noise_lags)
+                update_obs(acc, problem, observe, w, delta, sel, t, stride, idx, eps, noise_lags)
             stopping = bad.copy()
             if bad.any():
                 acc.arrays["diverged_step"][bad] = t
@@ -240,6 +239,27 @@ def run_lanes(problem: Problem, *, noise: str, batch_size: int, steps: int, lr: 
     if "sum_dd" in out:
         obs.symmetrize(out["sum_dd"], out["n"])
     return out
+
+
+def lane_state(acc: dict[str, np.ndarray], ust: np.ndarray, w: np.ndarray, mom: np.ndarray | None,
+               lr: np.ndarray, mu: np.ndarray, burn: np.ndarray, bound: np.ndarray, stride: np.ndarray,
+               perm: np.ndarray | None, pos: np.ndarray | None) -> kernels.Lanes:
+    """The working lanes as :class:`sgdsweep.sim.kernels.Lanes`: the engine's arrays and the
+    accumulators ``acc`` themselves (the kernels advance them in place); those not kept are
+    empty."""
+    e1, e2, e3, e4 = np.zeros(0), np.zeros((0, 0)), np.zeros((0, 0, 0)), np.zeros((0, 0, 0, 0))
+    i1, i2 = np.zeros(0, np.int64), np.zeros((0, 0), np.int64)
+    lagged = "loss_buf" in acc
+    return kernels.Lanes(
+        ust=ust, w=w, mom=mom if mom is not None else e2, lr=lr, mu=mu, burn=burn, bound=bound,
+        stride=stride, perm=perm if perm is not None else i2, pos=pos if pos is not None else i1,
+        count=acc["n"], sum_d=acc["sum_d"], sum_dd=acc.get("sum_dd", e3), sum_d2=acc.get("sum_d2", e2),
+        sketch=acc.get("sketch", e3), loss_count=acc.get("loss_count", i1), sum_loss=acc.get("sum_loss", e1),
+        sum_test_loss=acc.get("sum_test_loss", e1), loss_buf=acc["loss_buf"] if lagged else e2,
+        loss_lag=acc["loss_lag"] if lagged else e2, loss_head=acc["loss_head"] if lagged else e2,
+        diverged_step=acc["diverged_step"], escape_step=acc["escape_step"], reference=acc.get("reference", e2),
+        noise_buf=acc.get("noise_buf", e4), noise_lag=acc.get("noise_lag", e4), sum_gram=acc.get("sum_gram", e3),
+        stopped=np.zeros(w.shape[0], dtype=np.bool_))
 
 
 def update_obs(acc, problem, observe, w, delta, sel, t, stride, idx, eps, noise_lags) -> None:

@@ -1,7 +1,7 @@
 """Replicas of minibatch SGD on one-output linear regression on a CUDA GPU (CuPy), and its
 numpy reference.
 
-The opt-in GPU path of issue 7: the CPU engine (:mod:`sgdsweep.sim.engine`, :mod:`sgdsweep.sim.fused`)
+The opt-in GPU path of issue 7: the CPU engine (:mod:`sgdsweep.sim.engine`, :mod:`sgdsweep.sim.kernels`)
 stays the default and the one every sweep and CI run; this module runs the ensemble a GPU is
 good at — many replicas of one linear-regression problem — and is measured in
 ``benchmarks/kernel_gpu.py``.
