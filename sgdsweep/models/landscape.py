@@ -70,7 +70,7 @@ class DoubleWell(Problem):
         self.layers = (Layer("w", 0, 1, 1),)
         self.loss_min = 0.0
         self.loss_saddle = None
-        #: the gradient as polynomial coefficients of (w, w², w³) and where escape begins: sgdsweep.sim.fused
+        #: the gradient as polynomial coefficients of (w, w², w³) and where escape begins: sgdsweep.sim.kernels.additive
         self.polynomial = (np.array([k_a]), np.array([3 * self.c3]), np.array([4 * self.c4]))
         self.escape_threshold = self.other_minimum
 

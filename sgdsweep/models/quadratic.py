@@ -43,7 +43,7 @@ class QuadraticProblem(Problem):
         self.noise_chol = np.linalg.cholesky(noise_cov)
         self.w_min = np.zeros(self.dim)
         self.layers = (Layer("w", 0, 1, self.dim),)
-        #: the gradient k·w as per-coordinate polynomial coefficients (w, w², w³): sgdsweep.sim.fused
+        #: the gradient k·w as per-coordinate polynomial coefficients (w, w², w³): sgdsweep.sim.kernels.additive
         self.polynomial = (self.k, np.zeros(self.dim), np.zeros(self.dim))
 
     def grad(self, w, idx=None, label_eps=None):

@@ -1,18 +1,18 @@
 """An exponential that compiled loops can vectorise.
 
-Hand-written: Numba's ``math.exp``/``np.exp`` call libm one number at a time (no vector math
-library), so the thesis landscape's per-sample loop stays scalar and runs 2–3× slower.
-:func:`exp` is plain arithmetic instead (Cody–Waite reduction by ln 2, a degree-13 Taylor
-polynomial, the power of two written into the exponent bits), which LLVM vectorises with the
-rest of the loop. Within 2 ulp of ``np.exp`` on [−708, 709] (``tests/test_fused.py`` pins it);
-the argument is clamped to that range, so it does not overflow to inf or underflow to
-subnormals: exp(−708) ≈ 3.3e−308 and exp(709) ≈ 8.2e307 stand in for both ends.
+Hand-written: Numba's ``math.exp``/``np.exp`` call libm one number at a time (Numba vectorises
+them only with Intel's SVML, which is not a dependency), so the thesis landscape's sample loops
+would stay scalar. :func:`exp` is plain arithmetic instead (Cody–Waite reduction by ln 2, a
+degree-13 Taylor polynomial, the power of two written into the exponent bits), which LLVM
+vectorises with the rest of the loop. Within 2 ulp of ``np.exp`` on [−708, 709]
+(``tests/test_fused.py`` pins it); the argument is clamped to that range, so it does not
+overflow to inf or underflow to subnormals: exp(−708) ≈ 3.3e−308 and exp(709) ≈ 8.2e307 stand in
+for both ends.
 
 The loops that use it are compiled with ``error_model="numpy"``: Numba's default inserts a
 division-by-zero check before every float division, and that branch alone stops LLVM from
 vectorising a loop. A NaN argument gives NaN (``min``/``max`` keep it), so a diverged weight
-still shows as one. Numba caches the kernels built with it and checks only fused.py: after
-editing this module, update ``fused.DEPENDENCY_DIGEST`` (``tests/test_fused.py`` says to).
+still shows as one.
 """
 
 from __future__ import annotations
