@@ -407,6 +407,34 @@ def test_vectorisable_exp_is_within_two_ulp():
     np.testing.assert_array_equal(beyond, ends)
 
 
+
+def test_every_kernel_family_a_problem_can_name_has_its_plug_in():
+    """The families a problem class can name (models.base.KERNELS) are the dispatch table's, and
+    each plug-in has what kernels.supports and kernels.prepare call."""
+    from sgdsweep.models.base import KERNELS
+
+    assert set(kernels.FAMILIES) == set(KERNELS)
+    for name, plug in kernels.FAMILIES.items():
+        for attr in ("supports", "amplitude", "data", "block", "KERNELS"):
+            assert callable(getattr(plug, attr, None)) or attr == "KERNELS", (name, attr)
+        assert len(plug.KERNELS) == 2, name
+
+
+def test_the_cache_digest_follows_the_code_into_other_modules():
+    """Each family's digest covers the modules its compiled code comes from, found by following
+    it: the PCG64 stream, the noise helpers, the observables, the vectorisable exp."""
+    from sgdsweep.sim.kernels import additive, digest, thesis, two_layer
+
+    common_modules = {"sgdsweep.sim.kernels.common", "sgdsweep.sim.kernels.loop", "sgdsweep.sim.pcg64",
+                      "sgdsweep.sim.noise"}
+    files, constants = digest.compiled_sources(thesis)
+    assert common_modules | {"sgdsweep.sim.kernels.thesis", "sgdsweep.sim.vecmath"} <= set(files)
+    assert constants["sgdsweep.sim.kernels.common.STUDENT_NU"] == "4"  # a constant read from another module
+    assert "sgdsweep.sim.observables" in digest.compiled_sources(affine)[0]
+    assert "sgdsweep.sim.kernels.affine" in digest.compiled_sources(two_layer)[0]  # its plain_grad
+    assert "sgdsweep.sim.vecmath" not in digest.compiled_sources(additive)[0]
+    assert len({digest.source_digest(f) for f in (affine, additive, thesis, two_layer)}) == 4
+
 CACHE_PROBE = """
 import json, sys
 import numpy as np

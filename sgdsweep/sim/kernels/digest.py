@@ -26,8 +26,22 @@ PACKAGE = "sgdsweep"
 def source_digest(*roots: Any) -> str:
     """SHA-256 (16 hex digits) of the sources of every module of :data:`PACKAGE` that code
     reachable from ``roots`` (modules or compiled functions) is compiled from, in name order,
-    and of the constant values that code reads."""
-    from sgdsweep.sim.kernels import loop  # the loop every kernel runs
+    and of the constant values that code reads (:func:`compiled_sources`)."""
+    files, constants = compiled_sources(*roots)
+    digest = hashlib.sha256()
+    for name in files:
+        source = Path(inspect.getfile(sys.modules[name])).read_bytes().replace(b"\r\n", b"\n")
+        digest.update(name.encode() + b"\0" + source + b"\0")
+    for key in sorted(constants):
+        digest.update(f"{key}={constants[key]}\0".encode())
+    return digest.hexdigest()[:16]
+
+
+def compiled_sources(*roots: Any) -> tuple[list[str], dict[str, str]]:
+    """The modules of :data:`PACKAGE` whose code a kernel built from ``roots`` and
+    :mod:`sgdsweep.sim.kernels.loop` can have compiled in (sorted names), and the constants that
+    code reads (``module.name`` → repr)."""
+    from sgdsweep.sim.kernels import loop  # every kernel is made there
 
     files: set[str] = set()
     constants: dict[str, str] = {}
@@ -53,13 +67,7 @@ def source_digest(*roots: Any) -> str:
                 constants[f"{func.__module__}.{name}"] = repr(value)
             elif value is not None:
                 todo.append(value)
-    digest = hashlib.sha256()
-    for name in sorted(files):
-        source = Path(inspect.getfile(sys.modules[name])).read_bytes().replace(b"\r\n", b"\n")
-        digest.update(name.encode() + b"\0" + source + b"\0")
-    for key in sorted(constants):
-        digest.update(f"{key}={constants[key]}\0".encode())
-    return digest.hexdigest()[:16]
+    return sorted(files), constants
 
 
 def _ours(module: str | None) -> bool:

@@ -106,6 +106,10 @@ def make_kernels(family: ModuleType, error_model: str = "python", cache: bool = 
         digest  # noqa: B018 - in the closure: the cache key changes with the sources
         family.block(False, t0, n_steps, n_u, z, lanes, common, data)
 
+    short = family.__name__.rsplit(".", 1)[-1]
+    for kernel in (full, diagonal):  # Numba names a cache index after the function: one per family
+        kernel.__name__ = f"{short}_{kernel.__name__}"
+        kernel.__qualname__ = f"make_kernels.<locals>.{kernel.__name__}"
     return jit(full), jit(diagonal)
 
 
