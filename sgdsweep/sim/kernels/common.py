@@ -158,7 +158,7 @@ def feed_loss(lane, val, loss_count, sum_loss, loss_buf, loss_lag, loss_head):  
         m = min(n + 1, k)
         # lags whose sample sits at or before `at`, then the rest (no modulo: an integer division
         # per lag); unsigned indices, which Numba does not check for wraparound (a signed index
-        # of unknown sign costs a select per element, and the loop no longer vectorises: 3×)
+        # of unknown sign costs a select per element, and the loop would not vectorise)
         top, end = np.uint64(at), np.uint64(at + k)
         for lag in range(np.uint64(min(m, at + 1))):
             loss_lag[lane, lag] += val * loss_buf[lane, top - lag]
