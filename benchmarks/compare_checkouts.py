@@ -45,7 +45,10 @@ print(max(kl.sgdsweep_kernel(data, 1024, {steps}, False, {threads}) for _ in ran
     "points": """
 import os, tempfile, time
 import kernel_shard as ks
-from sgdsweep.sim.simulate import simulate_points
+try:
+    from sgdsweep.sim.simulate import simulate_points
+except ImportError:  # a checkout from before the package was grouped by stage
+    from sgdsweep.simulate import simulate_points
 os.environ["SGDSWEEP_THREADS"] = "{threads}"
 points = [p.spec() for p in ks.shard({steps})]
 with tempfile.TemporaryDirectory() as out:
