@@ -13,6 +13,7 @@ if not workflow.overwrite_configfiles:  # `--configfile X` replaces the default 
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/plan.smk"
 include: "workflow/rules/simulate.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/fit.smk"

@@ -115,7 +115,9 @@ def run_snakemake(workdir: Path, configfile: Path | None = None, *extra: str,
     if configfile is not None:
         cmd += ["--configfile", str(configfile)]
     cmd += list(extra)
-    full_env = {k: v for k, v in os.environ.items() if k not in ("SGDSWEEP_RUN_ID", "SGDSWEEP_SCHEDULER")}
+    full_env = {k: v for k, v in os.environ.items() if k not in ("SGDSWEEP_SCHEDULER_FILE", "SGDSWEEP_SCHEDULER")}
+    # plain snakemake: the jobs' `python` is the one that has sgdsweep installed
+    full_env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + full_env.get("PATH", "")
     full_env.update(env or {})
     return subprocess.run(cmd, cwd=workdir, env=full_env, capture_output=True, text=True, timeout=timeout,
                           check=False)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -40,7 +41,8 @@ SLOW = {"grid": {"lr": [0.2, 0.25, 0.3, 0.35], "batch_size": [2, 4]},
 def _start(workdir: Path, cfg: Path) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory",
            str(workdir), "--cores", "2", "--configfile", str(cfg)]
-    env = {k: v for k, v in os.environ.items() if k not in ("SGDSWEEP_RUN_ID", "SGDSWEEP_SCHEDULER")}
+    env = {k: v for k, v in os.environ.items() if k not in ("SGDSWEEP_SCHEDULER_FILE", "SGDSWEEP_SCHEDULER")}
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     return subprocess.Popen(cmd, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
 
@@ -95,14 +97,17 @@ def test_kill_9_mid_sweep_then_resume(tmp_path, reference):
     proc.wait()
     finished = _stores(sweep)
     assert 2 <= len(finished) < 8
-    rerun = run_snakemake(tmp_path, cfg)
+    # plain snakemake keeps Snakemake's own locking: the killed run's lock stays until --unlock
+    plain = run_snakemake(tmp_path, cfg)
+    assert plain.returncode != 0 and "Directory cannot be locked" in plain.stdout + plain.stderr
+    # sgdsweep run holds the sweep's lock, so it passes --nolock --rerun-incomplete: no manual step
+    rerun = run_cli("run", str(cfg), "--cores", "2", cwd=tmp_path)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     after = _stores(sweep)
     assert len(after) == 8
     assert all(after[name] == inode for name, inode in finished.items())  # none recomputed
     _assert_same_results(_ensemble(sweep), reference)
-    # the killed run's local cluster is gone too
-    _wait_for(lambda: cluster_daemons(tmp_path) == 0, timeout=30, what="the orphaned cluster daemon to exit")
+    assert cluster_daemons(tmp_path) == 0  # the run stopped the cluster it started
 
 
 def test_lost_dask_worker_mid_task(tmp_path, reference):
@@ -111,9 +116,17 @@ def test_lost_dask_worker_mid_task(tmp_path, reference):
     cfg = write_yaml(tmp_path / "slow.yaml", tiny_config(sweep="slow", **SLOW))
     sweep = tmp_path / "results" / "slow"
     proc = _start(tmp_path, cfg)
-    state = sweep / ".cluster" / "cluster.json"
-    _wait_for(lambda: state.exists() and "address" in json.loads(state.read_text()), what="the local cluster")
-    address = json.loads(state.read_text())["address"]
+    logs = sweep / "logs" / "simulate"
+
+    def job_scheduler() -> str | None:  # the shard job's own cluster (plain snakemake), from its log
+        for log in logs.glob("*.log") if logs.is_dir() else []:
+            found = re.search(r"\(scheduler (tcp://\S+), this job's cluster", log.read_text())
+            if found:
+                return found.group(1)
+        return None
+
+    _wait_for(lambda: job_scheduler() is not None, what="the local cluster")
+    address = job_scheduler()
     assert address.startswith("tcp://127.0.0.1:")  # the local cluster binds to localhost only
     with Client(address, timeout="30s") as client:
         _wait_for(lambda: len(_stores(sweep)) >= 1, what="a finished point")
@@ -128,11 +141,13 @@ def test_two_runs_at_once_second_refuses(tmp_path):
     cfg = write_yaml(tmp_path / "slow.yaml", tiny_config(sweep="slow", **SLOW))
     sweep = tmp_path / "results" / "slow"
     first = _start(tmp_path, cfg)
-    _wait_for(lambda: (sweep / ".cluster" / "cluster.json").exists(), what="the first run to start")
-    second = run_snakemake(tmp_path, cfg)
-    assert second.returncode != 0
-    text = second.stdout + second.stderr
-    assert "another sgdsweep workflow is running" in text and f"pid {first.pid} on " in text
+    lock = sweep / ".sgdsweep.lock"
+    _wait_for(lambda: lock.exists() and '"snakemake_pid"' in lock.read_text(), what="the first run to start")
+    second = run_snakemake(tmp_path, cfg)  # refused by Snakemake's own lock
+    assert second.returncode != 0 and "Directory cannot be locked" in second.stdout + second.stderr
+    cli = run_cli("run", str(cfg), "--cores", "1", cwd=tmp_path)  # refused by the sweep's lock
+    assert cli.returncode == 3
+    assert "another sgdsweep workflow is running" in cli.stderr and f"pid {first.pid} on " in cli.stderr
     out, _ = first.communicate(timeout=300)
     assert first.returncode == 0, out[-3000:]  # the first run was not disturbed
     assert len(_stores(sweep)) == 8
@@ -221,7 +236,7 @@ def test_deleted_results_are_rebuilt_without_simulating(tmp_path):
 def test_failed_aggregate_keeps_the_ensemble(tmp_path):
     """An aggregate that fails (here on a point store whose checksum and metadata are intact but
     one of whose arrays is a pickled object array, refused) exits non-zero naming the store, and the previous ensemble stays as
-    it was; a backup Snakemake keeps while it runs, left by a killed run, does not block the next."""
+    it was; the next aggregate, with the store repaired, succeeds."""
     cfg = write_yaml(tmp_path / "t.yaml", tiny_config())
     assert run_snakemake(tmp_path, cfg).returncode == 0
     sweep = tmp_path / "results" / "tiny"
@@ -239,11 +254,8 @@ def test_failed_aggregate_keeps_the_ensemble(tmp_path):
     assert f"point store results/tiny/points/{victim.name}" in proc.stdout + proc.stderr
     assert _files(sweep / "ensemble.zarr") == ensemble
     victim.write_bytes(good)
-    backup = tmp_path / ".snakemake" / "backups" / "results" / "tiny" / "ensemble.zarr"
-    shutil.copytree(sweep / "ensemble.zarr", backup)  # what a run killed in aggregate leaves
     proc = run_snakemake(tmp_path, cfg, "--forcerun", "aggregate")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert not backup.exists()
 
 
 def test_immutable_points_directory_is_named(tmp_path):

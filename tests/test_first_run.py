@@ -30,70 +30,110 @@ from sgdsweep.errors import SgdsweepError
 from sgdsweep.run import cluster, progress
 from sgdsweep.run.cli import EXIT_CODES, build_parser
 
-# --- the wait for the shared cluster follows the daemon's phases ------------------------------
+# --- the run's local cluster: its start, its phases, its workers' environment ------------------
 
 #: A stand-in for ``sgdsweep cluster-daemon``: records the phases it is given (phase, seconds)
-#: in the state file, then an address, then waits to be stopped.
+#: in the status record, then an address and the scheduler file, then waits to be stopped.
 FAKE_DAEMON = """
 import json, os, sys, time
-state, run_id, phases = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-me = {"pid": os.getpid(), "run_id": run_id, "workers": 1}
+cluster_dir, phases = sys.argv[1], json.loads(sys.argv[2])
+def record(**status):
+    tmp = os.path.join(cluster_dir, "status.json.tmp")
+    open(tmp, "w").write(json.dumps({"pid": os.getpid(), **status}))
+    os.replace(tmp, os.path.join(cluster_dir, "status.json"))
 for phase, seconds in phases:
-    tmp = state + ".tmp"
-    open(tmp, "w").write(json.dumps({**me, "phase": phase}))
-    os.replace(tmp, state)
+    record(phase=phase)
     time.sleep(seconds)
-open(state + ".tmp", "w").write(json.dumps({**me, "phase": "ready", "address": "tcp://127.0.0.1:1",
-                                            "dashboard": "http://127.0.0.1:2/status"}))
-os.replace(state + ".tmp", state)
+open(os.path.join(cluster_dir, "scheduler.json"), "w").write(json.dumps({"address": "tcp://127.0.0.1:1"}))
+record(phase="ready", address="tcp://127.0.0.1:1", dashboard="http://127.0.0.1:2/status", workers=1)
 time.sleep(60)
 """
 
 
 def _fake_daemon(cluster_dir: Path, phases: list[tuple[str, float]]) -> subprocess.Popen:
-    cluster_dir.mkdir(parents=True, exist_ok=True)
-    state = cluster_dir / cluster.STATE_FILE
-    proc = subprocess.Popen([sys.executable, "-c", FAKE_DAEMON, str(state), cluster.current_run_id(),
-                             json.dumps(phases)], start_new_session=True)
-    while not state.exists():  # it is the run's daemon once its state names it
+    status = cluster_dir / cluster.STATUS_FILE
+    proc = subprocess.Popen([sys.executable, "-c", FAKE_DAEMON, str(cluster_dir), json.dumps(phases)],
+                            start_new_session=True)
+    while not (status.exists() and f'"pid": {proc.pid}' in status.read_text()):
         time.sleep(0.01)
     return proc
 
 
 def test_compiling_the_kernels_is_not_under_the_start_deadline(tmp_path, monkeypatch, caplog):
-    """A daemon that compiles for 8× the start deadline is waited for, with progress lines."""
+    """A cluster that compiles for 8× the start deadline is waited for, with progress lines."""
     monkeypatch.setattr(cluster, "START_TIMEOUT_S", 0.25)
     monkeypatch.setattr(cluster, "PROGRESS_EVERY_S", 0.5)
     proc = _fake_daemon(tmp_path, [("kernels", 2.0), ("workers", 0.05)])
     try:
         with caplog.at_level("INFO", logger="sgdsweep.run.cluster"):
-            address = cluster.ensure_shared_cluster(tmp_path, cluster.current_run_id(), 1)
+            status = cluster.wait_for_run_cluster(tmp_path / cluster.SCHEDULER_FILE)
     finally:
         proc.kill()
         proc.wait()
-    assert address == "tcp://127.0.0.1:1"
+    assert status["address"] == "tcp://127.0.0.1:1"
     assert "waiting for the local Dask cluster: compiling or loading the simulation kernels" in caplog.text
 
 
-def test_a_dask_start_past_its_deadline_names_the_phase_and_stops_the_daemon(tmp_path, monkeypatch):
+def test_a_dask_start_past_its_deadline_names_the_phase(tmp_path, monkeypatch):
+    """The waiting job fails naming the phase; the cluster is its owner's to stop, not the job's."""
     monkeypatch.setattr(cluster, "START_TIMEOUT_S", 0.5)
     proc = _fake_daemon(tmp_path, [("kernels", 0.05), ("workers", 120.0)])
     try:
         with pytest.raises(SgdsweepError, match="its scheduler and workers are starting took more than"):
-            cluster.ensure_shared_cluster(tmp_path, cluster.current_run_id(), 1)
-        assert proc.wait(timeout=30) != 0  # killed, not left running
+            cluster.wait_for_run_cluster(tmp_path / cluster.SCHEDULER_FILE)
+        assert proc.poll() is None
+        cluster.stop_run_cluster(proc, tmp_path)
+        assert proc.returncode is not None and not (tmp_path / cluster.STATUS_FILE).exists()
     finally:
         proc.kill()
+        proc.wait()
 
 
 def test_a_cluster_that_fails_to_start_reports_its_own_error(tmp_path):
-    """Binding to an address that is not this machine's fails in the real daemon; the message
-    carries Dask's own reason, not only the path of a log."""
-    with pytest.raises(SgdsweepError) as info:
-        cluster.ensure_shared_cluster(tmp_path, cluster.current_run_id(), 1, host="192.0.2.1")
+    """Binding to an address that is not this machine's fails in the real cluster process; the
+    message carries Dask's own reason, not only the path of a log."""
+    proc = cluster.start_run_cluster(tmp_path, 1, host="192.0.2.1")
+    try:
+        with pytest.raises(SgdsweepError) as info:
+            cluster.wait_for_run_cluster(tmp_path / cluster.SCHEDULER_FILE)
+    finally:
+        cluster.stop_run_cluster(proc, tmp_path)
     text = str(info.value)
     assert "failed to start: RuntimeError: Cluster failed to start" in text
     assert "Cannot assign requested address" in text and "daemon.log" in text
+
+
+def test_a_shard_job_connects_through_the_scheduler_file_and_the_owner_stops_the_cluster(tmp_path, monkeypatch):
+    """The real cluster process: the job connects with Dask's scheduler file, its workers start
+    with sgdsweep's malloc settings (Dask's pre-spawn environment), and stopping it removes its
+    files and its worker processes."""
+    proc = cluster.start_run_cluster(tmp_path, 1)
+    try:
+        monkeypatch.setenv(cluster.SCHEDULER_FILE_ENV, str(tmp_path / cluster.SCHEDULER_FILE))
+        with cluster.dask_client({}) as client:
+            seen = client.run(lambda: {k: os.environ.get(k) for k in cluster.WORKER_ENVIRON})
+            (worker_pid,) = client.run(os.getpid).values()
+        assert list(seen.values()) == [cluster.WORKER_ENVIRON]
+        address = json.loads((tmp_path / cluster.SCHEDULER_FILE).read_text())["address"]
+        assert address.startswith("tcp://127.0.0.1:")
+    finally:
+        cluster.stop_run_cluster(proc, tmp_path)
+    assert proc.returncode is not None
+    assert sorted(p.name for p in tmp_path.iterdir()) == [cluster.DAEMON_LOG]
+    deadline = time.monotonic() + 30
+    while cluster._pid_alive(worker_pid):
+        assert time.monotonic() < deadline, "a worker outlived its cluster"
+        time.sleep(0.1)
+
+
+def test_a_jobs_own_cluster_starts_its_workers_with_the_malloc_settings(monkeypatch):
+    """Without a run's cluster (plain snakemake) the job's own LocalCluster sets the same worker
+    environment; Dask's default would be MALLOC_TRIM_THRESHOLD_=65536 and no mmap threshold."""
+    monkeypatch.delenv(cluster.SCHEDULER_FILE_ENV, raising=False)
+    monkeypatch.delenv(cluster.SCHEDULER_ENV, raising=False)
+    with cluster.dask_client({"workers": 1}) as client:
+        seen = client.run(lambda: {k: os.environ.get(k) for k in cluster.WORKER_ENVIRON})
+    assert list(seen.values()) == [cluster.WORKER_ENVIRON]
 
 
 # --- a scheduler named by the user that is not Dask ------------------------------------------
@@ -114,7 +154,7 @@ def test_a_scheduler_address_that_is_not_dask_fails_within_the_probe_deadline(tm
     monkeypatch.setenv(cluster.SCHEDULER_ENV, address)
     monkeypatch.setattr(cluster, "PROBE_TIMEOUT_S", 3.0)
     try:
-        with pytest.raises(SgdsweepError, match=re.escape(address)), cluster.dask_client({}, tmp_path):
+        with pytest.raises(SgdsweepError, match=re.escape(address)), cluster.dask_client({}):
             pass
     finally:
         server.shutdown()
@@ -234,10 +274,10 @@ def test_a_second_run_is_refused_before_it_starts_a_cluster(tmp_path):
     cfg = write_yaml(tmp_path / "slow.yaml", tiny_config(sweep="slow", **SLOW))
     sweep = tmp_path / "results" / "slow"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    env.pop("SGDSWEEP_RUN_ID", None)
+    env.pop("SGDSWEEP_SCHEDULER_FILE", None)
     first = subprocess.Popen([sys.executable, "-m", "sgdsweep", "run", str(cfg), "--cores", "2"], cwd=tmp_path,
                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    state = sweep / ".cluster" / "cluster.json"
+    state = sweep / ".cluster" / "status.json"
     deadline = time.monotonic() + 300
     while not (state.exists() and "address" in state.read_text()):
         assert time.monotonic() < deadline and first.poll() is None, "the first run's cluster did not start"
@@ -332,9 +372,10 @@ def test_a_killed_front_end_is_named_and_a_killed_snakemake_is_reported(tmp_path
     import signal
 
     cfg = write_yaml(tmp_path / "slow.yaml", tiny_config(sweep="slow", **SLOW))
-    state = tmp_path / "results" / "slow" / ".cluster" / "cluster.json"
+    state = tmp_path / "results" / "slow" / ".cluster" / "status.json"
+    lock = tmp_path / "results" / "slow" / ".sgdsweep.lock"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    env.pop("SGDSWEEP_RUN_ID", None)
+    env.pop("SGDSWEEP_SCHEDULER_FILE", None)
 
     def start() -> subprocess.Popen:
         shutil.rmtree(tmp_path / "results" / "slow" / "points", ignore_errors=True)  # work to do
@@ -349,7 +390,7 @@ def test_a_killed_front_end_is_named_and_a_killed_snakemake_is_reported(tmp_path
         return proc
 
     front = start()
-    snakemake = int(json.loads(state.read_text())["run_id"].split("@")[0])
+    snakemake = json.loads(lock.read_text())["snakemake_pid"]
     front.kill()
     front.wait()
     refused = run_cli("run", str(cfg), "--cores", "2", cwd=tmp_path)
@@ -357,23 +398,52 @@ def test_a_killed_front_end_is_named_and_a_killed_snakemake_is_reported(tmp_path
     assert f"its Snakemake process (pid {snakemake}" in refused.stderr and f"kill {snakemake}" in refused.stderr
     os.kill(snakemake, signal.SIGKILL)
     deadline = time.monotonic() + 120
-    while cluster_daemons(tmp_path):  # the daemon follows its Snakemake process
-        assert time.monotonic() < deadline, "the cluster daemon outlived its Snakemake process"
+    while cluster_daemons(tmp_path):  # the cluster stops by itself once its owner is gone
+        assert time.monotonic() < deadline, "the cluster daemon outlived the sgdsweep run that owned it"
         time.sleep(0.2)
 
     second = start()
-    os.kill(int(json.loads(state.read_text())["run_id"].split("@")[0]), signal.SIGKILL)
+    os.kill(json.loads(lock.read_text())["snakemake_pid"], signal.SIGKILL)
     second.wait(timeout=300)
     out = (tmp_path / "run.log").read_text()
     assert second.returncode == 1, out[-2000:]
     assert "sgdsweep: error: Snakemake was killed by signal 9; run the same command again to resume" in out
     deadline = time.monotonic() + 120
-    while cluster_daemons(tmp_path):
-        assert time.monotonic() < deadline, "the cluster daemon outlived its Snakemake process"
-        time.sleep(0.2)
+    assert cluster_daemons(tmp_path) == 0  # sgdsweep run stopped its cluster before it exited
     resumed = run_cli("run", str(cfg), "--cores", "2", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "points: 8 of 8 stored" in resumed.stderr
+
+
+@pytest.mark.workflow
+def test_ctrl_c_stops_the_run_and_its_cluster_and_the_next_run_resumes(tmp_path):
+    """Ctrl-C (SIGINT to the terminal's foreground process group) stops Snakemake and its jobs;
+    ``sgdsweep run`` stops the cluster it owns, says how to resume, and the same command resumes
+    without any manual unlock."""
+    import signal
+
+    cfg = write_yaml(tmp_path / "slow.yaml", tiny_config(sweep="slow", **SLOW))
+    sweep = tmp_path / "results" / "slow"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("SGDSWEEP_SCHEDULER_FILE", None)
+    with open(tmp_path / "run.log", "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "sgdsweep", "run", str(cfg), "--cores", "2"], cwd=tmp_path,
+                                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 300
+    while not any((sweep / "points").glob("*.npz")):
+        assert time.monotonic() < deadline and proc.poll() is None, "no point was stored"
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGINT)
+    proc.wait(timeout=300)
+    out = (tmp_path / "run.log").read_text()
+    assert proc.returncode != 0, out[-3000:]
+    assert "sgdsweep: interrupted (run the same command again to resume)" in out, out[-3000:]
+    assert cluster_daemons(tmp_path) == 0
+    assert not (sweep / ".cluster" / "scheduler.json").exists() and not (sweep / ".cluster" / "status.json").exists()
+    stored = len(list((sweep / "points").glob("*.npz")))
+    resumed = run_cli("run", str(cfg), "--cores", "2", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"points: 8 of 8 stored, {8 - stored} simulated in this run" in resumed.stderr
 
 
 @pytest.mark.workflow

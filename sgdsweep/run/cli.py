@@ -3,7 +3,7 @@
 User verbs: ``run`` (validate, then run the Snakemake workflow), ``validate``, ``plan``, and the
 sharing verbs ``export``, ``verify``, ``import``, ``merge``. Workflow verbs (called by the rules in
 ``workflow/rules/``, hidden from the top-level help): ``simulate-shard``, ``aggregate``, ``fit``,
-``report``; ``cluster-daemon`` runs the shared local Dask cluster of a workflow run.
+``report``; ``cluster-daemon`` runs the local Dask cluster that ``sgdsweep run`` owns for its run.
 
 Exit codes: :data:`EXIT_CODES`.
 """
@@ -11,12 +11,13 @@ Exit codes: :data:`EXIT_CODES`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ EXIT_CODES = {
     1: "the run failed (a job, a fit or the cluster; the message says which and where its log is)",
     2: "bad input: the config, an argument, a file or the environment (the message names it)",
     3: "the sweep is in use by another sgdsweep run (wait for it or stop it)",
+    130: "interrupted (Ctrl-C); the same command resumes",
 }
 
 def _verbosity(args: argparse.Namespace) -> int:
@@ -115,7 +117,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from sgdsweep.run.cluster import scheduler_address
     from sgdsweep.store.points import complete_points
     from sgdsweep.sweep.config import load_sweep
-    from sgdsweep.sweep.plan import PlanFiles
+    from sgdsweep.sweep.paths import write_if_changed
+    from sgdsweep.sweep.plan import PlanFiles, explain, format_explanation, plan_texts
 
     t0 = time.monotonic()
     sweep = load_sweep(args.config)  # fail fast, with our message, before Snakemake starts
@@ -129,8 +132,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     hashes = [p.hash for p in sweep.points]
     stored_before = complete_points(PlanFiles(sweep.directory).points_dir, hashes)
     todo = len(hashes) - len(stored_before)
+    # the sweep lock excludes every other run of this sweep, so Snakemake's own directory lock is
+    # not needed, and what a killed run left incomplete is rerun: no manual --unlock after kill -9
     cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(_snakefile()), "--configfile",
-           str(args.config), "--cores", str(args.cores)]
+           str(args.config), "--cores", str(args.cores), "--nolock", "--rerun-incomplete"]
     if args.dry_run:
         cmd.append("--dry-run")
     verbosity = _verbosity(args)
@@ -141,17 +146,28 @@ def cmd_run(args: argparse.Namespace) -> int:
     cmd += args.snakemake_args
     log.info("sweep '%s': %d points, %d stored, %d to simulate; results in %s/", sweep.name, len(hashes),
              len(stored_before), todo, sweep.directory)
+    reasons = explain(sweep)  # before the plan is rewritten: it compares with the previous one
+    plan = {} if args.dry_run else plan_texts(sweep)  # a sweep beyond max_memory fails here
     log.debug("running %s", " ".join(cmd))
     env = {**os.environ, locking.LOCK_FD_ENV: str(lock.fileno()), VERBOSITY_ENV: str(verbosity)}
-    with lock, subprocess.Popen(cmd, pass_fds=(lock.fileno(),), env=env) as proc:
-        # only for a plain local run: extra Snakemake arguments (a profile, an executor, a dry
-        # run, a target) may mean jobs elsewhere or none; then the first shard job starts it
-        if todo and not args.dry_run and not args.snakemake_args and not os.environ.get("SNAKEMAKE_PROFILE"):
+    env.update(_job_environment())
+    # only for a plain local run: extra Snakemake arguments (a profile, an executor, a dry run, a
+    # target) may mean jobs elsewhere or none; then each shard job uses a cluster of its own
+    plain = not args.dry_run and not args.snakemake_args and not os.environ.get("SNAKEMAKE_PROFILE")
+    with lock, _run_cluster(sweep, env, start=bool(todo) and plain):
+        if verbosity >= 0:
+            print(format_explanation(sweep, reasons, max_lines=20), file=sys.stderr)
+        # the plan on disk is this config's whatever Snakemake's records hold (none in another
+        # working directory); the plan rules then rewrite a file only when its content changed
+        for path, text in plan.items():
+            write_if_changed(path, text)
+        with subprocess.Popen(cmd, pass_fds=(lock.fileno(),), env=env) as proc:
+            locking.record_holder(Path(sweep.directory) / locking.LOCK_NAME, proc.pid)
             try:
-                _start_cluster_early(sweep, proc.pid)
-            except (OSError, SgdsweepError) as exc:  # the first shard job starts it instead
-                log.warning("could not start the local Dask cluster early (%s); the shard jobs will", exc)
-        code = proc.wait()
+                code = proc.wait()
+            except KeyboardInterrupt:  # Snakemake got the same Ctrl-C: let it stop its jobs first
+                proc.wait()
+                raise
     if code < 0:  # Snakemake was killed: a run of the same command resumes where it stopped
         raise SgdsweepError(f"Snakemake was killed by signal {-code}; run the same command again to resume "
                             f"(stored points are kept, and only what is missing is computed)")
@@ -162,38 +178,58 @@ def cmd_run(args: argparse.Namespace) -> int:
     return code
 
 
-def _start_cluster_early(sweep: Any, snakemake_pid: int) -> None:
-    """Start the run's shared local Dask cluster now, while Snakemake starts, when the sweep has
-    points to simulate and would run them on it (see :mod:`sgdsweep.run.cluster`); its first shard
-    job then finds the workers booted. Any other case is left to the shard jobs."""
-    from sgdsweep.run.cluster import run_id, scheduler_address, start_shared_cluster, worker_count
+def _job_environment() -> dict[str, str]:
+    """PATH and PYTHONPATH for the Snakemake process of ``sgdsweep run`` and its jobs: ``python``
+    is this interpreter, and ``sgdsweep`` this package, installed or not."""
+    package_root = str(Path(__file__).resolve().parents[2])
+    return {"PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
+            "PYTHONPATH": package_root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+@contextlib.contextmanager
+def _run_cluster(sweep: Any, env: dict[str, str], start: bool) -> Iterator[None]:
+    """The run's local Dask cluster for the block, when ``start`` and the sweep's shard jobs would
+    use a local one (:mod:`sgdsweep.run.cluster`): started first (its workers boot while Snakemake
+    builds the DAG), named to the jobs through the scheduler file's path in ``env``, and stopped
+    when the block ends in any way."""
+    from sgdsweep.run.cluster import (
+        SCHEDULER_FILE,
+        SCHEDULER_FILE_ENV,
+        start_run_cluster,
+        stop_run_cluster,
+        uses_local_cluster,
+        worker_count,
+    )
     from sgdsweep.sweep.plan import PlanFiles
 
     execution = sweep.config["execution"]
-    if scheduler_address(execution) is not None or execution.get("cluster", "local") != "local":
+    env.pop(SCHEDULER_FILE_ENV, None)  # a scheduler file of an enclosing run is not this run's
+    if not (start and uses_local_cluster(execution)):
+        yield
         return
+    cluster_dir = PlanFiles(sweep.directory).cluster_dir
     workers = worker_count(execution)
     log.info("starting a local Dask cluster of %d workers; it first compiles the simulation kernels "
              "(the first run of an installation: 1-3 min on a busy 2-core machine; later runs load them "
              "from numba's cache in seconds)", workers)
-    start_shared_cluster(PlanFiles(sweep.directory).cluster_dir, run_id(snakemake_pid), workers,
-                         execution.get("host", "127.0.0.1"))
+    proc = start_run_cluster(cluster_dir, workers, execution.get("host", "127.0.0.1"))
+    env[SCHEDULER_FILE_ENV] = str(cluster_dir / SCHEDULER_FILE)
+    try:
+        yield
+    finally:
+        stop_run_cluster(proc, cluster_dir)
 
 
 def cmd_simulate_shard(args: argparse.Namespace) -> int:
     from sgdsweep.run.execute import run_shard
 
-    run_shard(Path(args.spec), Path(args.receipt), _read_json(args.execution), Path(args.cluster_dir))
+    run_shard(Path(args.spec), Path(args.receipt), _read_json(args.execution))
     return 0
 
 
 def cmd_aggregate(args: argparse.Namespace) -> int:
-    from sgdsweep.run.cluster import RUN_ID_ENV, release_shared_cluster
     from sgdsweep.store.aggregate import build_ensemble, write_ensemble
 
-    if (args.release_cluster and RUN_ID_ENV in os.environ
-            and release_shared_cluster(Path(args.release_cluster), os.environ[RUN_ID_ENV])):
-        log.info("simulation done: the run's local Dask cluster is stopping")
     with heartbeat("aggregate: reading the point stores and writing the ensemble"):
         ds = build_ensemble(_read_json(args.sweep_spec))
         write_ensemble(ds, args.out)
@@ -279,7 +315,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
 def cmd_cluster_daemon(args: argparse.Namespace) -> int:
     from sgdsweep.run.cluster import serve
 
-    serve(Path(args.state), args.workers, args.run_id, args.host)
+    serve(Path(args.dir), args.workers, args.host)
     return 0
 
 
@@ -379,15 +415,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("spec", help="the shard's plan file, <sweep>/plan/shards/<shard>.json")
     p.add_argument("--receipt", required=True, help="the shard's receipt to write (JSON)")
     p.add_argument("--execution", required=True, help="the run's execution settings, plan/execution.json")
-    p.add_argument("--cluster-dir", required=True, help="where the run's shared local Dask cluster is kept")
     p.add_argument("--log", help="also log to this file")
     p.set_defaults(func=cmd_simulate_shard)
 
     p = verb("aggregate", None)
     p.add_argument("sweep_spec", help="the sweep's plan file, <sweep>/plan/sweep.json")
     p.add_argument("--out", required=True, help="the ensemble to write (a .zarr directory)")
-    p.add_argument("--release-cluster", metavar="CLUSTER_DIR",
-                   help="stop the run's shared local Dask cluster kept in CLUSTER_DIR (all shards are done)")
     p.add_argument("--log", help="also log to this file")
     p.set_defaults(func=cmd_aggregate)
 
@@ -409,9 +442,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_report)
 
     p = verb("cluster-daemon", None)
-    p.add_argument("--state", required=True, help="the state file to write (cluster.json)")
+    p.add_argument("--dir", required=True,
+                   help="where to write the Dask scheduler file, the status record and the log")
     p.add_argument("--workers", type=_positive_int, required=True, help="worker processes")
-    p.add_argument("--run-id", required=True, help="the workflow run, <snakemake pid>@<host>")
     p.add_argument("--host", default="127.0.0.1", help="the interface to bind (default 127.0.0.1)")
     p.set_defaults(func=cmd_cluster_daemon)
     return parser
@@ -434,3 +467,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SgdsweepError as exc:
         print(f"sgdsweep: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except KeyboardInterrupt:
+        print("sgdsweep: interrupted (run the same command again to resume)", file=sys.stderr)
+        return 130

@@ -1,31 +1,31 @@
-"""Which Dask cluster runs the simulations, and its lifetime.
+"""Which Dask cluster runs the simulations, and who owns its lifetime.
 
-Three cases, in order of precedence:
+Four cases, in order of precedence:
 
 1. ``SGDSWEEP_SCHEDULER`` (environment) or ``execution.scheduler`` (config) names an existing
    scheduler: connect to it; nothing is started or stopped.
-2. Inside a workflow run (``SGDSWEEP_RUN_ID`` set by the Snakefile to the Snakemake process id):
-   one *shared* local cluster runs in a small daemon process (``python -m sgdsweep
-   cluster-daemon``), started by ``sgdsweep run`` as Snakemake starts when points need
-   simulating and no extra Snakemake arguments or profile are given (its workers boot while
-   Snakemake builds the DAG), or else by the first shard job that needs workers; the shard jobs
-   of the run connect to it. The aggregate job releases it (every shard is done by then), the
-   Snakefile's ``onsuccess``/``onerror`` handlers stop it if it still runs; the daemon also
-   exits by itself when the Snakemake process is gone (e.g. after ``kill -9``). So a
-   run starts at most one cluster, and none at all when nothing needs simulating.
-3. Otherwise (a shard job run by hand): a private ``LocalCluster`` for the duration of the job.
+2. ``execution.cluster: slurm``: a dask-jobqueue ``SLURMCluster`` for the duration of the job.
+3. ``SGDSWEEP_SCHEDULER_FILE`` names a Dask scheduler file: the run's local cluster, owned by
+   ``sgdsweep run``. It starts one cluster process (``python -m sgdsweep cluster-daemon``,
+   :func:`serve`) as Snakemake starts, passes the scheduler file's path to Snakemake's
+   environment, and stops the process when Snakemake ends (also on error and on Ctrl-C); the
+   process also stops by itself when ``sgdsweep run`` is gone (e.g. after ``kill -9``). Shard
+   jobs only wait for it (:func:`wait_for_run_cluster`) and connect with
+   ``distributed.Client(scheduler_file=...)``.
+4. Otherwise (plain ``snakemake``, or a shard job run by hand): a ``LocalCluster`` inside the job
+   for the duration of the job.
 
-Local clusters bind the scheduler and the dashboard to 127.0.0.1.
+Local clusters bind the scheduler and the dashboard to ``execution.host`` (127.0.0.1 by
+default) and start their workers with :data:`WORKER_ENVIRON` through Dask's
+``distributed.nanny.pre-spawn-environ`` setting.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import logging
 import os
-import platform
 import re
 import signal
 import subprocess
@@ -39,37 +39,37 @@ from sgdsweep.errors import SgdsweepError, UsageError
 from sgdsweep.sweep.paths import atomic_write_text
 
 SCHEDULER_ENV = "SGDSWEEP_SCHEDULER"
-RUN_ID_ENV = "SGDSWEEP_RUN_ID"
+#: Environment variable set by ``sgdsweep run`` for its Snakemake process: the path of the Dask
+#: scheduler file of the run's local cluster.
+SCHEDULER_FILE_ENV = "SGDSWEEP_SCHEDULER_FILE"
 _ADDRESS = re.compile(r"^(tcp|tls|inproc|ucx)://\S+$")
-STATE_FILE = "cluster.json"
+#: Names, in the run's cluster directory, of Dask's scheduler file, the cluster process's phase
+#: record and its log.
+SCHEDULER_FILE, STATUS_FILE, DAEMON_LOG = "scheduler.json", "status.json", "daemon.log"
+#: Seconds each of the Python start and the Dask start of the run's cluster may take (compiling
+#: or loading the kernels between them has no deadline while the process lives).
 START_TIMEOUT_S = 120.0
-#: Seconds between the progress lines of a job waiting for the local cluster.
+#: Seconds between the progress lines of a job waiting for the run's cluster.
 PROGRESS_EVERY_S = 15.0
+#: Seconds a scheduler named by the user has to complete Dask's handshake.
+PROBE_TIMEOUT_S = 30.0
+#: Environment of every local Dask worker process, set before it starts
+#: (``distributed.nanny.pre-spawn-environ``). Dask's own default there,
+#: ``MALLOC_TRIM_THRESHOLD_=65536``, switches off glibc's dynamic mmap threshold, so that every
+#: numpy temporary above 128 KiB would be mapped and page-faulted again on each engine step;
+#: these values keep arrays up to 32 MiB on the heap and at most 128 MiB of free heap per worker.
+WORKER_ENVIRON = {"MALLOC_MMAP_THRESHOLD_": str(32 * 1024 * 1024),
+                  "MALLOC_TRIM_THRESHOLD_": str(128 * 1024 * 1024)}
 
 log = logging.getLogger("sgdsweep.run.cluster")
-
-
-def run_id(snakemake_pid: int) -> str:
-    """Identity of a workflow run: ``<pid>@<host>`` of the Snakemake process."""
-    return f"{snakemake_pid}@{platform.node()}"
-
-
-def current_run_id() -> str:
-    """The run id of the workflow whose Snakemake process this is."""
-    return run_id(os.getpid())
-
-
-def _local_run_pid(run: str) -> int | None:
-    """The Snakemake pid if ``run`` is a run on this host, else None."""
-    pid, _, host = run.partition("@")
-    return int(pid) if pid.isdigit() and host == platform.node() else None
 
 
 def scheduler_address(execution: Mapping[str, Any]) -> str | None:
     """The existing scheduler to use, or None to use a local cluster.
 
     Raises:
-        UsageError: ``SGDSWEEP_SCHEDULER`` is set but is not a scheduler address.
+        UsageError: ``SGDSWEEP_SCHEDULER`` or ``execution.scheduler`` is set but is not a
+            scheduler address.
     """
     env = os.environ.get(SCHEDULER_ENV)
     if env is not None and env.strip():
@@ -113,6 +113,75 @@ def worker_count(execution: Mapping[str, Any]) -> int:
     return int(workers)
 
 
+def uses_local_cluster(execution: Mapping[str, Any]) -> bool:
+    """Whether a shard job with these settings would simulate on a local cluster (no scheduler
+    named, not SLURM)."""
+    return scheduler_address(execution) is None and execution.get("cluster", "local") == "local"
+
+
+def local_cluster(workers: int, host: str = "127.0.0.1", **kwargs: Any) -> Any:
+    """A started ``distributed.LocalCluster`` of ``workers`` one-thread worker processes bound to
+    ``host``, whose workers preload :mod:`sgdsweep.sim.warmup` and start with
+    :data:`WORKER_ENVIRON`; ``kwargs`` go to ``LocalCluster`` (and replace these defaults)."""
+    import dask
+    from distributed import LocalCluster
+
+    options = {"n_workers": workers, "threads_per_worker": 1, "processes": True, "host": host,
+               "scheduler_port": 0, "dashboard_address": f"{host}:0", "silence_logs": logging.WARNING,
+               "preload": ["sgdsweep.sim.warmup"], **kwargs}
+    environ = {f"distributed.nanny.pre-spawn-environ.{k}": v for k, v in WORKER_ENVIRON.items()}
+    with dask.config.set(environ):  # read by each Nanny as it is created, inside LocalCluster()
+        return LocalCluster(**options)
+
+
+# --- the run's local cluster: started and stopped by `sgdsweep run` ------------------------------
+
+
+def start_run_cluster(cluster_dir: Path, workers: int, host: str = "127.0.0.1") -> subprocess.Popen:
+    """Start the run's cluster process without waiting for it; return the process, which the
+    caller stops with :func:`stop_run_cluster`. What an earlier run left in ``cluster_dir`` is
+    removed first (the caller holds the sweep's lock: no live run owns it)."""
+    cluster_dir = Path(cluster_dir)
+    cluster_dir.mkdir(parents=True, exist_ok=True)
+    (cluster_dir / SCHEDULER_FILE).unlink(missing_ok=True)
+    # until the process records its own phases, the record names this (its owner) process
+    _write_status(cluster_dir, os.getpid(), "spawned")
+    with open(cluster_dir / DAEMON_LOG, "wb") as log_fh:
+        return subprocess.Popen(
+            [sys.executable, "-m", "sgdsweep", "cluster-daemon", "--dir", str(cluster_dir),
+             "--workers", str(workers), "--host", host],
+            stdin=subprocess.DEVNULL, stdout=log_fh, stderr=log_fh, start_new_session=True)
+
+
+def stop_run_cluster(proc: subprocess.Popen, cluster_dir: Path, timeout_s: float = 20.0) -> None:
+    """Stop the run's cluster process started by :func:`start_run_cluster`: SIGTERM, then after
+    ``timeout_s`` seconds SIGKILL to its process group (its workers); its scheduler file and
+    status record are gone afterwards."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.terminate()
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    for name in (SCHEDULER_FILE, STATUS_FILE):
+        (Path(cluster_dir) / name).unlink(missing_ok=True)
+
+
+def _write_status(cluster_dir: Path, pid: int, phase: str, **extra: Any) -> None:
+    atomic_write_text(Path(cluster_dir) / STATUS_FILE, json.dumps({"pid": pid, "phase": phase, **extra}))
+
+
+def _read_status(cluster_dir: Path) -> dict[str, Any]:
+    try:
+        status = json.loads((Path(cluster_dir) / STATUS_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return status if isinstance(status, dict) else {}
+
+
 def _pid_alive(pid: int) -> bool:
     """Whether process ``pid`` runs (a zombie — exited, not yet reaped by its parent — does not)."""
     try:
@@ -128,87 +197,7 @@ def _pid_alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
-def _read_state(cluster_dir: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads((cluster_dir / STATE_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-
-
-@contextlib.contextmanager
-def _locked(cluster_dir: Path) -> Iterator[None]:
-    cluster_dir.mkdir(parents=True, exist_ok=True)
-    with open(cluster_dir / "cluster.lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def start_shared_cluster(cluster_dir: Path, run_id: str, workers: int, host: str = "127.0.0.1") -> None:
-    """Start the run's shared local cluster without waiting for it (``sgdsweep run`` calls this
-    as Snakemake starts, so the workers boot while Snakemake builds its DAG); nothing happens if
-    the run already has one, starting or started. The first shard job's
-    :func:`ensure_shared_cluster` then waits for it instead of starting another."""
-    with _locked(Path(cluster_dir)):
-        if _run_cluster(Path(cluster_dir), run_id) is None:
-            _spawn_daemon(Path(cluster_dir), run_id, workers, host)
-
-
-def ensure_shared_cluster(cluster_dir: Path, run_id: str, workers: int, host: str = "127.0.0.1") -> str:
-    """Address of the run's shared local cluster, starting it if this run has none yet (or waiting
-    for the one :func:`start_shared_cluster` started).
-
-    The wait follows the daemon's progress, not one wall clock: while it compiles or loads the
-    simulation kernels (minutes on the first run of an installation on a busy machine) it may
-    take as long as it needs while it lives; the Python start before that and the Dask start
-    after it each get :data:`START_TIMEOUT_S`. A progress line is logged every
-    :data:`PROGRESS_EVERY_S` seconds.
-
-    Raises:
-        SgdsweepError: the daemon died or reported an error (its own message and the end of
-            ``daemon.log`` are in the text), or a phase with a deadline overran it.
-    """
-    cluster_dir = Path(cluster_dir)
-    with _locked(cluster_dir):
-        state = _run_cluster(cluster_dir, run_id)
-        if state is not None and "address" in state:
-            return state["address"]
-        pid = int(state["pid"]) if state is not None else _spawn_daemon(cluster_dir, run_id, workers, host)
-    log_path = cluster_dir / "daemon.log"
-    t0 = time.monotonic()
-    phase, phase_start, last_note = None, t0, t0
-    while True:
-        state = _read_state(cluster_dir)
-        if not (state and state.get("run_id") == run_id and state.get("pid") == pid):
-            state = {}
-        if "address" in state:
-            log.info("Dask dashboard: %s (scheduler %s, %d workers)", state["dashboard"], state["address"],
-                     workers)
-            return state["address"]
-        if state.get("phase") == "failed" or not _pid_alive(pid):
-            reason = state.get("error") or "the process exited"
-            raise SgdsweepError(f"the local Dask cluster failed to start: {reason}\n"
-                                f"last lines of {log_path}:\n{_tail(log_path)}")
-        now = time.monotonic()
-        if state.get("phase", "spawned") != phase:
-            phase, phase_start = state.get("phase", "spawned"), now
-            if phase == "workers" and state.get("kernels_s") is not None:
-                log.info("simulation kernels ready in %.0f s; starting %d Dask workers", state["kernels_s"],
-                         workers)
-        if phase != "kernels" and now - phase_start > START_TIMEOUT_S:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGKILL)
-            raise SgdsweepError(f"the local Dask cluster did not start: {_PHASES[phase]} took more than "
-                                f"{START_TIMEOUT_S:.0f} s\nlast lines of {log_path}:\n{_tail(log_path)}")
-        if now - last_note >= PROGRESS_EVERY_S:
-            last_note = now
-            log.info("waiting for the local Dask cluster: %s (%.0f s so far)", _PHASES[phase], now - t0)
-        time.sleep(0.1)
-
-
-#: What the daemon is doing in each phase it records, for the waiting job's progress lines.
+#: What the cluster process is doing in each phase it records, for the waiting job's lines.
 _PHASES = {
     "spawned": "its process is starting",
     "kernels": ("compiling or loading the simulation kernels (the first run of an installation compiles "
@@ -226,118 +215,96 @@ def _tail(path: Path, lines: int = 15) -> str:
     return "\n".join("  " + line for line in text.splitlines()[-lines:]) if text else "  (empty)"
 
 
-def _run_cluster(cluster_dir: Path, run_id: str) -> dict[str, Any] | None:
-    """The state of ``run_id``'s cluster if its daemon is alive (with ``address`` once it is
-    ready), else None. Call under :func:`_locked`."""
-    state = _read_state(cluster_dir)
-    if state and state.get("run_id") == run_id and _pid_alive(int(state["pid"])):
-        return state
-    return None
+def wait_for_run_cluster(scheduler_file: Path) -> dict[str, Any]:
+    """Wait until the run's cluster, whose Dask scheduler file is ``scheduler_file``, is ready;
+    return its status record (``address``, ``dashboard``, ``workers``).
 
+    The wait follows the cluster process's phases, not one wall clock: while it compiles or
+    loads the simulation kernels it may take as long as it needs while it lives; the Python
+    start before that and the Dask start after it each get :data:`START_TIMEOUT_S`. A progress
+    line is logged every :data:`PROGRESS_EVERY_S` seconds.
 
-def _spawn_daemon(cluster_dir: Path, run_id: str, workers: int, host: str) -> int:
-    """Start ``sgdsweep cluster-daemon`` and record it as starting (its pid, no address yet; the
-    daemon writes the address when its workers are up). Call under :func:`_locked`."""
-    with open(cluster_dir / "daemon.log", "ab") as log_fh:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "sgdsweep", "cluster-daemon", "--state", str(cluster_dir / STATE_FILE),
-             "--workers", str(workers), "--run-id", run_id, "--host", host],
-            stdin=subprocess.DEVNULL, stdout=log_fh, stderr=log_fh, start_new_session=True)
-    atomic_write_text(cluster_dir / STATE_FILE, json.dumps({"pid": proc.pid, "run_id": run_id, "workers": workers,
-                                                            "phase": "spawned"}))
-    return proc.pid
-
-
-def release_shared_cluster(cluster_dir: Path, run_id: str) -> bool:
-    """Ask the run's shared cluster to stop, without waiting for it; return whether it had one.
-
-    For the aggregate job: once it runs, every shard of the run is simulated, and the idle
-    scheduler and workers (about a sixth of a core, measured) would only take CPU from
-    aggregation, fit and report. The daemon closes its cluster and removes its state file
-    itself; a later job that needs workers starts a new cluster.
+    Raises:
+        SgdsweepError: the process is gone or reported an error (its own message and the end of
+            its log are in the text), or a phase with a deadline overran it.
     """
-    state = _read_state(Path(cluster_dir))
-    if not state or state.get("run_id") != run_id:
-        return False
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(int(state["pid"]), signal.SIGTERM)
-    return True
-
-
-def stop_shared_cluster(cluster_dir: Path, run_id: str) -> bool:
-    """Stop the run's shared cluster if it has one; return whether one was stopped."""
-    cluster_dir = Path(cluster_dir)
-    state = _read_state(cluster_dir)
-    if not state or state.get("run_id") != run_id:
-        return False
-    pid = int(state["pid"])
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 20
-    while _pid_alive(pid) and time.monotonic() < deadline:
+    cluster_dir = Path(scheduler_file).parent
+    log_path = cluster_dir / DAEMON_LOG
+    t0 = time.monotonic()
+    phase, phase_start, last_note = None, t0, t0
+    while True:
+        status = _read_status(cluster_dir)
+        if status.get("phase") == "ready" and Path(scheduler_file).exists():
+            return status
+        if status.get("phase") == "failed" or not (status and _pid_alive(int(status["pid"]))):
+            reason = status.get("error") or ("the process exited" if status else "it is not running")
+            raise SgdsweepError(f"the run's local Dask cluster failed to start: {reason}\n"
+                                f"last lines of {log_path}:\n{_tail(log_path)}")
+        now = time.monotonic()
+        if status["phase"] != phase:
+            phase, phase_start = status["phase"], now
+            if phase == "workers" and status.get("kernels_s") is not None:
+                log.info("simulation kernels ready in %.0f s; starting the Dask workers", status["kernels_s"])
+        if phase != "kernels" and now - phase_start > START_TIMEOUT_S:
+            raise SgdsweepError(f"the run's local Dask cluster did not start: {_PHASES.get(phase, phase)} took "
+                                f"more than {START_TIMEOUT_S:.0f} s\nlast lines of {log_path}:\n{_tail(log_path)}")
+        if now - last_note >= PROGRESS_EVERY_S:
+            last_note = now
+            log.info("waiting for the local Dask cluster: %s (%.0f s so far)", _PHASES.get(phase, phase), now - t0)
         time.sleep(0.1)
-    if _pid_alive(pid):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGKILL)
-    with contextlib.suppress(FileNotFoundError):
-        (cluster_dir / STATE_FILE).unlink()
-    return True
 
 
-def serve(state_path: Path, workers: int, run_id: str, host: str = "127.0.0.1") -> None:
-    """Run a local cluster until SIGTERM/SIGINT or until process ``run_id`` is gone.
+def serve(cluster_dir: Path, workers: int, host: str = "127.0.0.1") -> None:
+    """Run the run's local cluster until SIGTERM/SIGINT or until the parent process is gone.
 
     First the simulation kernels are compiled (or loaded from numba's cache) in this process, so
-    that the workers, which preload them (:mod:`sgdsweep.sim.warmup`), find them cached and start in
-    seconds. Each phase is recorded in the state file (``phase``: ``kernels``, ``workers``, then
-    the scheduler's ``address``) for :func:`ensure_shared_cluster`; an exception is recorded as
-    ``phase: failed`` with its message before it propagates.
+    that the workers, which preload them (:mod:`sgdsweep.sim.warmup`), find them cached and start
+    in seconds. Each phase is recorded in ``status.json`` (``kernels``, ``workers``, then
+    ``ready`` with the scheduler's ``address``) for :func:`wait_for_run_cluster`; the scheduler
+    writes Dask's scheduler file ``scheduler.json``. An exception is recorded as ``failed`` with
+    its message before it propagates.
     """
+    cluster_dir = Path(cluster_dir)
     stop = False
 
-    def _stop(signum, frame):
+    def _stop(signum: int, frame: Any) -> None:
         nonlocal stop
         stop = True
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    watch = _local_run_pid(run_id)
-    me = {"pid": os.getpid(), "run_id": run_id, "workers": workers}
+    parent, me = os.getppid(), os.getpid()
+
+    def running() -> bool:
+        return not stop and os.getppid() == parent
+
     try:
-        atomic_write_text(state_path, json.dumps({**me, "phase": "kernels"}))
+        _write_status(cluster_dir, me, "kernels")
         t0 = time.monotonic()
         from sgdsweep.sim.warmup import warm
 
         warm()
-        atomic_write_text(state_path, json.dumps({**me, "phase": "workers",
-                                                  "kernels_s": time.monotonic() - t0}))
-        if stop or (watch is not None and not _pid_alive(watch)):  # the run ended meanwhile
-            Path(state_path).unlink(missing_ok=True)
+        _write_status(cluster_dir, me, "workers", kernels_s=time.monotonic() - t0)
+        if not running():  # the run ended meanwhile
             return
-        from distributed import LocalCluster
-
-        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host=host,
-                               scheduler_port=0, dashboard_address=f"{host}:0",
-                               silence_logs=logging.WARNING, preload=["sgdsweep.sim.warmup"])
+        cluster = local_cluster(workers, host, scheduler_kwargs={"scheduler_file": str(cluster_dir / SCHEDULER_FILE)})
     except BaseException as exc:
         with contextlib.suppress(OSError):
-            atomic_write_text(state_path, json.dumps({**me, "phase": "failed",
-                                                      "error": f"{type(exc).__name__}: {exc}"}))
+            _write_status(cluster_dir, me, "failed", error=f"{type(exc).__name__}: {exc}")
         raise
     try:
-        atomic_write_text(state_path, json.dumps({
-            **me, "phase": "ready", "address": cluster.scheduler_address,
-            "dashboard": cluster.dashboard_link}))
-        while not stop and (watch is None or _pid_alive(watch)):
+        _write_status(cluster_dir, me, "ready", address=cluster.scheduler_address,
+                      dashboard=cluster.dashboard_link, workers=workers)
+        while running():
             time.sleep(0.25)
     finally:
         cluster.close(timeout=20)
-        state = None
-        with contextlib.suppress(OSError, ValueError):
-            state = json.loads(Path(state_path).read_text())
-        if state and state.get("pid") == os.getpid():
+        for name in (STATUS_FILE, SCHEDULER_FILE):
             with contextlib.suppress(FileNotFoundError):
-                Path(state_path).unlink()
+                (cluster_dir / name).unlink()
+
+
+# --- the shard job's client ------------------------------------------------------------------------
 
 
 def _check_workers_import_sgdsweep(client: Any, address: str) -> None:
@@ -377,34 +344,44 @@ def _slurm_cluster(execution: Mapping[str, Any]) -> Iterator[Any]:
 
 
 @contextlib.contextmanager
-def dask_client(execution: Mapping[str, Any], cluster_dir: Path) -> Iterator[Any]:
-    """A connected ``distributed.Client`` per the rules in the module docstring."""
-    from distributed import Client, LocalCluster
+def dask_client(execution: Mapping[str, Any]) -> Iterator[Any]:
+    """A connected ``distributed.Client`` per the rules in the module docstring.
+
+    Raises:
+        SgdsweepError: the named scheduler or the run's cluster cannot be reached, or the named
+            scheduler's workers cannot import sgdsweep.
+    """
+    from distributed import Client
 
     address = scheduler_address(execution)
-    external = address is not None
-    host = execution.get("host", "127.0.0.1")
-    if address is None and execution.get("cluster", "local") == "slurm":
+    if address is not None:
+        probe_scheduler(address)
+        try:
+            client = Client(address, timeout="30s")
+        except OSError as exc:
+            raise SgdsweepError(f"cannot connect to the Dask scheduler at {address} ({exc}); check that it "
+                                f"runs, or unset {SCHEDULER_ENV} / execution.scheduler") from None
+        with client:
+            _check_workers_import_sgdsweep(client, address)
+            yield client
+        return
+    if execution.get("cluster", "local") == "slurm":
         with _slurm_cluster(execution) as cluster, Client(cluster) as client:
             log.info("Dask on SLURM: %d job(s) of %d worker(s); dashboard %s", execution["slurm"]["jobs"],
                      execution["slurm"]["cores"], cluster.dashboard_link)
             yield client
         return
-    run = os.environ.get(RUN_ID_ENV, "")
-    if address is None and _local_run_pid(run) is not None:
-        address = ensure_shared_cluster(cluster_dir, run, worker_count(execution), host)
-    if address is not None:
-        if external:
-            probe_scheduler(address)
+    scheduler_file = os.environ.get(SCHEDULER_FILE_ENV, "").strip()
+    if scheduler_file:
+        status = wait_for_run_cluster(Path(scheduler_file))
         try:
-            client = Client(address, timeout="30s")
+            client = Client(scheduler_file=scheduler_file, timeout="30s")
         except OSError as exc:
-            hint = (f"check that it runs, or unset {SCHEDULER_ENV} / execution.scheduler" if external else
-                    f"the workflow's local cluster is gone; see {Path(cluster_dir) / 'daemon.log'}")
-            raise SgdsweepError(f"cannot connect to the Dask scheduler at {address} ({exc}); {hint}") from None
+            raise SgdsweepError(f"cannot connect to the run's local Dask cluster ({exc}); see "
+                                f"{Path(scheduler_file).parent / DAEMON_LOG}") from None
         with client:
-            if external:
-                _check_workers_import_sgdsweep(client, address)
+            log.info("Dask dashboard: %s (scheduler %s, %s workers)", status.get("dashboard"),
+                     status.get("address"), status.get("workers"))
             yield client
         return
     from sgdsweep.sim.warmup import warm
@@ -412,15 +389,10 @@ def dask_client(execution: Mapping[str, Any], cluster_dir: Path) -> Iterator[Any
     workers = worker_count(execution)
     log.info("compiling or loading the simulation kernels before starting %d Dask workers", workers)
     warm()  # compiled here, before Dask's start: the workers' preload then loads them from the cache
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host=host,
-                      scheduler_port=0, dashboard_address=f"{host}:0", silence_logs=logging.WARNING,
-                      preload=["sgdsweep.sim.warmup"]) as cluster, Client(cluster) as client:
-        log.info("Dask dashboard: %s (private cluster, %d workers)", cluster.dashboard_link, workers)
+    with local_cluster(workers, execution.get("host", "127.0.0.1")) as cluster, Client(cluster) as client:
+        log.info("Dask dashboard: %s (scheduler %s, this job's cluster, %d workers)", cluster.dashboard_link,
+                 cluster.scheduler_address, workers)
         yield client
-
-
-#: Seconds a scheduler named by the user has to complete Dask's handshake.
-PROBE_TIMEOUT_S = 30.0
 
 
 def probe_scheduler(address: str, timeout_s: float | None = None) -> None:

@@ -82,7 +82,7 @@ def _collect(fut: Any, batch: Sequence[Mapping[str, Any]], points_dir: str) -> N
     remove_failed_markers(points_dir, (p["hash"] for p in batch))
 
 
-def run_shard(spec_path: Path, receipt_path: Path, execution: Mapping[str, Any], cluster_dir: Path) -> dict:
+def run_shard(spec_path: Path, receipt_path: Path, execution: Mapping[str, Any]) -> dict:
     """Simulate the shard described by ``spec_path`` and write its receipt.
 
     Returns:
@@ -105,7 +105,7 @@ def run_shard(spec_path: Path, receipt_path: Path, execution: Mapping[str, Any],
     if batches:
         from distributed import wait
 
-        with dask_client(execution, cluster_dir) as client:
+        with dask_client(execution) as client:
             futures = {}
             for i, batch in enumerate(batches):
                 fut = client.submit(simulate_task, batch, points_dir, retries=2, pure=False,

@@ -1,9 +1,12 @@
 """One workflow run per sweep at a time, and a clear refusal for the second.
 
-The lock is an advisory ``flock`` on ``<results>/<sweep>/.sgdsweep.lock``, held by the Snakemake
-process for its whole life. The kernel releases it when that process ends in any way — also on
-``kill -9`` — so, unlike Snakemake's own directory lock, it never goes stale. The lock file
-records who holds it (pid, host, start time) for the refusal message.
+The lock is an advisory ``flock`` on ``<results>/<sweep>/.sgdsweep.lock``. ``sgdsweep run``
+takes it before anything starts and passes it on to its Snakemake process; a plain
+``snakemake`` run takes it when it starts running jobs (the workflow's ``onstart`` handler, never
+while the workflow is only parsed). The kernel releases it when the processes holding it end in
+any way — also on ``kill -9`` — so, unlike Snakemake's own directory lock, it never goes stale.
+The lock file records who holds it (pid, host, start time, Snakemake's pid) for the refusal
+message.
 """
 
 from __future__ import annotations
@@ -51,6 +54,31 @@ def ensure_writable(directory: Path, what: str = "results directory",
         raise UsageError(
             f"{what} {directory} is not writable ({exc.strerror or exc}); nothing was changed. Fix "
             f"its permissions or mount (an immutable one: chattr -i), {fix}") from None
+
+
+def check_writable(directory: Path, what: str = "results directory",
+                   fix: str = "or set results_dir in the config to a writable directory") -> None:
+    """Check, without writing anything, that ``directory`` could be created and written:
+    its nearest existing ancestor is a directory, not on a read-only file system, and writable
+    by this process (for the workflow's parse, which writes nothing; :func:`ensure_writable`
+    proves it by writing).
+
+    Raises:
+        UsageError: naming the directory, the reason and the fix, as :func:`ensure_writable`.
+    """
+    existing = Path(directory).absolute()
+    while not os.path.lexists(existing) and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        reason = errno.ENOTDIR
+    elif os.statvfs(existing).f_flag & os.ST_RDONLY:
+        reason = errno.EROFS
+    elif not os.access(existing, os.W_OK):
+        reason = errno.EACCES
+    else:
+        return
+    raise UsageError(f"{what} {directory} is not writable ({os.strerror(reason)}); nothing was changed. Fix "
+                     f"its permissions or mount (an immutable one: chattr -i), {fix}")
 
 
 def acquire(sweep_dir: Path) -> IO[str]:
@@ -137,18 +165,19 @@ def acquire_or_inherit(sweep_dir: Path) -> IO[str] | int:
             except OSError:
                 pass
             else:
-                _record_snakemake(Path(sweep_dir) / LOCK_NAME)
+                record_holder(Path(sweep_dir) / LOCK_NAME, os.getpid())
                 return fd
     fh = acquire(sweep_dir)
-    _record_snakemake(Path(sweep_dir) / LOCK_NAME)
+    record_holder(Path(sweep_dir) / LOCK_NAME, os.getpid())
     return fh
 
 
-def _record_snakemake(lock_file: Path) -> None:
-    """Add this (Snakemake) process to the lock file's record of who holds the lock."""
+def record_holder(lock_file: Path, snakemake_pid: int) -> None:
+    """Add the Snakemake process ``snakemake_pid`` to the lock file's record of who holds the
+    lock (for the refusal's message; a failure to write it is ignored)."""
     try:
-        info = json.loads(lock_file.read_text())
-        info["snakemake_pid"] = os.getpid()
-        lock_file.write_text(json.dumps(info))
+        info = json.loads(Path(lock_file).read_text())
+        info["snakemake_pid"] = snakemake_pid
+        Path(lock_file).write_text(json.dumps(info))
     except (OSError, ValueError, TypeError):
-        pass  # the record only serves the refusal's message
+        pass

@@ -1,14 +1,19 @@
-"""The plan: files that tell each workflow job what to do, written only when they change.
+"""The plan: files that tell each workflow job what to do, rewritten only when they change.
 
-Snakemake decides what to rerun from file modification times and parameters. sgdsweep writes,
-at workflow parse time, one JSON *spec* per shard listing that shard's points, and one spec
-each for aggregation, fits and the report. A file is rewritten only when its content changes
-(:func:`sgdsweep.sweep.paths.write_if_changed`), so:
+Snakemake decides what to rerun from file modification times and parameters. The plan is one
+JSON *spec* per shard listing that shard's points, and one spec each for aggregation, fits, the
+report and the execution settings. :func:`plan_texts` computes their content in memory (the
+workflow does so when it is parsed, and writes nothing then); the workflow's plan rules
+(``workflow/rules/plan.smk``) carry each file's content in their ``params``, so Snakemake
+rewrites a file only when its content changes, and only what depends on it reruns:
 
 - adding an ``lr`` value changes one shard's spec: that shard's job reruns and simulates only
   the new points (finished points are found in the content-addressed store);
 - editing only ``fit`` or ``report`` changes only ``fit.json``/``report.json``;
 - reordering keys or writing ``0.1`` as ``1e-1`` changes nothing.
+
+:func:`write_plan` writes the same files directly (each only when its content changes), for
+code that runs the stages without Snakemake.
 """
 
 from __future__ import annotations
@@ -82,6 +87,7 @@ class PlanFiles:
 
     @property
     def cluster_dir(self) -> Path:
+        """Where ``sgdsweep run`` keeps its local Dask cluster's scheduler file, status and log."""
         return self.root / ".cluster"
 
 
@@ -97,16 +103,20 @@ def _previous_repair(spec: Path) -> int:
         return 0
 
 
-def write_plan(sweep: Sweep) -> PlanFiles:
-    """Write (if changed) every spec file of ``sweep``; return the paths.
+def plan_texts(sweep: Sweep) -> dict[Path, str]:
+    """The content of every plan file of ``sweep``, by path; nothing is written.
+
+    Reads the point stores (which points are pending) and the current shard specs (their repair
+    counts).
 
     Raises:
-        ConfigError: before writing anything, if simulating the points without a complete store
-            needs more memory than ``execution.max_memory`` (:func:`sgdsweep.sweep.cost.check_memory`).
+        ConfigError: if simulating the points without a complete store needs more memory than
+            ``execution.max_memory`` (:func:`sgdsweep.sweep.cost.check_memory`).
     """
     files = PlanFiles(sweep.directory)
     pending = pending_points(sweep)
     check_memory(sweep, [h for hashes in pending.values() for h in hashes])
+    texts: dict[Path, str] = {}
     for shard, points in sweep.shards.items():
         spec = files.shard_spec(shard)
         repair = _previous_repair(spec)
@@ -115,19 +125,31 @@ def write_plan(sweep: Sweep) -> PlanFiles:
             # input checksums, so only a change of content makes it rerun the shard (and what
             # depends on it): count the repairs in the spec.
             repair += 1
-        write_if_changed(spec, _dump({"shard": shard, "points_dir": str(files.points_dir), "repair": repair,
-                                      "points": [p.spec() for p in points]}))
-    write_if_changed(files.sweep_spec, _dump({
+        texts[spec] = _dump({"shard": shard, "points_dir": str(files.points_dir), "repair": repair,
+                             "points": [p.spec() for p in points]})
+    texts[files.sweep_spec] = _dump({
         "sweep": sweep.name, "sweep_hash": sweep.sweep_hash,
         "simulation_config": sweep.simulation_config(), "coords": list(sweep.coords),
         "points_dir": str(files.points_dir),
-        "points": [{"hash": p.hash, "shard": p.shard, "key": axis_key(p)} for p in sweep.points]}))
-    write_if_changed(files.fit_spec, _dump(sweep.config["fit"]))
+        "points": [{"hash": p.hash, "shard": p.shard, "key": axis_key(p)} for p in sweep.points]})
+    texts[files.fit_spec] = _dump(sweep.config["fit"])
     shown = {k: v for k, v in sweep.config.items() if k != "execution"}  # execution never changes results
-    write_if_changed(files.report_spec, _dump({"report": sweep.config["report"], "config": shown,
-                                               "config_hash": sweep.config_hash}))
-    write_if_changed(files.execution_spec, _dump(sweep.config["execution"]))
-    return files
+    texts[files.report_spec] = _dump({"report": sweep.config["report"], "config": shown,
+                                      "config_hash": sweep.config_hash})
+    texts[files.execution_spec] = _dump(sweep.config["execution"])
+    return texts
+
+
+def write_plan(sweep: Sweep) -> PlanFiles:
+    """Write every plan file of ``sweep`` whose content changed (:func:`plan_texts`); return the
+    paths.
+
+    Raises:
+        ConfigError: before writing anything, as :func:`plan_texts`.
+    """
+    for path, text in plan_texts(sweep).items():
+        write_if_changed(path, text)
+    return PlanFiles(sweep.directory)
 
 
 def pending_points(sweep: Sweep) -> dict[str, list[str]]:
@@ -148,7 +170,7 @@ def explain(sweep: Sweep) -> dict[str, str]:
     Reasons: ``corrupt`` (a store exists but is incomplete or unreadable), ``previously failed``
     (its last simulation raised; the error is quoted), ``changed`` (the previous plan had a point
     with the same axis values but other parameters; the differences are listed) or ``new``.
-    Call it before :func:`write_plan`, which replaces the previous plan.
+    Call it before the plan is rewritten (by the workflow's plan rules or :func:`write_plan`).
     """
     files = PlanFiles(sweep.directory)
     previous: dict[tuple, str] = {}

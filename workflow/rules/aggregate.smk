@@ -11,10 +11,7 @@ rule aggregate:
         ensemble=update(directory(str(PLAN.ensemble))),
     log:
         str(PLAN.root / "logs" / "aggregate.log"),
-    params:
-        cluster_dir=str(PLAN.cluster_dir),  # every shard is done: the run's workers can go
     conda:
         "../../envs/sgdsweep.yaml"
     shell:
-        "python -m sgdsweep aggregate {input.sweep} --out {output.ensemble}"
-        " --release-cluster {params.cluster_dir} --log {log}"
+        "python -m sgdsweep aggregate {input.sweep} --out {output.ensemble} --log {log}"

@@ -1,18 +1,18 @@
 # One job per shard (points sharing data); inside, the points run as Dask tasks.
+# The execution settings never change results: ancient() keeps an edit of them (workers, say)
+# from rerunning the shards.
 
 
 rule simulate:
     input:
         spec=str(PLAN.root / "plan" / "shards" / "{shard}.json"),
+        execution=ancient(str(PLAN.execution_spec)),
     output:
         receipt=str(PLAN.root / "shards" / "{shard}.json"),
     log:
         str(PLAN.root / "logs" / "simulate" / "{shard}.log"),
-    params:
-        execution=str(PLAN.execution_spec),
-        cluster_dir=str(PLAN.cluster_dir),
     conda:
         "../../envs/sgdsweep.yaml"
     shell:
         "python -m sgdsweep simulate-shard {input.spec} --receipt {output.receipt}"
-        " --execution {params.execution} --cluster-dir {params.cluster_dir} --log {log}"
+        " --execution {input.execution} --log {log}"
