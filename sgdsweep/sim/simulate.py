@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 
 from sgdsweep.models import get_model
-from sgdsweep.sim import allocator
 from sgdsweep.sim.engine import Dynamics, run_lanes
 from sgdsweep.sim.noise import lane_streams
 from sgdsweep.sim.observables import ObserveSpec
@@ -67,7 +66,6 @@ def simulate_points(points: Sequence[Mapping[str, Any]], points_dir: str) -> dic
     Returns:
         ``{"points": [hashes written or found], "replica_steps": int, "seconds": float}``.
     """
-    allocator.tune()  # Dask workers start with a malloc setting that makes numpy temporaries page-fault
     t_start = time.perf_counter()
     first = points[0]["params"]
     for spec in points[1:]:

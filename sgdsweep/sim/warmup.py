@@ -1,9 +1,9 @@
 """Dask worker preload: import the simulation code and load the compiled kernels at worker start.
 
-The local cluster (:mod:`sgdsweep.run.cluster`) starts its workers with ``preload=["sgdsweep.sim.warmup"]``,
-so a worker imports NumPy, SciPy, numba and the models, and loads the fused kernels from numba's
-cache, while the shard job that started the cluster is still planning — not when the first
-task arrives. Nothing here changes results.
+Local clusters (:mod:`sgdsweep.run.cluster`) start their workers with
+``preload=["sgdsweep.sim.warmup"]``, so a worker imports NumPy, SciPy, numba and the models, and
+loads the compiled kernels from numba's cache as it starts, not when the first task arrives.
+Nothing here changes results.
 """
 
 from __future__ import annotations
@@ -34,6 +34,4 @@ def warm() -> None:
 
 def dask_setup(worker: Any) -> None:
     """Called by Dask when the worker starts."""
-    from sgdsweep.sim import allocator
-    allocator.tune()
     warm()

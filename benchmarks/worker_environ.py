@@ -1,15 +1,16 @@
-"""Simulation speed inside a Dask worker against in-process, with and without allocator tuning.
+"""Simulation speed inside a Dask worker against in-process, with Dask's default worker
+environment and with sgdsweep's (``sgdsweep.run.cluster.WORKER_ENVIRON``).
 
 Dask's nanny starts workers with ``MALLOC_TRIM_THRESHOLD_=65536``, which switches off glibc's
 dynamic mmap threshold: every numpy temporary above 128 KiB is then mmap-ed and page-faulted on
-each engine step. ``sgdsweep.sim.allocator.tune`` (called by ``simulate_points``) raises the
-thresholds. This benchmark runs the same batch of points (a) in this process, (b) in a fresh
-one-worker LocalCluster with tuning disabled (the baseline: what every sweep ran before), and
-(c) in a fresh worker with tuning, and prints the times and ratios. Two workloads: the default
-sweep's 4 learning rates at S = 2 (linear regression, N = 20) and the escape sweep's 5 learning
-rates (thesis landscape, 600 samples: large temporaries).
+each engine step. sgdsweep's local clusters start their workers with raised thresholds through
+``distributed.nanny.pre-spawn-environ``. This benchmark runs the same batch of points (a) in this
+process, (b) in a fresh one-worker ``LocalCluster`` with Dask's defaults (the baseline), and (c) in
+a fresh worker of ``sgdsweep.run.cluster.local_cluster``, and prints the times and ratios. Two
+workloads: the default sweep's 4 learning rates at S = 2 (linear regression, N = 20) and the
+escape sweep's 5 learning rates (thesis landscape, 600 samples: large temporaries).
 
-    python benchmarks/worker_allocator.py [--steps-scale 0.25]
+    python benchmarks/worker_environ.py [--steps-scale 0.25]
 """
 
 from __future__ import annotations
@@ -36,12 +37,9 @@ def _batch(config: str, steps_scale: float, where: str) -> list[dict]:
     return make_batches([p.spec() for p in build_sweep(cfg).points], 64)[0]
 
 
-def _simulate(batch: list[dict], out: str, tuned: bool) -> float:
-    import sgdsweep.sim.allocator
+def _simulate(batch: list[dict], out: str) -> float:
     from sgdsweep.sim.simulate import simulate_points
 
-    if not tuned:
-        sgdsweep.sim.allocator.tune = lambda: False  # this process only: the baseline
     shutil.rmtree(out, ignore_errors=True)
     simulate_points(batch[:1], out)  # compile numba, warm caches
     shutil.rmtree(out, ignore_errors=True)
@@ -50,12 +48,15 @@ def _simulate(batch: list[dict], out: str, tuned: bool) -> float:
     return time.perf_counter() - t0
 
 
-def _in_worker(batch: list[dict], out: str, tuned: bool) -> float:
+def _in_worker(batch: list[dict], out: str, sgdsweep_environ: bool) -> float:
     from distributed import Client, LocalCluster
 
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            Client(cluster) as client:
-        return client.submit(_simulate, batch, out, tuned, pure=False).result()
+    from sgdsweep.run.cluster import local_cluster
+
+    cluster = (local_cluster(1, dashboard_address=None) if sgdsweep_environ else
+               LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None))
+    with cluster, Client(cluster) as client:
+        return client.submit(_simulate, batch, out, pure=False).result()
 
 
 def main() -> None:
@@ -63,16 +64,17 @@ def main() -> None:
     ap.add_argument("--steps-scale", type=float, default=0.25, help="fraction of each config's steps")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="sgdsweep-bench-")
-    print(f"{'workload':<34} {'in-process':>10} {'worker':>8} {'tuned':>8} {'worker/in':>9} {'speed-up':>8}")
+    print(f"{'workload':<34} {'in-process':>10} {'default':>8} {'sgdsweep':>8} {'default/in':>10} "
+          f"{'default/sgdsweep':>16}")
     for name, config in (("default sweep, S = 2 (linear)", "config/config.yaml"),
                          ("escape sweep (thesis landscape)", "config/sweeps/vescovi_escape.yaml")):
         batch = _batch(config, args.steps_scale, tmp)
         if name.startswith("default"):
             batch = [p for p in batch if p["params"]["batch_size"] == 2] or batch
-        inproc = _simulate(batch, f"{tmp}/a", tuned=True)
-        base = _in_worker(batch, f"{tmp}/b", tuned=False)
-        tuned = _in_worker(batch, f"{tmp}/c", tuned=True)
-        print(f"{name:<34} {inproc:>9.1f}s {base:>7.1f}s {tuned:>7.1f}s {base / inproc:>9.2f} {base / tuned:>8.2f}")
+        inproc = _simulate(batch, f"{tmp}/a")
+        base = _in_worker(batch, f"{tmp}/b", sgdsweep_environ=False)
+        ours = _in_worker(batch, f"{tmp}/c", sgdsweep_environ=True)
+        print(f"{name:<34} {inproc:>9.1f}s {base:>7.1f}s {ours:>7.1f}s {base / inproc:>10.2f} {base / ours:>16.2f}")
     shutil.rmtree(tmp, ignore_errors=True)
 
 
