@@ -246,7 +246,8 @@ def main() -> None:
     numba_baseline(data, 2, 10)
     print(f"linreg-ref: N={N}, P={P}, S={S}, lr={LR}, float64, {threads} threads; replica-steps/s (best of "
           f"{args.repeat} rounds, each measuring every column and the roofline in turn)")
-    print("roofline = min(GEMM GFLOP/s / (4·S·N flops), row-gather GB/s / (8·S·N bytes)), measured in each row's rounds")
+    print("roofline = min(GEMM GFLOP/s / (4·S·N flops), row-gather GB/s / (8·S·N bytes)),"
+          " measured in each row's rounds")
     t = f"{args.threads}t"
     print(f"{'R':>5} {'numpy':>9} {'numba':>9} {'jax':>9} | {'bare 1t':>9} {'bare ' + t:>9} {'+obs 1t':>9} "
           f"{'+obs ' + t:>9} | {'GEMM':>6} {'gather':>7} {'roofline':>9} | {t + '/numpy':>8} {t + '/numba':>8} "

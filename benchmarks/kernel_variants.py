@@ -17,7 +17,8 @@ gaussian noise, lr 0.05, loss stride 2) after burn-in, ``additive``; ``thesis`` 
 no loss series: its stride-1 case is the same), ``thesis``.
 
     cp sgdsweep/sim/kernels/affine.py /tmp/v1.py   # edit /tmp/v1.py
-    python benchmarks/kernel_variants.py /tmp/v1.py [/tmp/v2.py ...] [--chunk shard|linreg|double_well|thesis] [--rounds 40]
+    python benchmarks/kernel_variants.py /tmp/v1.py [/tmp/v2.py ...] \
+        [--chunk shard|linreg|double_well|thesis] [--rounds 40]
 
 A variant is compiled without Numba's cache, so an edited copy never meets a cache entry. Each
 file is compiled as its own module: give two or three copies of each to see how much the same

@@ -64,7 +64,8 @@ def test_zipped_axes_may_repeat_values_and_integers_are_normalised():
     sweep = build_sweep(cfg)
     assert [p.params["batch_size"] for p in sweep.points] == [4, 4, 8]
     assert all(type(p.params["batch_size"]) is int for p in sweep.points)
-    same = build_sweep(tiny_config(grid={"lr": [0.1, 0.2, 0.4], "batch_size": [4, 4, 8], "zip": [["lr", "batch_size"]]}))
+    same = build_sweep(tiny_config(grid={"lr": [0.1, 0.2, 0.4], "batch_size": [4, 4, 8],
+                                         "zip": [["lr", "batch_size"]]}))
     assert [p.hash for p in sweep.points] == [p.hash for p in same.points]
     dup = tiny_config(grid={"lr": [0.1, 0.1], "batch_size": [4, 4], "zip": [["lr", "batch_size"]]})
     with pytest.raises(ConfigError, match="appears twice"):
@@ -306,7 +307,8 @@ def test_yaml_anchors_and_aliases_are_refused_naming_the_line(tmp_path):
     """An alias is refused where the parser meets it, so nothing is expanded; a harmless one too
     (one rule, stated in the error)."""
     path = tmp_path / "c.yaml"
-    path.write_text("sweep: a\ngrid: {lr: 0.1, batch_size: 2, samples_per_param: 8}\nfit: {wigner: {pair: &p [0, 1]}}\n")
+    path.write_text("sweep: a\ngrid: {lr: 0.1, batch_size: 2, samples_per_param: 8}\n"
+                    "fit: {wigner: {pair: &p [0, 1]}}\n")
     with pytest.raises(ConfigError, match=r"Line 3, column 22 has the anchor &p.*Write the values out"):
         load_sweep(path)
     path.write_text("sweep: a\ngrid: {lr: 0.1, batch_size: 2, samples_per_param: 8}\n"

@@ -235,8 +235,8 @@ def test_deleted_results_are_rebuilt_without_simulating(tmp_path):
 
 def test_failed_aggregate_keeps_the_ensemble(tmp_path):
     """An aggregate that fails (here on a point store whose checksum and metadata are intact but
-    one of whose arrays is a pickled object array, refused) exits non-zero naming the store, and the previous ensemble stays as
-    it was; the next aggregate, with the store repaired, succeeds."""
+    one of whose arrays is a pickled object array, refused) exits non-zero naming the store, and
+    the previous ensemble stays as it was; the next aggregate, with the store repaired, succeeds."""
     cfg = write_yaml(tmp_path / "t.yaml", tiny_config())
     assert run_snakemake(tmp_path, cfg).returncode == 0
     sweep = tmp_path / "results" / "tiny"

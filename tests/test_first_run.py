@@ -462,7 +462,8 @@ def test_a_sweep_inside_or_around_another_sweeps_directory_is_refused(tmp_path):
         for verb in ("validate", "run"):
             out = run_cli(verb, str(path), cwd=tmp_path)
             assert out.returncode == 2, (name, verb, out.stderr[-2000:])
-            assert "config key 'results_dir'" in out.stderr and f", {outer}: a run of the outer" in out.stderr, out.stderr
+            assert "config key 'results_dir'" in out.stderr, out.stderr
+            assert f", {outer}: a run of the outer" in out.stderr, out.stderr
             assert "Traceback" not in out.stderr
     direct = run_snakemake(tmp_path, write_yaml(tmp_path / "direct.yaml", cases["inside"]))
     assert direct.returncode != 0 and "lies inside another sweep's directory" in direct.stdout + direct.stderr

@@ -366,8 +366,8 @@ def test_affine_gradient_is_the_formula(extras, has_label):
 @pytest.mark.parametrize("d", [1, 2, 5, 10, 40, 77])
 def test_second_moment_flush_is_the_rank_k_update(d):
     """The flush of the δ buffer, a partial buffer included, adds the lower triangle of
-    Σ_b δ_b δ_bᵀ to its lane's sum and leaves the upper triangle and the other lanes alone (odd d: the blocked loop's last row;
-    fewer than four steps: its remainder loop)."""
+    Σ_b δ_b δ_bᵀ to its lane's sum and leaves the upper triangle and the other lanes alone (odd d:
+    the blocked loop's last row; fewer than four steps: its remainder loop)."""
     rng = np.random.default_rng(d)
     for nbuf in (1, 3, 4, 5, kernels.DELTA_BUFFER):
         dbuf = rng.standard_normal((kernels.DELTA_BUFFER, d))  # δ_b, one row per buffered step

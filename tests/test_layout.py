@@ -60,7 +60,8 @@ def private_imports(package: Path) -> list[str]:
 
 def test_no_private_name_is_imported_across_packages():
     offences = private_imports(PACKAGE)
-    assert not offences, "private names used across packages (make them public or move the code):\n" + "\n".join(offences)
+    assert not offences, ("private names used across packages (make them public or move the code):\n"
+                          + "\n".join(offences))
 
 
 def test_a_private_import_across_packages_is_found(tmp_path):

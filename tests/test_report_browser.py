@@ -36,7 +36,8 @@ def _chromium() -> str:
 @pytest.fixture(scope="module")
 def browser():
     executable = _chromium()
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install -e '.[test]')")
+    sync_api = pytest.importorskip("playwright.sync_api",
+                                   reason="playwright is not installed (pip install -e '.[test]')")
     with sync_api.sync_playwright() as pw:
         launched = pw.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS, headless=True)
         yield launched

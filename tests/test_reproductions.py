@@ -83,7 +83,8 @@ def test_gross2024_detailed_balance_fails_near_p_equal_n(tmp_path):
         "weight_cov_eigenvalues", "weight_cov_eigenvalues_theory", "weight_cov_eigenvalues_theory_detailed_balance"))
     assert np.max(np.abs(measured / exact - 1)) < 0.15
     assert balance[-1] / exact[-1] < 0.6
-    q, q_exact = point_store.read_array(path, "q_eigenvalues")[0], point_store.read_array(path, "q_eigenvalues_theory")[0]
+    q = point_store.read_array(path, "q_eigenvalues")[0]
+    q_exact = point_store.read_array(path, "q_eigenvalues_theory")[0]
     assert abs(q / q_exact - 1) < 0.1
 
 

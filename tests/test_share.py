@@ -62,7 +62,8 @@ def _rewrite(src: Path, dest: Path, change) -> Path:
 @pytest.mark.parametrize("case,change,message", [
     ("tampered_member", lambda n, d: d.replace(b'"float64"', b'"float32"') if n == "weight_var/zarr.json" else d,
      "'weight_var/zarr.json' does not match its SHA-256"),
-    ("tampered_manifest", lambda n, d: d.replace(b'"sweep": "tiny"', b'"sweep": "evil"') if n == "sgdsweep-manifest.json" else d,
+    ("tampered_manifest",
+     lambda n, d: d.replace(b'"sweep": "tiny"', b'"sweep": "evil"') if n == "sgdsweep-manifest.json" else d,
      "does not match the checksum in the zip comment"),
     ("removed_member", lambda n, d: None if n == "fits.json" else d, "'fits.json' listed in the manifest is missing"),
     ("added_member", None, "not listed in the manifest"),

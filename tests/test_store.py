@@ -61,7 +61,8 @@ def test_point_store_round_trip_and_atomicity(tmp_path):
         point_store.read_array(path, "absent")
     with pytest.raises(ValueError, match=r"must end in one of \.npz"):
         point_store.write_point(tmp_path / "abc123.h5", ARRAYS, {})
-    for bad in ({"sgdsweep_meta": ((), np.zeros(1))}, {"table.x": ((), np.zeros(1))}, {"o": (("i",), np.array([{}, None], dtype=object))}):
+    objects = np.array([{}, None], dtype=object)
+    for bad in ({"sgdsweep_meta": ((), np.zeros(1))}, {"table.x": ((), np.zeros(1))}, {"o": (("i",), objects)}):
         with pytest.raises(ValueError, match="a reserved name or an object array"):
             point_store.write_point(point_store.point_path(tmp_path, "bad"), bad, {})
     with pytest.raises(ValueError, match=r"'x': 1 dimension names \('replica',\) for an array of shape \(2, 2\)"):

@@ -174,7 +174,8 @@ def place_members(path: str | Path, members: Mapping[str, np.ndarray], meta: Map
 def _archive(members: Mapping[str, np.ndarray]) -> memoryview:
     """The ``.npz`` archive of ``members`` as :func:`numpy.savez` writes it (a zip of stored
     members ``<name>.npy``, each written by :func:`numpy.lib.format.write_array`, without
-    pickle, dated :data:`_ZIP_TIME`), its comment :data:`CHECKSUM_MARKER` and the CRC-32 of every byte before the digits.
+    pickle, dated :data:`_ZIP_TIME`), its comment :data:`CHECKSUM_MARKER` and the CRC-32 of every
+    byte before the digits.
     The comment is set before :mod:`zipfile` writes the archive's end, so the archive is written
     once."""
     buf = io.BytesIO()

@@ -194,8 +194,8 @@ def export_sweep(sweep_dir: str | Path, dest: str) -> dict[str, Any]:
     points_dir = sweep_dir / "points"
     for h in points:
         if not point_store.is_complete(point_store.point_path(points_dir, h)):
-            raise UsageError(f"point store {point_store.point_path(points_dir, h)} is missing or incomplete; re-run the "
-                             "workflow before exporting")
+            raise UsageError(f"point store {point_store.point_path(points_dir, h)} is missing or incomplete; "
+                             "re-run the workflow before exporting")
     members["fits.json"] = json.dumps(fits, indent=1, sort_keys=True).encode()
     provenance = {k: ens_attrs.get(k) for k in ("code_version", "host", "python", "created_utc", "sweep_hash")}
     provenance["package_versions"] = json.loads(ens_attrs.get("package_versions", "{}"))

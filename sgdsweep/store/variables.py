@@ -17,7 +17,8 @@ from collections.abc import Mapping
 VARIABLES: dict[str, tuple[str, str, str]] = {
     "weight_var": ("weight variance", "weight²",
                    ("mean per-coordinate stationary variance Tr E[(w-w*)(w-w*)ᵀ]/d after burn-in (around each "
-                   "replica's own time mean when minima form a manifold), averaged over time and non-diverged replicas")),
+                    "replica's own time mean when minima form a manifold), averaged over time and non-diverged "
+                    "replicas")),
     "weight_var_se": ("standard error of weight_var", "weight²",
                       "standard error from the spread of independent replicas' time averages"),
     "weight_var_theory": ("predicted weight variance", "weight²", "Tr(Σ)/d of the theory named in 'formula'"),
@@ -40,7 +41,8 @@ VARIABLES: dict[str, tuple[str, str, str]] = {
     "fdr_residual_theory": ("predicted fluctuation–dissipation residual", "1",
                             ("the residual the papers' relation must leave at the exact stationary Σ_WW: "
                             "‖λE[Σxx⁽ⁿ⁾Σ_WWΣxx⁽ⁿ⁾]‖/‖λD(0)‖")),
-    "q_ratio": ("antisymmetric ratio", "1", "max|Q|/max|D_sym|, Q = (ΣxxΣ_WW − Σ_WWΣxx)/2, D_sym its symmetric partner"),
+    "q_ratio": ("antisymmetric ratio", "1",
+                "max|Q|/max|D_sym|, Q = (ΣxxΣ_WW − Σ_WWΣxx)/2, D_sym its symmetric partner"),
     "fdr_fourier_mismatch": ("Fourier mismatch of the FDR", "1",
                              ("max over k_x of the difference between the normalised Fourier profiles "
                              "|Â(k_x,0)|/|Â(0,0)| of ΣxxΣ_WW + Σ_WWΣxx and of D(0), the inputs seen as image "
@@ -52,7 +54,8 @@ VARIABLES: dict[str, tuple[str, str, str]] = {
     "joint_eigenvalue_se": ("standard error of joint_eigenvalue", "weight²", "spread of replicas"),
     "joint_eigenvalue_theory": ("predicted joint eigenvalue", "weight²", "λ⟨r²⟩/(2S) (physics.md §4)"),
     "joint_anisotropy": ("joint anisotropy", "1",
-                         "per replica std/mean of the covariance eigenvalues on the range of Γ, averaged (0 = isotropic)"),
+                         ("per replica std/mean of the covariance eigenvalues on the range of Γ, averaged "
+                          "(0 = isotropic)")),
     "escape_time": ("mean escape time", "steps",
                     "exponential maximum-likelihood estimate with censoring: Σ times / number escaped"),
     "escape_time_se": ("standard error of escape_time", "steps", "escape_time/√(number escaped)"),
@@ -82,8 +85,8 @@ VARIABLES: dict[str, tuple[str, str, str]] = {
     "diverged_step": ("divergence step", "steps", "step at which the replica diverged; -1 if it did not"),
     "escape_step": ("escape step", "steps", "step at which the replica escaped; -1 if censored (did not escape)"),
     "escape_time_replica": ("escape time per replica", "steps",
-                            ("SGD steps until the replica escaped, or the cap (steps) when censored (escape_step = -1); "
-                            "NaN for diverged replicas")),
+                            ("SGD steps until the replica escaped, or the cap (steps) when censored "
+                             "(escape_step = -1); NaN for diverged replicas")),
     # per mode
     "weight_cov_eigenvalues": ("weight covariance eigenvalues", "weight²",
                                ("eigenvalues of the stationary weight covariance, descending (per replica and "
@@ -126,7 +129,8 @@ VECTOR_ARRAYS = {"weight_cov_eigenvalues": "mode", "weight_cov_eigenvalues_theor
                  "weight_cov_eigenvalues_theory_detailed_balance": "mode",
                  "q_eigenvalues": "q_mode", "q_eigenvalues_theory": "q_mode",
                  "q_eigenvalues_theory_continuous": "q_mode",
-                 "mode_curvature": "mode", "mode_curvature_theory": "mode", "noise_cov_ratio": "lag", "range_cov_eigenvalues": "range_mode",
+                 "mode_curvature": "mode", "mode_curvature_theory": "mode", "noise_cov_ratio": "lag",
+                 "range_cov_eigenvalues": "range_mode",
                  "fdr_fourier_lhs": "fourier_k", "fdr_fourier_noise": "fourier_k"}
 COORDS: dict[str, tuple[str, str, str]] = {
     "point": ("point hash", "1", "content hash of the point's fully resolved parameters"),
@@ -171,8 +175,8 @@ LAYER_VECTORS = {
                                "manifold (two_layer) the covariance is first projected on the Hessian's range, so "
                                "drift along flat directions is not counted")),
     "layer_mode_curvature_": ("loss curvature along the covariance modes of {layer}", "loss/weight²",
-                              ("vᵢᵀ H vᵢ for the eigenvectors vᵢ of {layer}'s covariance (descending eigenvalue), H the "
-                              "Hessian block of {layer} at the replica's mean weights, averaged over replicas")),
+                              ("vᵢᵀ H vᵢ for the eigenvectors vᵢ of {layer}'s covariance (descending eigenvalue), "
+                               "H the Hessian block of {layer} at the replica's mean weights, averaged over replicas")),
 }
 
 

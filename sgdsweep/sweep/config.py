@@ -250,7 +250,8 @@ def _check_dynamics(params: Mapping[str, Any], model, where: str) -> None:
                               f"The SDE's noise is Gaussian. At {where}.")
         k = 1.0 / params["dt_over_lr"]
         if abs(k - round(k)) > 1e-9:
-            raise ConfigError("dynamics.dt_over_lr", params["dt_over_lr"], "1/k for an integer k (1, 0.5, 0.25, 0.1, …)",
+            raise ConfigError("dynamics.dt_over_lr", params["dt_over_lr"],
+                              "1/k for an integer k (1, 0.5, 0.25, 0.1, …)",
                               "Each SGD step must be a whole number of SDE steps.")
         limit = load_schema()["$defs"]["steps"]["maximum"]
         if params["steps"] * round(k) > limit:

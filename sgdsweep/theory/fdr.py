@@ -71,7 +71,8 @@ def fourier_profile(a: np.ndarray, pixels: np.ndarray, n_pixels: int) -> np.ndar
     a = _square(a, "a")
     pixels = np.asarray(pixels, dtype=np.int64)
     if pixels.shape != (a.shape[0],):
-        raise ValueError(f"pixels must list the image pixel of each of the {a.shape[0]} inputs, got shape {pixels.shape}")
+        raise ValueError(f"pixels must list the image pixel of each of the {a.shape[0]} inputs, "
+                         f"got shape {pixels.shape}")
     column = np.zeros(int(n_pixels))
     column[pixels] = a.sum(axis=1)
     spectrum = np.abs(np.fft.rfft(column))

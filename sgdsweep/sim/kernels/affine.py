@@ -287,7 +287,8 @@ def plain_grad(wl, x, y, o, idx, weight, label_noise, z, lane, step, has_label, 
 
 
 @numba.njit(cache=True, nogil=True, fastmath=FAST, inline="always")
-def affine_grad(wl, x, y, idx, weight, metric, offsets, label_noise, z, lane, step, has_label, tmp, g):  # pragma: no cover
+def affine_grad(wl, x, y, idx, weight, metric, offsets, label_noise, z, lane, step, has_label, tmp,
+                g):  # pragma: no cover
     """g = Σ_k weight_k g_{idx_k}(W) of the affine per-sample gradients g_μ = M (W x_μ − y_μ − ε_μ)
     x_μᵀ − a_μ (ε: label noise from z[lane, step] when ``has_label``; ``tmp``: scratch of d):
     output by output the data sum G_o = Σ_k weight_k (W_o·x_k − y_ko − ε_ko) x_k
@@ -317,8 +318,8 @@ def affine_grad(wl, x, y, idx, weight, metric, offsets, label_noise, z, lane, st
 
 
 @numba.njit(cache=True, nogil=True, fastmath=FAST)
-def noise_at_minimum(lane, ref, x, y, idx, weight, metric, offsets, label_noise, z, step, has_label, tmp, noise_b, delta,
-                     lags, count, noise_buf, noise_lag, sum_gram):  # pragma: no cover - compiled
+def noise_at_minimum(lane, ref, x, y, idx, weight, metric, offsets, label_noise, z, step, has_label, tmp, noise_b,
+                     delta, lags, count, noise_buf, noise_lag, sum_gram):  # pragma: no cover - compiled
     """Han's D(m) for one measured step of one lane: the gradient noise at the minimum of the
     step's batch, b = −g_B(W*), and δ into :func:`sgdsweep.sim.observables.feed_noise_lane`."""
     affine_grad(ref, x, y, idx, weight, metric, offsets, label_noise, z, lane, step, has_label, tmp, noise_b)

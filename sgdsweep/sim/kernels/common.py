@@ -170,8 +170,8 @@ def feed_loss(lane, val, loss_count, sum_loss, loss_buf, loss_lag, loss_head):  
 @numba.njit(cache=True, nogil=True, fastmath=FAST)
 def matched_weights(z, lane, step, p, noise_amp, student, weight):  # pragma: no cover - compiled
     """Per-sample weights c_μ = 1/P + a (z_μ − z̄) of the full gradient plus ``gaussian_matched``
-    noise (:mod:`sgdsweep.sim.kernels.affine`) from the step's normals z[lane, step]: z_μ = its first P; with ``student`` the
-    amplitude a = ``noise_amp`` is scaled by √((ν−2)/V), V = the sum of squares of the last ν."""
+    noise (:mod:`sgdsweep.sim.kernels.affine`) from the step's normals z[lane, step]: z_μ = its first P;
+    with ``student`` the amplitude a = ``noise_amp`` is scaled by √((ν−2)/V), V = the sum of squares of the last ν."""
     zbar = 0.0
     for q in range(p):
         zbar += z[lane, step, q]
