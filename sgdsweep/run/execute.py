@@ -35,7 +35,7 @@ log = logging.getLogger("sgdsweep.run.execute")
 
 
 #: Parameters that may differ between the points of one engine call (one lane each).
-BATCH_VARYING = ("lr", "momentum")
+BATCH_VARYING = ("lr", "momentum", "replicas")
 
 
 def simulate_task(points: Sequence[Mapping[str, Any]], points_dir: str) -> dict[str, Any]:
@@ -49,7 +49,7 @@ def simulate_task(points: Sequence[Mapping[str, Any]], points_dir: str) -> dict[
 
 def make_batches(points: Sequence[Mapping[str, Any]], points_per_task: int) -> list[list[Mapping[str, Any]]]:
     """Group points that one engine call can advance together — equal in every parameter but
-    ``lr`` and ``momentum`` (so one shard and one batch_size) — keeping sweep order, in chunks of
+    ``lr``, ``momentum`` and ``replicas`` (so one shard and one batch_size) — keeping sweep order, in chunks of
     ``points_per_task``."""
     def key(p: Mapping[str, Any]) -> str:
         return json.dumps({k: v for k, v in p["params"].items() if k not in BATCH_VARYING}, sort_keys=True)

@@ -2,10 +2,11 @@
 
 All points of a batch share the problem (model and data), ``batch_size``, ``noise``, ``steps``
 and the dynamics; their replicas become the lanes of one :func:`sgdsweep.sim.engine.run_lanes`
-call. Each lane's randomness comes from ``SeedSequence([seed, *hash_words(stream_hash(params)),
-replica])`` (:func:`sgdsweep.sweep.identity.stream_hash`, :func:`sgdsweep.sim.noise.lane_streams`), so
-results do not depend on how points are batched or which worker runs them, nor on the
-simulation version that decides whether they rerun.
+call. Each lane's randomness comes from ``SeedSequence([seed, *hash_words(replica_stream_key(params)),
+replica])`` (:func:`sgdsweep.sweep.identity.replica_stream_key`, :func:`sgdsweep.sim.noise.lane_streams`),
+so results do not depend on how points are batched or which worker runs them, nor on the
+simulation version that decides whether they rerun; and replica r is the same whatever the
+point's number of replicas.
 """
 
 from __future__ import annotations
@@ -24,15 +25,16 @@ from sgdsweep.sim.observables import ObserveSpec
 from sgdsweep.sim.results import array_attrs, point_result
 from sgdsweep.store import points as point_store
 from sgdsweep.store.provenance import code_version
-from sgdsweep.sweep.identity import hash_words, stream_hash
+from sgdsweep.sweep.identity import hash_words, replica_stream_key
 from sgdsweep.theory.predict import predict
 
 
-def replica_streams(seed: int, stream_key: str, replicas: int) -> list[tuple[np.random.Generator, ...]]:
-    """Per replica its (uniforms, normals, initialisation) generators, keyed by (root seed,
-    the point's :func:`sgdsweep.sweep.identity.stream_hash`, replica index)."""
+def replica_streams(seed: int, stream_key: str, replicas: int, start: int = 0) -> list[tuple[np.random.Generator, ...]]:
+    """Per replica ``start`` … ``replicas − 1`` its (uniforms, normals, initialisation)
+    generators, keyed by (root seed, the point's
+    :func:`sgdsweep.sweep.identity.replica_stream_key`, replica index)."""
     words = hash_words(stream_key)
-    return [lane_streams(np.random.SeedSequence([seed, *words, r])) for r in range(replicas)]
+    return [lane_streams(np.random.SeedSequence([seed, *words, r])) for r in range(start, replicas)]
 
 
 def loss_stride(problem, params: Mapping[str, Any], burn_in: int, substeps: int) -> int:
@@ -70,10 +72,10 @@ def simulate_points(points: Sequence[Mapping[str, Any]], points_dir: str) -> dic
     first = points[0]["params"]
     for spec in points[1:]:
         diff = sorted(k for k in set(first) | set(spec["params"])
-                      if k not in ("lr", "momentum") and first.get(k) != spec["params"].get(k))
+                      if k not in ("lr", "momentum", "replicas") and first.get(k) != spec["params"].get(k))
         if diff:
             raise ValueError(f"points {points[0]['hash']} and {spec['hash']} differ in {diff}: one call simulates "
-                             "points equal in everything but lr and momentum (group them with "
+                             "points equal in everything but lr, momentum and replicas (group them with "
                              "sgdsweep.run.execute.make_batches)")
     model = get_model(first["model"])
     problem = model.make_problem(model.data_params(first))
@@ -84,7 +86,7 @@ def simulate_points(points: Sequence[Mapping[str, Any]], points_dir: str) -> dic
         p = spec["params"]
         r = int(p["replicas"])
         start = len(streams)
-        for gens in replica_streams(int(p["seed"]), stream_hash(p), r):
+        for gens in replica_streams(int(p["seed"]), replica_stream_key(p), r):
             streams.append(gens[:2])
             w0.append(problem.initial(p["init"], gens[2]))
         slices.append(slice(start, start + r))

@@ -29,7 +29,7 @@ from sgdsweep.sweep.schema import load_schema, read_yaml, validate_and_fill
 #: Axes every sweep must set (in the grid or in every explicit point) when the model uses them.
 REQUIRED_AXES = ("lr", "batch_size", "samples_per_param", "hidden_width")
 #: Keys that vary inside a shard; every other parameter is shared by a shard's points.
-IN_SHARD_KEYS = ("lr", "batch_size", "momentum")
+IN_SHARD_KEYS = ("lr", "batch_size", "momentum", "replicas")
 #: Config sections that determine simulation results (fit/report/execution do not).
 SIMULATION_SECTIONS = ("seed", "model", "dynamics", "grid", "points")
 

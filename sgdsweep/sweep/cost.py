@@ -236,13 +236,13 @@ def measure_rate(point: Point, lanes: int) -> float:
     from sgdsweep.models import get_model
     from sgdsweep.sim.engine import Dynamics, run_lanes
     from sgdsweep.sim.simulate import observe_spec, replica_streams
-    from sgdsweep.sweep.identity import stream_hash
+    from sgdsweep.sweep.identity import replica_stream_key
 
     p = point.params
     model = get_model(p["model"])
     problem = model.make_problem(model.data_params(p))
     n = max(1, min(lanes, CALIBRATION_LANES))
-    gens = replica_streams(int(p["seed"]), stream_hash(p), n)
+    gens = replica_streams(int(p["seed"]), replica_stream_key(p), n)
     w0 = np.array([problem.initial(p["init"], g[2]) for g in gens])
     bound = float(p["divergence_threshold"]) * problem.divergence_scale()
 

@@ -17,8 +17,10 @@ from typing import Any
 #: Bump when a change of the simulation code changes stored results; every point then reruns
 #: (on the same random streams: see STREAM_VERSION). 4: the thesis landscape's matched noise is
 #: drawn from its 2 × 2 covariance. 5: the summary gains fdr_residual_se; the thesis landscape's
-#: minima are polished to a zero gradient.
-SIMULATION_VERSION = 5
+#: minima are polished to a zero gradient. 6: a replica's stream no longer depends on the
+#: point's replicas and steps (:func:`replica_stream_key`), so that a point extended by more
+#: replicas equals the same point run at the larger size from the start.
+SIMULATION_VERSION = 6
 #: The version the random numbers are keyed by (:func:`stream_hash`: replicas' streams and data
 #: sets). Fixed apart from SIMULATION_VERSION, so that rerunning points does not reseed them —
 #: and does not hand the statistical tests new seeds. Bump only to reseed everything.
@@ -86,6 +88,18 @@ def stream_hash(params: Mapping[str, Any], length: int = HASH_LENGTH) -> str:
     """Hex digest of ``params`` plus :data:`STREAM_VERSION`: the key of the random numbers that
     ``params`` determine (a point's replica streams, a problem's data set)."""
     return _digest(params, STREAM_VERSION, length)
+
+
+#: Parameters a replica's random stream does not depend on: how many replicas a point has, and
+#: how long they run. Replica r of a point is the same whatever the point's size, and its first
+#: T steps are the same whatever the number of steps.
+SIZE_KEYS = ("replicas", "steps")
+
+
+def replica_stream_key(params: Mapping[str, Any], length: int = HASH_LENGTH) -> str:
+    """The key of a point's replica streams: :func:`stream_hash` of ``params`` without
+    :data:`SIZE_KEYS`."""
+    return stream_hash({k: v for k, v in params.items() if k not in SIZE_KEYS}, length)
 
 
 def _digest(params: Mapping[str, Any], version: int, length: int) -> str:
