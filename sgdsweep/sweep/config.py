@@ -49,10 +49,16 @@ class Point:
     params: Mapping[str, Any]
     burn_in: int
     shard: str
+    #: key of the point's stored lanes (:mod:`sgdsweep.store.lanes`) when a later round may
+    #: extend it by more replicas (``precision:``), else None
+    lanes: str | None = None
 
     def spec(self) -> dict[str, Any]:
         """JSON-ready description, as passed to simulation tasks."""
-        return {"hash": self.hash, "params": dict(self.params), "burn_in": self.burn_in}
+        out = {"hash": self.hash, "params": dict(self.params), "burn_in": self.burn_in}
+        if self.lanes is not None:
+            out["lanes"] = self.lanes
+        return out
 
 
 @dataclass(frozen=True)
@@ -98,8 +104,29 @@ class Sweep:
         return content_hash(self.simulation_config())
 
 
-def _describe(gp: Mapping[str, Any]) -> str:
+def describe_point(gp: Mapping[str, Any]) -> str:
+    """``point lr=0.1, batch_size=4``: where an error happened, for messages."""
     return "point " + ", ".join(f"{k}={v}" for k, v in gp.items())
+
+
+def make_point(model, raw_params: Mapping[str, Any], where: str, footprints: dict[str, Footprint]) -> Point:
+    """The :class:`Point` of ``raw_params`` (the config's base parameters with one grid point's
+    axes): values coerced, the model's checks passed, ``init: auto`` and the burn-in resolved;
+    the footprint of a new shard is added to ``footprints``.
+
+    Raises:
+        ConfigError: naming the key and ``where``.
+    """
+    params = {k: gridmod.coerce(k, v) for k, v in raw_params.items()}
+    _check_dynamics(params, model, where)
+    problem = _checked_problem(model, params, where)
+    if params["init"] == "auto":  # hash the concrete start, so 'auto' and its meaning hash alike
+        params["init"] = problem.auto_init
+    burn = _resolve_burn_in(params, problem, where)
+    shard = content_hash({k: v for k, v in params.items() if k not in IN_SHARD_KEYS})
+    if shard not in footprints:
+        footprints[shard] = footprint(problem, params)
+    return Point(hash=content_hash(params), params=params, burn_in=burn, shard=shard)
 
 
 def _resolve_burn_in(params: Mapping[str, Any], problem, where: str) -> int:
@@ -176,7 +203,7 @@ def build_sweep(raw: Mapping[str, Any]) -> Sweep:
     seen: dict[str, int] = {}
     footprints: dict[str, Footprint] = {}
     for i, gp in enumerate(expanded):
-        where = _describe(gp)
+        where = describe_point(gp)
         for axis in gp:
             if axis in gridmod.AXES and axis not in model.AXES:
                 raise ConfigError(f"grid.{axis}", gp[axis], f"an axis of model.kind {kind}: " + ", ".join(model.AXES),
@@ -185,22 +212,13 @@ def build_sweep(raw: Mapping[str, Any]) -> Sweep:
             if axis not in gp:
                 raise ConfigError(f"grid.{axis}", None, "a value or a list of values",
                                   f"Every {kind} sweep sets '{axis}'; add it to grid (or to every point).")
-        params = {k: gridmod.coerce(k, v) for k, v in {**base, **gp}.items()}
-        _check_dynamics(params, model, where)
-        problem = _checked_problem(model, params, where)
-        if params["init"] == "auto":  # hash the concrete start, so 'auto' and its meaning hash alike
-            params["init"] = problem.auto_init
-        burn = _resolve_burn_in(params, problem, where)
-        h = content_hash(params)
-        if h in seen:
+        point = make_point(model, {**base, **gp}, where, footprints)
+        if point.hash in seen:
             raise ConfigError("points" if i >= len(expanded) - len(cfg.get("points", [])) else "grid",
                               dict(gp), "distinct points",
                               f"{where} appears twice in the sweep; remove the duplicate.")
-        seen[h] = i
-        shard = content_hash({k: v for k, v in params.items() if k not in IN_SHARD_KEYS})
-        if shard not in footprints:
-            footprints[shard] = footprint(problem, params)
-        points.append(Point(hash=h, params=params, burn_in=burn, shard=shard))
+        seen[point.hash] = i
+        points.append(point)
 
     coords = tuple(a for a in gridmod.AXES if a in model.AXES) + tuple(
         k for k in gridmod.EXTRA_GRID_KEYS if any(k in gp for gp in expanded))
