@@ -155,19 +155,24 @@ def cmd_run(args: argparse.Namespace) -> int:
     # target) may mean jobs elsewhere or none; then each shard job uses a cluster of its own
     plain = not args.dry_run and not args.snakemake_args and not os.environ.get("SNAKEMAKE_PROFILE")
     with lock, _run_cluster(sweep, env, start=bool(todo) and plain):
-        if verbosity >= 0:
-            print(format_explanation(sweep, reasons, max_lines=20), file=sys.stderr)
-        # the plan on disk is this config's whatever Snakemake's records hold (none in another
-        # working directory); the plan rules then rewrite a file only when its content changed
-        for path, text in plan.items():
-            write_if_changed(path, text)
-        with subprocess.Popen(cmd, pass_fds=(lock.fileno(),), env=env) as proc:
-            locking.record_holder(Path(sweep.directory) / locking.LOCK_NAME, proc.pid)
-            try:
-                code = proc.wait()
-            except KeyboardInterrupt:  # Snakemake got the same Ctrl-C: let it stop its jobs first
-                proc.wait()
-                raise
+        # a sweep with precision targets or an edge search runs one Snakemake per round, until
+        # a round leaves nothing to simulate and the report shows the last round (no plan file
+        # changes); any other sweep runs once
+        for _ in range(_max_rounds(sweep) + 2):
+            if verbosity >= 0:
+                print(format_explanation(sweep, reasons, max_lines=20), file=sys.stderr)
+            # the plan on disk is this config's whatever Snakemake's records hold (none in another
+            # working directory); the plan rules then rewrite a file only when its content changed
+            for path, text in plan.items():
+                write_if_changed(path, text)
+            code = _snakemake(cmd, lock, env, sweep)
+            if code != 0 or args.dry_run or not sweep.rounds:
+                break
+            sweep = load_sweep(args.config)  # the next round, decided from what this one stored
+            reasons = explain(sweep)
+            plan = plan_texts(sweep)
+            if not any(_differs(path, text) for path, text in plan.items()):
+                break
     if code < 0:  # Snakemake was killed: a run of the same command resumes where it stopped
         raise SgdsweepError(f"Snakemake was killed by signal {-code}; run the same command again to resume "
                             f"(stored points are kept, and only what is missing is computed)")
@@ -176,6 +181,36 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         print(run_summary(sweep, stored_before, time.monotonic() - t0), file=sys.stderr)
     return code
+
+
+def _snakemake(cmd: list[str], lock: Any, env: dict[str, str], sweep: Any) -> int:
+    """Run Snakemake (``cmd``) under the sweep's ``lock`` and return its exit status."""
+    from sgdsweep.run import locking
+
+    with subprocess.Popen(cmd, pass_fds=(lock.fileno(),), env=env) as proc:
+        locking.record_holder(Path(sweep.directory) / locking.LOCK_NAME, proc.pid)
+        try:
+            return proc.wait()
+        except KeyboardInterrupt:  # Snakemake got the same Ctrl-C: let it stop its jobs first
+            proc.wait()
+            raise
+
+
+def _max_rounds(sweep: Any) -> int:
+    """Most rounds a sweep may run (0 without precision or search)."""
+    cfg = sweep.config
+    if "precision" in cfg:
+        return int(cfg["precision"]["budget"]["max_rounds"])
+    if "search" in cfg:
+        return int(cfg["search"]["max_rounds"])
+    return 0
+
+
+def _differs(path: Path, text: str) -> bool:
+    try:
+        return path.read_text() != text
+    except OSError:
+        return True
 
 
 def _job_environment() -> dict[str, str]:

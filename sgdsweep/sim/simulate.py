@@ -23,6 +23,7 @@ from sgdsweep.sim.engine import Dynamics, run_lanes
 from sgdsweep.sim.noise import lane_streams
 from sgdsweep.sim.observables import ObserveSpec
 from sgdsweep.sim.results import array_attrs, point_result
+from sgdsweep.store import lanes as lanes_store
 from sgdsweep.store import points as point_store
 from sgdsweep.store.provenance import code_version
 from sgdsweep.sweep.identity import hash_words, replica_stream_key
@@ -62,11 +63,16 @@ def simulate_points(points: Sequence[Mapping[str, Any]], points_dir: str) -> dic
 
     Args:
         points: point specs ``{"hash", "params", "burn_in"}`` sharing problem, batch_size,
-            noise, steps and dynamics (as grouped by :mod:`sgdsweep.sweep.plan`).
+            noise, steps and dynamics (as grouped by :mod:`sgdsweep.sweep.plan`). A spec with
+            ``"lanes": key`` (:class:`sgdsweep.sweep.config.Point`) keeps its lanes
+            (:mod:`sgdsweep.store.lanes`): the replicas already stored under ``key`` are read
+            back, only the others are simulated and stored, and the point's store is computed
+            from all of them.
         points_dir: directory of the point stores.
 
     Returns:
-        ``{"points": [hashes written or found], "replica_steps": int, "seconds": float}``.
+        ``{"points": [hashes written or found], "replica_steps": int (simulated by this call),
+        "seconds": float}``.
     """
     t_start = time.perf_counter()
     first = points[0]["params"]
@@ -81,36 +87,47 @@ def simulate_points(points: Sequence[Mapping[str, Any]], points_dir: str) -> dic
     problem = model.make_problem(model.data_params(first))
     dyn = Dynamics(first["method"], first["dt_over_lr"])
     sub = dyn.substeps
-    lr, mom, burn, streams, w0, slices, strides = [], [], [], [], [], [], []
+    lr, mom, burn, streams, w0, slices, strides, stored = [], [], [], [], [], [], [], []
     for spec in points:
         p = spec["params"]
         r = int(p["replicas"])
+        kept, covered = ({}, 0)
+        if spec.get("lanes"):  # an extensible point: its stored replicas are reused, not recomputed
+            kept, covered = lanes_store.read_lanes(points_dir, spec["lanes"], r)
+        stored.append(kept)
         start = len(streams)
-        for gens in replica_streams(int(p["seed"]), replica_stream_key(p), r):
+        for gens in replica_streams(int(p["seed"]), replica_stream_key(p), r, start=covered):
             streams.append(gens[:2])
             w0.append(problem.initial(p["init"], gens[2]))
-        slices.append(slice(start, start + r))
-        lr += [p["lr"]] * r
-        mom += [p["momentum"]] * r
-        burn += [spec["burn_in"] * sub] * r
-        strides += [loss_stride(problem, p, spec["burn_in"], sub)] * r
+        slices.append(slice(start, len(streams)))
+        n_new = r - covered
+        lr += [p["lr"]] * n_new
+        mom += [p["momentum"]] * n_new
+        burn += [spec["burn_in"] * sub] * n_new
+        strides += [loss_stride(problem, p, spec["burn_in"], sub)] * n_new
     observe = observe_spec(first)
     bound = first["divergence_threshold"] * problem.divergence_scale()
-    lanes = run_lanes(problem, noise=first["noise"], batch_size=int(first["batch_size"]),
-                      steps=int(first["steps"]) * sub, lr=np.array(lr), momentum=np.array(mom),
-                      burn_in=np.array(burn), bound=np.full(len(streams), bound), w0=np.array(w0),
-                      streams=streams, observe=observe, dynamics=dyn, loss_stride=np.array(strides))
+    lanes = {}
+    if streams:
+        lanes = run_lanes(problem, noise=first["noise"], batch_size=int(first["batch_size"]),
+                          steps=int(first["steps"]) * sub, lr=np.array(lr), momentum=np.array(mom),
+                          burn_in=np.array(burn), bound=np.full(len(streams), bound), w0=np.array(w0),
+                          streams=streams, observe=observe, dynamics=dyn, loss_stride=np.array(strides))
     elapsed_sim = time.perf_counter() - t_start
     replica_steps = 0
-    for spec, sl in zip(points, slices):
-        point_lanes = {k: v[sl] for k, v in lanes.items()}
+    for spec, sl, kept in zip(points, slices, stored):
+        new = {k: v[sl] for k, v in lanes.items()}
+        if spec.get("lanes") and sl.stop > sl.start:
+            lanes_store.write_part(points_dir, spec["lanes"], int(spec["params"]["replicas"]) - (sl.stop - sl.start),
+                                   new)
+        point_lanes = {k: np.concatenate([kept[k], new[k]]) for k in kept} if kept and new else (kept or new)
         pred = predict(problem, spec["params"])
         arrays, summary = point_result(problem, spec["params"], spec["burn_in"], point_lanes, pred,
                                        loss_stride(problem, spec["params"], spec["burn_in"], sub), sub)
-        replica_steps += int(spec["params"]["replicas"]) * int(spec["params"]["steps"]) * sub
+        replica_steps += (sl.stop - sl.start) * int(spec["params"]["steps"]) * sub
         attrs = {"point_hash": spec["hash"], "params": dict(spec["params"]), "summary": summary,
                  "code_version": code_version(),
-                 "simulation_seconds": elapsed_sim * (sl.stop - sl.start) / len(streams)}
+                 "simulation_seconds": elapsed_sim * (sl.stop - sl.start) / max(1, len(streams))}
         described = {k: (*v, array_attrs(k)) for k, v in arrays.items()}
         point_store.write_point(point_store.point_path(points_dir, spec["hash"]), described, attrs)
     return {"points": [s["hash"] for s in points], "replica_steps": replica_steps,

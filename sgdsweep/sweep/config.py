@@ -71,6 +71,9 @@ class Sweep:
     #: shard id → the memory its simulation tasks need (:mod:`sgdsweep.sweep.cost`)
     footprints: Mapping[str, Footprint] = field(default_factory=dict, repr=False, compare=False)
     _shards: dict[str, list[Point]] = field(default_factory=dict, repr=False, compare=False)
+    #: with ``precision:`` or ``search:``, the current round and why each point is in it
+    #: (:func:`sgdsweep.sweep.precision.resolve_rounds`); else empty
+    rounds: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def name(self) -> str:
@@ -166,7 +169,8 @@ def _checked_problem(model, params: Mapping[str, Any], where: str):
 
 
 def build_sweep(raw: Mapping[str, Any]) -> Sweep:
-    """Validate a config mapping and build its :class:`Sweep`.
+    """Validate a config mapping and build its :class:`Sweep`; with ``precision:`` or
+    ``search:``, at its current round (read from the stores of earlier rounds).
 
     Raises:
         ConfigError: naming the key, the value given and what is allowed.
@@ -222,7 +226,12 @@ def build_sweep(raw: Mapping[str, Any]) -> Sweep:
 
     coords = tuple(a for a in gridmod.AXES if a in model.AXES) + tuple(
         k for k in gridmod.EXTRA_GRID_KEYS if any(k in gp for gp in expanded))
-    return Sweep(config=cfg, points=tuple(points), coords=coords, footprints=footprints)
+    sweep = Sweep(config=cfg, points=tuple(points), coords=coords, footprints=footprints)
+    if "precision" in cfg or "search" in cfg:  # the points of the current round, from the stored ones
+        from sgdsweep.sweep.precision import resolve_rounds
+
+        sweep = resolve_rounds(sweep)
+    return sweep
 
 
 def _model_options(section: Mapping[str, Any], model, kind: str, raw_grid: Mapping[str, Any]) -> dict[str, Any]:

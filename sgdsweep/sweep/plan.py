@@ -29,6 +29,7 @@ from sgdsweep.sweep.config import Point, Sweep
 from sgdsweep.sweep.cost import check_memory, describe
 from sgdsweep.sweep.grid import AXES
 from sgdsweep.sweep.paths import write_if_changed
+from sgdsweep.sweep.precision import extension_reasons
 
 
 def _dump(obj: Any) -> str:
@@ -134,8 +135,10 @@ def plan_texts(sweep: Sweep) -> dict[Path, str]:
         "points": [{"hash": p.hash, "shard": p.shard, "key": axis_key(p)} for p in sweep.points]})
     texts[files.fit_spec] = _dump(sweep.config["fit"])
     shown = {k: v for k, v in sweep.config.items() if k != "execution"}  # execution never changes results
-    texts[files.report_spec] = _dump({"report": sweep.config["report"], "config": shown,
-                                      "config_hash": sweep.config_hash})
+    report = {"report": sweep.config["report"], "config": shown, "config_hash": sweep.config_hash}
+    if sweep.rounds:  # precision or search: what each round did, for the report
+        report["rounds"] = sweep.rounds
+    texts[files.report_spec] = _dump(report)
     texts[files.execution_spec] = _dump(sweep.config["execution"])
     return texts
 
@@ -167,9 +170,11 @@ def pending_points(sweep: Sweep) -> dict[str, list[str]]:
 def explain(sweep: Sweep) -> dict[str, str]:
     """Why each point without a complete store would be simulated (hash → reason).
 
-    Reasons: ``corrupt`` (a store exists but is incomplete or unreadable), ``previously failed``
-    (its last simulation raised; the error is quoted), ``changed`` (the previous plan had a point
-    with the same axis values but other parameters; the differences are listed) or ``new``.
+    Reasons: ``extended`` (a round of a sweep with precision targets extends the point, and
+    why: :func:`sgdsweep.sweep.precision.extension_reasons`), ``corrupt`` (a store exists but is
+    incomplete or unreadable), ``previously failed`` (its last simulation raised; the error is
+    quoted), ``changed`` (the previous plan had a point with the same axis values but other
+    parameters; the differences are listed) or ``new``.
     Call it before the plan is rewritten (by the workflow's plan rules or :func:`write_plan`).
     """
     files = PlanFiles(sweep.directory)
@@ -182,8 +187,12 @@ def explain(sweep: Sweep) -> dict[str, str]:
         pass
     reasons: dict[str, str] = {}
     done = complete_points(files.points_dir, (p.hash for p in sweep.points))
+    extended = extension_reasons(sweep)
     for p in sweep.points:
         if p.hash in done:
+            continue
+        if p.hash in extended:
+            reasons[p.hash] = "extended (" + extended[p.hash] + ")"
             continue
         store = point_path(files.points_dir, p.hash)
         marker = failed_marker(files.points_dir, p.hash)
@@ -227,6 +236,8 @@ def format_explanation(sweep: Sweep, reasons: dict[str, str], verbose: bool = Tr
             f"{len(sweep.points) - len(reasons)} stored, {len(reasons)} to simulate")
     if counts:
         head += " (" + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) + ")"
+    if sweep.rounds:
+        head += f"; round {sweep.rounds['round']} of its {sweep.rounds['kind']}"
     lines = [head]
     if verbose:
         by_hash = {p.hash: p for p in sweep.points}

@@ -1,0 +1,320 @@
+"""Rounds: sweeps that extend their points until a precision target is met, or search an edge.
+
+A sweep with ``precision:`` or ``search:`` (docs/precision.md) runs in *rounds*. Round 0 is the
+config's own points. After a round, what the next one simulates is decided from the stored
+results alone, so it is deterministic, and a killed or repeated run arrives at the same rounds:
+
+- ``precision``: each point's measured standard errors give the replicas it still needs
+  (``SE ∝ 1/√R``: ``R' = R · (SE / target)² · MARGIN``); a censored escape fraction or a measured
+  window short against the loss autocorrelation time gives the steps it needs. A point extended
+  by replicas keeps its lanes (:mod:`sgdsweep.store.lanes`): the next round simulates only the
+  new replicas. Limits: ``precision.budget``.
+- ``search``: for each combination of the other axes, bisection on ``search.edge`` between the
+  largest value at which no replica diverged and the smallest at which one did, one new point
+  per combination and round, until the bracket is narrower than ``search.tolerance``.
+
+Rounds are global: round k + 1 starts when every point of round k is stored, so the budget is
+charged in one order whatever the timing. :func:`resolve_rounds` turns a sweep's round-0 points
+into the points of its current round, with :attr:`Sweep.rounds` saying why each one is there;
+``sgdsweep run`` runs Snakemake once per round until nothing is pending.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from sgdsweep.errors import ConfigError, StoreError
+from sgdsweep.models import get_model
+from sgdsweep.store import lanes as lanes_store
+from sgdsweep.store import points as point_store
+from sgdsweep.sweep.config import Point, Sweep, describe_point, make_point
+
+#: Factor on the replicas that the measured standard error says a target needs: the estimate
+#: itself is noisy, and falling just short of a target costs a whole round.
+MARGIN = 1.1
+#: Shortest measured window, in loss autocorrelation times, over which a time average counts
+#: as converged (docs/precision.md).
+MIN_WINDOW_AUTOCORR = 50.0
+#: Largest growth of a point's replicas or steps in one round.
+MAX_GROWTH = 64
+
+
+@dataclasses.dataclass
+class _State:
+    base: Point
+    replicas: int
+    steps: int
+    point: Point
+    status: str | None = None
+    history: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    spent: dict[int, int] = dataclasses.field(default_factory=dict)  # steps → replicas simulated
+
+
+def _stored_summary(sweep: Sweep, point: Point) -> dict[str, Any] | None:
+    path = point_store.point_path(sweep.directory / "points", point.hash)
+    if not path.exists():
+        return None
+    try:
+        return point_store.read_attrs(path)["summary"]
+    except StoreError:
+        return None  # damaged: recomputed by the next run like any other store
+
+
+def _ceil(x: float) -> int:
+    """Smallest integer ≥ ``x``, ignoring rounding error (4.4000000000000004 · 100 → 440)."""
+    return math.ceil(round(x, 9))
+
+
+def _percent(x: float) -> str:
+    return f"{100 * x:.3g} %"
+
+
+def needs(summary: Mapping[str, Any], replicas: int, steps: int, burn_in: int,
+          observables: Mapping[str, Mapping[str, float]]) -> tuple[int, int, list[str]] | str:
+    """What one stored point still needs to meet ``observables`` (``precision.observables``).
+
+    Returns:
+        (replicas, steps, reasons) — the size that should meet every target (unchanged when it
+        is met) and one line per unmet target, e.g. ``weight_var rel SE 1.2 % > 0.5 %: +320
+        replicas`` — or a string saying why no size can (an observable that is not defined).
+    """
+    r_new, t_new, reasons = replicas, steps, []
+    window = steps - burn_in
+    for name, target in observables.items():
+        if name == "escape_time":
+            alive = replicas - int(summary.get("diverged_replicas") or 0)
+            censored = int(summary.get("escape_censored") or 0)
+            frac = censored / alive if alive else 1.0
+            limit = target.get("censored_fraction")
+            if limit is not None and frac > limit:
+                # survival ~ exp(−T/τ): T' = T · ln(1/limit) / ln(1/frac)
+                grow = math.log(1 / limit) / math.log(1 / frac) * MARGIN if frac < 1 else 4.0
+                t = _ceil(steps * min(grow, MAX_GROWTH))
+                t_new = max(t_new, t)
+                reasons.append(f"escape_time censored {_percent(frac)} > {_percent(limit)}: steps {steps} → {t}")
+        tau, se = summary.get(name), summary.get(f"{name}_se")
+        if "rel_se" not in target:
+            continue
+        if tau is None or se is None or tau == 0:
+            if name == "escape_time":
+                t = steps * 4
+                t_new = max(t_new, t)
+                reasons.append(f"escape_time: no replica escaped: steps {steps} → {t}")
+                continue
+            return f"{name} is not measured at this point (every replica diverged, or it is not observed)"
+        rel = abs(se / tau)
+        if rel > target["rel_se"]:
+            r = _ceil(replicas * min((rel / target["rel_se"]) ** 2 * MARGIN, MAX_GROWTH))
+            r = max(r, replicas + 1)
+            r_new = max(r_new, r)
+            reasons.append(f"{name} rel SE {_percent(rel)} > {_percent(target['rel_se'])}: +{r - replicas} replicas")
+        autocorr = summary.get("loss_autocorr_time")
+        if name != "escape_time" and autocorr and window < MIN_WINDOW_AUTOCORR * autocorr:
+            t = burn_in + _ceil(MIN_WINDOW_AUTOCORR * autocorr * MARGIN)
+            if t > t_new:
+                t_new = t
+                reasons.append(f"measured window {window} steps < {MIN_WINDOW_AUTOCORR:g} loss autocorrelation "
+                               f"times ({autocorr:.3g} steps each): steps {steps} → {t}")
+    return r_new, t_new, reasons
+
+
+def _spend(state: _State) -> int:
+    return sum(r * t for t, r in state.spent.items())
+
+
+def _at(sweep: Sweep, model, state: _State, replicas: int, steps: int) -> Point:
+    params = {**state.base.params, "replicas": replicas, "steps": steps}
+    point = make_point(model, params, describe_point({a: params[a] for a in sweep.coords if a in params}),
+                       sweep.footprints)  # type: ignore[arg-type]
+    return dataclasses.replace(point, lanes=lanes_store.lanes_key(point.params))
+
+
+def _precision_rounds(sweep: Sweep) -> Sweep:
+    cfg = sweep.config["precision"]
+    budget = cfg["budget"]
+    observables = cfg.get("observables", {})
+    model = get_model(sweep.config["model"]["kind"])
+    states = []
+    for p in sweep.points:
+        r, t = int(p.params["replicas"]), int(p.params["steps"])
+        st = _State(base=p, replicas=r, steps=t, point=p)
+        st.point = _at(sweep, model, st, r, t)
+        states.append(st)
+    total = sum(s.replicas * s.steps for s in states)
+    rounds = 0
+    for k in range(budget["max_rounds"] + 1):
+        rounds = k
+        summaries = {id(s): _stored_summary(sweep, s.point) for s in states if s.status is None}
+        if any(v is None for v in summaries.values()):
+            for s in states:
+                if s.status is None and summaries[id(s)] is None:
+                    s.status = "pending"
+            break
+        advanced = False
+        for s in states:
+            if s.status is not None:
+                continue
+            s.spent[s.steps] = max(s.spent.get(s.steps, 0), s.replicas)
+            need = needs(summaries[id(s)], s.replicas, s.steps, s.point.burn_in, observables)
+            if isinstance(need, str):
+                s.status = f"stopped: {need}"
+                continue
+            r, t, reasons = need
+            if not reasons:
+                s.status = "met"
+                continue
+            if k == budget["max_rounds"]:
+                s.status = f"budget: max_rounds = {budget['max_rounds']}"
+                continue
+            limited = []
+            if r > budget["max_replicas"]:
+                r, limited = budget["max_replicas"], [*limited, f"max_replicas = {budget['max_replicas']}"]
+            if t > budget["max_steps"]:
+                t, limited = budget["max_steps"], [*limited, f"max_steps = {budget['max_steps']}"]
+            if (r, t) == (s.replicas, s.steps):
+                s.status = "budget: " + ", ".join(limited)
+                continue
+            cost = r * t - (s.spent.get(t, 0) * t)
+            if total + cost > budget["max_replica_steps"]:
+                s.status = f"budget: max_replica_steps = {budget['max_replica_steps']:.3g}"
+                continue
+            total += cost
+            s.history.append({"round": k + 1, "replicas": r, "steps": t, "reasons": reasons})
+            s.replicas, s.steps = r, t
+            s.point = _at(sweep, model, s, r, t)
+            advanced = True
+        if not advanced:
+            break
+    for s in states:
+        if s.status is None:
+            s.status = "pending"
+    info = {"kind": "precision", "round": rounds, "replica_steps": sum(_spend(s) for s in states),
+            "points": {s.point.hash: {
+                "base": s.base.hash, "status": s.status, "replicas": s.replicas, "steps": s.steps,
+                "rounds": len(s.history), "replica_steps": _spend(s), "history": s.history}
+                for s in states}}
+    return dataclasses.replace(sweep, points=tuple(s.point for s in states), rounds=info, _shards={})
+
+
+def _search_rounds(sweep: Sweep) -> Sweep:
+    from sgdsweep.theory.edge import stability_edge
+
+    cfg = sweep.config["search"]
+    axis, tol = cfg["edge"], cfg["tolerance"]
+    model = get_model(sweep.config["model"]["kind"])
+    groups: dict[str, list[Point]] = {}
+    for p in sweep.points:
+        key = repr(sorted((c, p.params.get(c)) for c in sweep.coords if c != axis))
+        groups.setdefault(key, []).append(p)
+    for members in groups.values():
+        if len({p.params[axis] for p in members}) < 2:
+            raise ConfigError(f"grid.{axis}", members[0].params[axis], f"at least two values of {axis}",
+                              f"search.edge {axis} bisects between the smallest and largest value the grid gives "
+                              f"it for each combination of the other axes; {describe_point(members[0].params)} "
+                              "has one.")
+    points: dict[str, Point] = {p.hash: p for p in sweep.points}
+    info_groups = []
+    max_round = 0
+    for members in groups.values():
+        evaluated = {float(p.params[axis]): p for p in members}
+        status, k, bracket = "pending", 0, (None, None)
+        for k in range(cfg["max_rounds"] + 1):
+            outcome = {}
+            for v, p in evaluated.items():
+                summary = _stored_summary(sweep, p)
+                if summary is None:
+                    break
+                outcome[v] = int(summary.get("diverged_replicas") or 0) > 0
+            if len(outcome) < len(evaluated):
+                status = "pending"
+                break
+            diverged = [v for v, d in outcome.items() if d]
+            d = min(diverged) if diverged else None
+            stable = [v for v, bad in outcome.items() if not bad and (d is None or v < d)]
+            s = max(stable) if stable else None
+            bracket = (s, d)
+            if s is not None and d is not None and d - s <= tol * d:
+                status = "found"
+                break
+            if k == cfg["max_rounds"]:
+                status = f"budget: max_rounds = {cfg['max_rounds']}"
+                break
+            if d is None:
+                new = 2 * s if axis == "lr" else (s + 1) / 2
+            elif s is None:
+                new = d / 2
+                if new < 1e-300:
+                    status = f"diverges at every {axis}"
+                    break
+            else:
+                new = (s + d) / 2
+            base = members[0]
+            params = {**base.params, axis: new}
+            try:
+                point = make_point(model, params, describe_point({axis: new}), sweep.footprints)  # type: ignore[arg-type]
+            except ConfigError:
+                params["burn_in"] = int(params["steps"]) // 2  # the auto burn-in does not fit: divergence needs none
+                point = make_point(model, params, describe_point({axis: new}), sweep.footprints)  # type: ignore[arg-type]
+            evaluated[new] = point
+            points.setdefault(point.hash, point)
+        max_round = max(max_round, k)
+        first = members[0]
+        problem = model.make_problem(model.data_params(first.params))
+        theory = stability_edge(problem, first.params, axis)
+        info_groups.append({
+            "axes": {c: first.params.get(c) for c in sweep.coords if c != axis},
+            "status": status, "rounds": k, "stable": bracket[0], "diverged": bracket[1],
+            "edge": bracket[0] if status == "found" else None, "tolerance": tol,
+            "theory": None if theory is None else theory["value"],
+            "theory_method": None if theory is None else theory["method"],
+            "evaluated": sorted(evaluated)})
+    info = {"kind": "search", "axis": axis, "round": max_round, "groups": info_groups,
+            "replica_steps": sum(int(p.params["replicas"]) * int(p.params["steps"]) for p in points.values())}
+    return dataclasses.replace(sweep, points=tuple(points.values()), rounds=info, _shards={})
+
+
+def resolve_rounds(sweep: Sweep) -> Sweep:
+    """The sweep at its current round (module docstring): ``sweep`` itself when it has neither
+    ``precision`` nor ``search``; else its points replaced by the current round's (precision) or
+    by every point evaluated so far (search), reading the stored results under
+    ``sweep.directory``, with :attr:`Sweep.rounds` describing each.
+
+    Raises:
+        ConfigError: both sections set, or a search combination with fewer than two values.
+    """
+    has_precision, has_search = "precision" in sweep.config, "search" in sweep.config
+    if has_precision and has_search:
+        raise ConfigError("search", sweep.config["search"], "no search in a sweep with precision targets",
+                          "A sweep either extends its points to a precision or searches an edge; "
+                          "split it into two sweeps.")
+    if has_precision:
+        return _precision_rounds(sweep)
+    if has_search:
+        return _search_rounds(sweep)
+    return sweep
+
+
+def pending(sweep: Sweep) -> bool:
+    """Whether a sweep with rounds has points still to simulate in its current round."""
+    info = sweep.rounds
+    if not info:
+        return False
+    if info["kind"] == "precision":
+        return any(p["status"] == "pending" for p in info["points"].values())
+    return any(g["status"] == "pending" for g in info["groups"])
+
+
+def extension_reasons(sweep: Sweep) -> dict[str, str]:
+    """Point hash → why the current round simulates it (its last extension's reasons), for the
+    points that a round extended."""
+    info = sweep.rounds
+    out = {}
+    if info and info["kind"] == "precision":
+        for h, p in info["points"].items():
+            if p["history"]:
+                last = p["history"][-1]
+                out[h] = f"round {last['round']}: " + "; ".join(last["reasons"])
+    return out

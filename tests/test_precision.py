@@ -1,0 +1,196 @@
+"""Precision targets: points extended over rounds by replicas that continue the replica index,
+decided from the stored data, within a budget (sgdsweep/sweep/precision.py, docs/precision.md)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import REPO, run_cli, write_yaml
+
+from sgdsweep.errors import ConfigError
+from sgdsweep.sim.simulate import replica_streams, simulate_points
+from sgdsweep.store import lanes as lanes_store
+from sgdsweep.store import points as point_store
+from sgdsweep.sweep.config import build_sweep
+from sgdsweep.sweep.identity import replica_stream_key
+from sgdsweep.sweep.precision import needs
+
+PRECISE: dict[str, Any] = {
+    "sweep": "precise",
+    "seed": 3,
+    "model": {"kind": "linear", "n_inputs": 4, "label_noise": 0.5},
+    "dynamics": {"steps": 3000, "replicas": 8},
+    "grid": {"lr": [0.2, 0.4], "batch_size": 2, "samples_per_param": 10},
+    "precision": {"observables": {"weight_var": {"rel_se": 0.02}}},
+    "execution": {"workers": 1, "points_per_task": 2},
+}
+
+
+def config(tmp_path: Path, **sections: Any) -> dict[str, Any]:
+    cfg = copy.deepcopy(PRECISE)
+    cfg["results_dir"] = str(tmp_path / "results")
+    cfg.update(sections)
+    return cfg
+
+
+def run_rounds(cfg: dict[str, Any], limit: int = 12):
+    """Simulate the sweep's rounds in this process, as `sgdsweep run` does through Snakemake."""
+    for _ in range(limit):
+        sweep = build_sweep(cfg)
+        todo = [p for p in sweep.points if sweep.rounds["points"][p.hash]["status"] == "pending"]
+        if not todo:
+            return sweep
+        simulate_points([p.spec() for p in todo], str(sweep.directory / "points"))
+    raise AssertionError("the rounds did not end")
+
+
+def store(sweep, point_hash: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    path = point_store.point_path(sweep.directory / "points", point_hash)
+    with point_store.PointStore(path) as s:
+        return s.attrs, s.read_many(list(s.arrays))
+
+
+def test_replica_streams_do_not_depend_on_the_number_of_replicas_or_steps():
+    params = {"seed": 1, "lr": 0.1, "replicas": 8, "steps": 100}
+    key = replica_stream_key(params)
+    assert key == replica_stream_key({**params, "replicas": 80, "steps": 5})
+    assert key != replica_stream_key({**params, "lr": 0.2})
+    first = [g[1].standard_normal(3) for g in replica_streams(1, key, 8)]
+    later = [g[1].standard_normal(3) for g in replica_streams(1, key, 20, start=5)]
+    np.testing.assert_array_equal(first[5], later[0])
+
+
+def test_an_extended_point_is_bitwise_equal_to_the_point_run_at_full_size(tmp_path):
+    cfg = config(tmp_path)
+    swept = run_rounds(cfg)
+    info = swept.rounds["points"]
+    extended = [h for h, p in info.items() if p["rounds"] >= 1]
+    assert extended, "the target must need at least one extension for this test to mean anything"
+    plain = config(tmp_path / "plain")
+    del plain["precision"]
+    for h in extended:
+        p = next(q for q in swept.points if q.hash == h)
+        plain["grid"] = {"lr": p.params["lr"], "batch_size": 2, "samples_per_param": 10}
+        plain["dynamics"] = {"steps": p.params["steps"], "replicas": p.params["replicas"]}
+        reference = build_sweep(plain)
+        (q,) = reference.points
+        assert q.hash == h  # the same point: its identity does not say how it was computed
+        simulate_points([q.spec()], str(reference.directory / "points"))
+        attrs_a, arrays_a = store(swept, h)
+        attrs_b, arrays_b = store(reference, h)
+        assert attrs_a["summary"] == attrs_b["summary"]
+        assert arrays_a.keys() == arrays_b.keys()
+        for name in arrays_a:
+            np.testing.assert_array_equal(arrays_a[name], arrays_b[name], err_msg=name)
+
+
+def test_rounds_meet_every_target_and_reuse_every_stored_replica(tmp_path):
+    cfg = config(tmp_path)
+    sweep = run_rounds(cfg)
+    for p in sweep.points:
+        info = sweep.rounds["points"][p.hash]
+        assert info["status"] == "met"
+        s = point_store.read_attrs(point_store.point_path(sweep.directory / "points", p.hash))["summary"]
+        assert s["weight_var_se"] / s["weight_var"] <= 0.02
+        # the lanes' parts tile 0 … R without overlap: no replica was simulated twice
+        parts = lanes_store.parts(sweep.directory / "points", lanes_store.lanes_key(p.params))
+        assert [a for a, _, _ in parts] == [0, *[b for _, b, _ in parts[:-1]]]
+        assert parts[-1][1] == p.params["replicas"] == info["replicas"]
+        assert info["replica_steps"] == p.params["replicas"] * p.params["steps"]
+        reasons = [r for h in info["history"] for r in h["reasons"]]
+        assert all(r.startswith("weight_var rel SE ") and "replicas" in r for r in reasons)
+
+
+def test_a_killed_round_resumes_from_its_stored_lanes(tmp_path):
+    """A round killed after it stored the new replicas' lanes but before the point's store:
+    the next run computes the point from the stored lanes and simulates nothing."""
+    cfg = config(tmp_path)
+    sweep = build_sweep(cfg)
+    simulate_points([p.spec() for p in sweep.points], str(sweep.directory / "points"))
+    sweep = build_sweep(cfg)
+    p = next(q for q in sweep.points if sweep.rounds["points"][q.hash]["status"] == "pending")
+    simulate_points([p.spec()], str(sweep.directory / "points"))
+    point_store.point_path(sweep.directory / "points", p.hash).unlink()  # killed before the store
+    parts_before = {path: path.stat().st_mtime_ns
+                    for _, _, path in lanes_store.parts(sweep.directory / "points", p.lanes)}
+    out = simulate_points([p.spec()], str(sweep.directory / "points"))
+    assert out["replica_steps"] == 0
+    assert point_store.is_complete(point_store.point_path(sweep.directory / "points", p.hash))
+    assert {path: path.stat().st_mtime_ns
+            for _, _, path in lanes_store.parts(sweep.directory / "points", p.lanes)} == parts_before
+
+
+def test_an_unreachable_target_ends_at_the_budget_and_names_it(tmp_path):
+    cfg = config(tmp_path, precision={"observables": {"weight_var": {"rel_se": 0.001}},
+                                      "budget": {"max_replicas": 40}})
+    sweep = run_rounds(cfg)
+    for p in sweep.points:
+        info = sweep.rounds["points"][p.hash]
+        assert info["status"] == "budget: max_replicas = 40"
+        assert p.params["replicas"] == 40
+    cfg = config(tmp_path / "total", precision={"observables": {"weight_var": {"rel_se": 0.001}},
+                                                "budget": {"max_replica_steps": 1e5}})
+    sweep = run_rounds(cfg)
+    statuses = {v["status"] for v in sweep.rounds["points"].values()}
+    assert statuses == {"budget: max_replica_steps = 1e+05"}
+    assert sweep.rounds["replica_steps"] <= 1e5
+
+
+def test_needs_asks_for_replicas_from_the_spread_and_steps_from_censoring():
+    r, t, reasons = needs({"weight_var": 1.0, "weight_var_se": 0.02}, 100, 1000, 100,
+                          {"weight_var": {"rel_se": 0.01}})
+    assert (r, t) == (440, 1000)  # 100 · (2 %/1 %)² · 1.1
+    assert reasons == ["weight_var rel SE 2 % > 1 %: +340 replicas"]
+    r, t, reasons = needs({"escape_time": 500.0, "escape_time_se": 10.0, "escape_censored": 50,
+                           "diverged_replicas": 0}, 200, 1000, 0,
+                          {"escape_time": {"rel_se": 0.05, "censored_fraction": 0.01}})
+    # a quarter censored: T' = T ln(100)/ln(4) · 1.1
+    assert r == 200 and t == int(np.ceil(1000 * np.log(100) / np.log(4) * 1.1))
+    assert reasons[0].startswith("escape_time censored 25 % > 1 %")
+    assert needs({"weight_var": None, "weight_var_se": None}, 8, 100, 0,
+                 {"weight_var": {"rel_se": 0.01}}).startswith("weight_var is not measured")
+
+
+def test_precision_and_search_in_one_sweep_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="search"):
+        build_sweep(config(tmp_path, search={"edge": "lr"}))
+
+
+@pytest.mark.workflow
+def test_sgdsweep_run_extends_over_rounds_and_resumes_after_kill_9(tmp_path):
+    cfg = config(tmp_path)
+    cfg["results_dir"] = "results"
+    path = write_yaml(tmp_path / "precise.yaml", cfg)
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.Popen([sys.executable, "-m", "sgdsweep", "run", str(path), "--cores", "2"], cwd=tmp_path,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    lanes = tmp_path / "results" / "precise" / "points" / "lanes"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:  # kill once a round has extended a point
+        if lanes.is_dir() and any(not n.split(".")[1].startswith("0-") for n in os.listdir(lanes)):
+            break
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = {n: (lanes / n).read_bytes() for n in os.listdir(lanes) if n.endswith(".npz")}
+    done = run_cli("run", str(path), "--cores", "2", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "extended (round" in done.stderr
+    for name, data in before.items():  # stored replicas are never recomputed
+        assert (lanes / name).read_bytes() == data
+    report = json.loads((tmp_path / "results" / "precise" / "plan" / "report.json").read_text())
+    statuses = {p["status"] for p in report["rounds"]["points"].values()}
+    assert statuses == {"met"}
+    assert (tmp_path / "results" / "precise" / "report.html").exists()
+    again = run_cli("run", str(path), "--cores", "2", cwd=tmp_path)
+    assert again.returncode == 0 and "0 to simulate" in again.stderr
