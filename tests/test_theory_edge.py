@@ -162,3 +162,57 @@ def test_bad_axis_is_named():
                                   0.5, 2, 0.0, "epoch")
     with pytest.raises(ValueError, match="axis 'lrr'"):
         edge.stability_edge(None, {"model": "linear"}, "lrr")
+
+
+# ---- the model hook and the engine --------------------------------------------------------
+
+
+def _point(cfg):
+    from sgdsweep import models
+    from sgdsweep.sweep.config import build_sweep
+
+    params = build_sweep({"sweep": "t", **cfg}).points[0].params
+    return models.make_problem(params), params
+
+
+def test_stability_edge_dispatches_through_the_model_hook():
+    problem, params = _point({"model": {"kind": "linear", "n_inputs": 3, "label_noise": 0.5},
+                              "grid": {"lr": 0.1, "batch_size": 2, "momentum": 0.3, "samples_per_param": 2,
+                                       "noise": "minibatch_replace"}})
+    got = edge.stability_edge(problem, params, "lr")
+    assert got["value"] == edge.linear_edge(problem, "lr", 0.1, 2, 0.3, "minibatch_replace")["value"]
+    assert "linear regression" in got["method"]
+    problem, params = _point({"model": {"kind": "quadratic", "curvatures": [0.5, 2.0], "noise_cov": [1.0, 1.0]},
+                              "grid": {"lr": 0.1, "batch_size": 2, "momentum": 0.3, "noise": "student_t"}})
+    assert edge.stability_edge(problem, params, "lr")["value"] == pytest.approx(1.3, rel=1e-10)
+    lin = {"lr": 0.1, "batch_size": 2, "samples_per_param": 2}
+    no_theory = [
+        {"model": {"kind": "linear", "n_inputs": 3}, "grid": {**lin, "noise": "epoch"}},
+        {"model": {"kind": "linear", "n_inputs": 3, "n_outputs": 2}, "grid": lin},
+        {"model": {"kind": "linear", "n_inputs": 3}, "grid": {**lin, "noise": "gaussian"},
+         "dynamics": {"method": "sde"}},
+        {"model": {"kind": "landscape"}, "grid": {"lr": 0.1, "batch_size": 2}},  # the default hook
+    ]
+    for cfg in no_theory:
+        assert edge.stability_edge(*_point(cfg), "lr") is None, cfg
+
+
+def test_engine_replicas_are_bounded_below_the_edge_and_diverge_above(tmp_path):
+    """N = 2, P = 5, S = 4 without replacement, μ = 0.5: at 0.9× the exact edge no replica
+    diverges, at 1.1× every one does, although 1.1× the edge is still below the mean-dynamics
+    bound 2(1 + μ)/h_max (a theory without the multiplicative noise would call it stable)."""
+    from sgdsweep.sim.simulate import simulate_points
+    from sgdsweep.store import points as point_store
+    from sgdsweep.sweep.config import build_sweep
+
+    grid = {"batch_size": 4, "momentum": 0.5, "samples_per_param": 2.5, "noise": "minibatch"}
+    model = {"kind": "linear", "n_inputs": 2, "label_noise": 0.5}
+    problem, params = _point({"seed": 3, "model": model, "grid": {"lr": 0.1, **grid}})
+    lam = edge.stability_edge(problem, params, "lr")["value"]
+    assert 1.1 * lam < 0.95 * 3.0 / np.linalg.eigvalsh(problem.sxx).max()
+    sweep = build_sweep({"sweep": "t", "seed": 3, "model": model, "grid": {"lr": [0.9 * lam, 1.1 * lam], **grid},
+                         "dynamics": {"steps": 4000, "replicas": 32}})
+    simulate_points([p.spec() for p in sweep.points], str(tmp_path))
+    diverged = sorted((p.params["lr"] / lam, point_store.read_attrs(point_store.point_path(tmp_path, p.hash))
+                       ["summary"]["diverged_replicas"]) for p in sweep.points)
+    assert [d for _, d in diverged] == [0, 32] and diverged[0][0] == pytest.approx(0.9)

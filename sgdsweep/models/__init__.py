@@ -25,7 +25,11 @@ Optional, with the defaults of :mod:`sgdsweep.models.defaults`:
 - ``check_dynamics(params, where)``: its restrictions on ``dynamics`` (init, method, …);
 - ``theory(problem, params, pred, step, gain)``: fill the
   :class:`~sgdsweep.theory.predict.Prediction` ``pred`` with the point's stationary theory
-  (``step``: the integrator step, λ or the SDE's dt; ``gain``: the noise gain λ/dt, 1 for SGD).
+  (``step``: the integrator step, λ or the SDE's dt; ``gain``: the noise gain λ/dt, 1 for SGD);
+- ``stability_edge(problem, params, axis)``: the exact theory's stability edge along ``axis``
+  (``lr`` or ``momentum``) as ``{"value": float, "method": str, ...}``
+  (:func:`sgdsweep.theory.edge.stability_edge` states the contract), or None where the model has
+  no exact edge theory for the point; default None.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ MODELS: dict[str, ModuleType] = {"quadratic": quadratic, "linear": linear, "two_
 #: What every model module defines.
 REQUIRED = ("AXES", "OPTIONS", "NOISE_TYPES", "check_point", "data_params", "make_problem")
 #: Hooks a model module may define; :mod:`sgdsweep.models.defaults` has the others' defaults.
-OPTIONAL = ("noise_types", "OBSERVES", "check_dynamics", "theory")
+OPTIONAL = ("noise_types", "OBSERVES", "check_dynamics", "theory", "stability_edge")
 
 
 def get_model(kind: str) -> ModuleType:

@@ -20,3 +20,8 @@ def check_dynamics(params: Mapping[str, Any], where: str) -> None:
 
 def theory(problem: Problem, params: Mapping[str, Any], pred: Prediction, step: float, gain: float) -> None:
     """No stationary theory: :func:`sgdsweep.theory.predict.predict` records why."""
+
+
+def stability_edge(problem: Problem, params: Mapping[str, Any], axis: str) -> dict[str, Any] | None:
+    """No exact stability-edge theory (:func:`sgdsweep.theory.edge.stability_edge`): None."""
+    return None

@@ -153,3 +153,17 @@ def _theory_extras(problem: AffineProblem, params: Mapping[str, Any], pred: Pred
         pred.formulas["fdr_residual"] = fdr.FORMULA["predicted_residual"]
     else:
         pred.reasons["fdr_residual"] = "the relation is derived for plain SGD with minibatch noise (no momentum)"
+
+
+def stability_edge(problem: AffineProblem, params: Mapping[str, Any], axis: str) -> dict[str, Any] | None:
+    """The exact edge along ``axis`` (``lr`` or ``momentum``) where the spectral radius of SGD's
+    second-moment map reaches 1 (:func:`sgdsweep.theory.edge.linear_edge`): one output, every
+    noise type of :data:`sgdsweep.theory.linear.NOISE_TYPES` (not ``epoch``), plain SGD steps
+    (not the SDE integrator); None otherwise."""
+    from sgdsweep.theory import edge
+    from sgdsweep.theory import linear as linear_theory
+
+    noise = params["noise"]
+    if problem.n_outputs != 1 or noise not in linear_theory.NOISE_TYPES or params.get("method", "sgd") != "sgd":
+        return None
+    return edge.linear_edge(problem, axis, params["lr"], params["batch_size"], params["momentum"], noise)

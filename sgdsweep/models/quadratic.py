@@ -117,3 +117,14 @@ def theory(problem: QuadraticProblem, params: Mapping[str, Any], pred: Predictio
     pred.formulas["weight_cov"] = quadratic_theory.FORMULA["stationary_covariance"]
     pred.formulas["loss"] = quadratic_theory.FORMULA["training_loss"]
     pred.hessian, pred.noise_cov = problem.hessian, problem.noise_cov / s
+
+
+def stability_edge(problem: QuadraticProblem, params: Mapping[str, Any], axis: str) -> dict[str, Any] | None:
+    """The exact edge along ``axis`` (``lr`` or ``momentum``): the additive noise leaves the mean
+    dynamics in charge, 0 < λk < 2(1 + μ) for every curvature k (Liu et al. Cor. 1;
+    :func:`sgdsweep.theory.edge.quadratic_edge`). Plain SGD steps only (None for the SDE)."""
+    from sgdsweep.theory import edge
+
+    if params.get("method", "sgd") != "sgd":
+        return None
+    return edge.quadratic_edge(problem.k, axis, params["lr"], params["momentum"])
