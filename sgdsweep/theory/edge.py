@@ -251,11 +251,11 @@ def find_edge(radius: Callable[[float], float], axis: str, upper: float | None =
         return {"value": _refine(radius, lo, hi), "stable": "below"}
     if axis != "momentum":
         raise ValueError(f"axis {axis!r}: allowed are {', '.join(AXES)}")
-    values = [radius(mu) for mu in MOMENTUM_SCAN]
-    stable = [k for k, r in enumerate(values) if r < 1.0]
-    if not stable:
+    # the first stable value from the top of the (decreasing) scan, then from its bottom
+    top = next((k for k, mu in enumerate(MOMENTUM_SCAN) if radius(mu) < 1.0), None)
+    if top is None:
         return {"value": math.nan, "stable": "nowhere"}
-    top, bottom = stable[0], stable[-1]  # MOMENTUM_SCAN is decreasing
+    bottom = next(k for k in range(len(MOMENTUM_SCAN) - 1, top - 1, -1) if radius(MOMENTUM_SCAN[k]) < 1.0)
     out: dict[str, Any] = {"stable": "below"}
     out["value"] = math.inf if top == 0 else _refine(radius, MOMENTUM_SCAN[top], MOMENTUM_SCAN[top - 1])
     if bottom < len(MOMENTUM_SCAN) - 1:
