@@ -119,25 +119,32 @@ def uses_local_cluster(execution: Mapping[str, Any]) -> bool:
     return scheduler_address(execution) is None and execution.get("cluster", "local") == "local"
 
 
-def local_cluster(workers: int, host: str = "127.0.0.1", **kwargs: Any) -> Any:
+def local_cluster(workers: int, host: str = "127.0.0.1", gpus: int = 0, **kwargs: Any) -> Any:
     """A started ``distributed.LocalCluster`` of ``workers`` one-thread worker processes bound to
     ``host``, whose workers preload :mod:`sgdsweep.sim.warmup` and start with
-    :data:`WORKER_ENVIRON`; ``kwargs`` go to ``LocalCluster`` (and replace these defaults)."""
+    :data:`WORKER_ENVIRON`; ``kwargs`` go to ``LocalCluster`` (and replace these defaults). With
+    ``gpus``, ``workers`` CPU workers and one worker per GPU advertising the Dask resource ``GPU``
+    (:func:`sgdsweep.run.gpus.gpu_local_cluster`; ``kwargs`` then may hold ``scheduler_kwargs``)."""
     import dask
     from distributed import LocalCluster
+
+    from sgdsweep.run.gpus import gpu_local_cluster
 
     options = {"n_workers": workers, "threads_per_worker": 1, "processes": True, "host": host,
                "scheduler_port": 0, "dashboard_address": f"{host}:0", "silence_logs": logging.WARNING,
                "preload": ["sgdsweep.sim.warmup"], **kwargs}
     environ = {f"distributed.nanny.pre-spawn-environ.{k}": v for k, v in WORKER_ENVIRON.items()}
     with dask.config.set(environ):  # read by each Nanny as it is created, inside LocalCluster()
+        if gpus:
+            return gpu_local_cluster(workers, gpus, host, kwargs.get("scheduler_kwargs"),
+                                     {"preload": options["preload"]})
         return LocalCluster(**options)
 
 
 # --- the run's local cluster: started and stopped by `sgdsweep run` ------------------------------
 
 
-def start_run_cluster(cluster_dir: Path, workers: int, host: str = "127.0.0.1") -> subprocess.Popen:
+def start_run_cluster(cluster_dir: Path, workers: int, host: str = "127.0.0.1", gpus: int = 0) -> subprocess.Popen:
     """Start the run's cluster process without waiting for it; return the process, which the
     caller stops with :func:`stop_run_cluster`. What an earlier run left in ``cluster_dir`` is
     removed first (the caller holds the sweep's lock: no live run owns it)."""
@@ -149,7 +156,7 @@ def start_run_cluster(cluster_dir: Path, workers: int, host: str = "127.0.0.1") 
     with open(cluster_dir / DAEMON_LOG, "wb") as log_fh:
         return subprocess.Popen(
             [sys.executable, "-m", "sgdsweep", "cluster-daemon", "--dir", str(cluster_dir),
-             "--workers", str(workers), "--host", host],
+             "--workers", str(workers), "--host", host, *(["--gpus", str(gpus)] if gpus else [])],
             stdin=subprocess.DEVNULL, stdout=log_fh, stderr=log_fh, start_new_session=True)
 
 
@@ -254,7 +261,7 @@ def wait_for_run_cluster(scheduler_file: Path) -> dict[str, Any]:
         time.sleep(0.1)
 
 
-def serve(cluster_dir: Path, workers: int, host: str = "127.0.0.1") -> None:
+def serve(cluster_dir: Path, workers: int, host: str = "127.0.0.1", gpus: int = 0) -> None:
     """Run the run's local cluster until SIGTERM/SIGINT or until the parent process is gone.
 
     First the simulation kernels are compiled (or loaded from numba's cache) in this process, so
@@ -287,7 +294,8 @@ def serve(cluster_dir: Path, workers: int, host: str = "127.0.0.1") -> None:
         _write_status(cluster_dir, me, "workers", kernels_s=time.monotonic() - t0)
         if not running():  # the run ended meanwhile
             return
-        cluster = local_cluster(workers, host, scheduler_kwargs={"scheduler_file": str(cluster_dir / SCHEDULER_FILE)})
+        cluster = local_cluster(workers, host, gpus,
+                                scheduler_kwargs={"scheduler_file": str(cluster_dir / SCHEDULER_FILE)})
     except BaseException as exc:
         with contextlib.suppress(OSError):
             _write_status(cluster_dir, me, "failed", error=f"{type(exc).__name__}: {exc}")
@@ -324,6 +332,17 @@ def _check_workers_import_sgdsweep(client: Any, address: str) -> None:
                             "(pip install -e <repository>) or start them with PYTHONPATH=<repository>")
 
 
+def slurm_cluster_kwargs(execution: Mapping[str, Any]) -> dict[str, Any]:
+    """The dask-jobqueue ``SLURMCluster`` keyword arguments of ``execution.slurm``: jobs of
+    ``cores`` one-thread workers, or with GPUs those of :func:`sgdsweep.run.gpus.slurm_gpu_options`."""
+    from sgdsweep.run.gpus import slurm_gpu_options
+
+    s = execution["slurm"]
+    return {"cores": s["cores"], "processes": s["cores"], "memory": s["memory"], "walltime": s["walltime"],
+            "queue": s["queue"], "account": s["account"], "scheduler_options": {"host": execution["host"]},
+            "log_directory": None, **slurm_gpu_options(execution)}
+
+
 @contextlib.contextmanager
 def _slurm_cluster(execution: Mapping[str, Any]) -> Iterator[Any]:
     """A dask-jobqueue ``SLURMCluster`` of ``execution.slurm.jobs`` jobs (workers of one thread)."""
@@ -332,12 +351,9 @@ def _slurm_cluster(execution: Mapping[str, Any]) -> Iterator[Any]:
     except ImportError:
         raise UsageError("execution.cluster: slurm needs dask-jobqueue; install it with "
                          "pip install 'sgdsweep[slurm]'") from None
-    s = execution["slurm"]
-    cluster = SLURMCluster(cores=s["cores"], processes=s["cores"], memory=s["memory"], walltime=s["walltime"],
-                           queue=s["queue"], account=s["account"], scheduler_options={"host": execution["host"]},
-                           log_directory=None)
+    cluster = SLURMCluster(**slurm_cluster_kwargs(execution))
     try:
-        cluster.scale(jobs=s["jobs"])
+        cluster.scale(jobs=execution["slurm"]["jobs"])
         yield cluster
     finally:
         cluster.close()
@@ -384,14 +400,15 @@ def dask_client(execution: Mapping[str, Any]) -> Iterator[Any]:
                      status.get("address"), status.get("workers"))
             yield client
         return
+    from sgdsweep.run.gpus import local_cpu_workers, local_gpus
     from sgdsweep.sim.warmup import warm
 
-    workers = worker_count(execution)
-    log.info("compiling or loading the simulation kernels before starting %d Dask workers", workers)
+    workers, gpus = local_cpu_workers(execution, worker_count(execution)), local_gpus(execution)
+    log.info("compiling or loading the simulation kernels before starting %d Dask workers", workers + gpus)
     warm()  # compiled here, before Dask's start: the workers' preload then loads them from the cache
-    with local_cluster(workers, execution.get("host", "127.0.0.1")) as cluster, Client(cluster) as client:
+    with local_cluster(workers, execution.get("host", "127.0.0.1"), gpus) as cluster, Client(cluster) as client:
         log.info("Dask dashboard: %s (scheduler %s, this job's cluster, %d workers)", cluster.dashboard_link,
-                 cluster.scheduler_address, workers)
+                 cluster.scheduler_address, workers + gpus)
         yield client
 
 

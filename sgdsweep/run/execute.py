@@ -22,6 +22,7 @@ from typing import Any
 
 from sgdsweep.errors import SgdsweepError
 from sgdsweep.run.cluster import dask_client
+from sgdsweep.run.gpus import check_gpu_workers, task_resources
 from sgdsweep.run.progress import HEARTBEAT_S, ShardProgress, verbosity
 from sgdsweep.store.points import (
     complete_points,
@@ -42,8 +43,10 @@ def simulate_task(points: Sequence[Mapping[str, Any]], points_dir: str) -> dict[
     """The Dask task: :func:`sgdsweep.sim.simulate.simulate_points`, imported on the worker (the
     shard job that submits it then needs neither the models nor the theory: it starts in a
     fraction of the time)."""
+    from sgdsweep.run.gpus import refuse_gpu_batch
     from sgdsweep.sim.simulate import simulate_points
 
+    refuse_gpu_batch(points)  # a GPU point is never simulated on the CPU under the GPU's name
     return simulate_points(points, points_dir)
 
 
@@ -106,10 +109,12 @@ def run_shard(spec_path: Path, receipt_path: Path, execution: Mapping[str, Any])
         from distributed import wait
 
         with dask_client(execution) as client:
+            check_gpu_workers(client, batches)
             futures = {}
             for i, batch in enumerate(batches):
                 fut = client.submit(simulate_task, batch, points_dir, retries=2, pure=False,
-                                    key=f"simulate-{shard}-{i}-{uuid.uuid4().hex[:8]}")
+                                    key=f"simulate-{shard}-{i}-{uuid.uuid4().hex[:8]}",
+                                    resources=task_resources(batch))  # {"GPU": 1}: only GPU workers
                 futures[fut] = batch
             progress = ShardProgress(shard, len(points), n_cached, total, verbosity=verbosity())
             pending = set(futures)

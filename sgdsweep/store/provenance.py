@@ -1,4 +1,4 @@
-"""Provenance: package versions, code version, host and time, for the attrs of every output."""
+"""Provenance: package versions, code version, host, devices and time, for the attrs of every output."""
 
 from __future__ import annotations
 
@@ -41,11 +41,15 @@ def code_version() -> str:
 
 
 def provenance() -> dict[str, object]:
-    """Provenance attributes: versions, code version, host and UTC time."""
+    """Provenance attributes: versions, code version, host, its devices
+    (:func:`sgdsweep.sweep.device.describe_devices`) and UTC time."""
+    from sgdsweep.sweep.device import describe_devices
+
     return {
         "package_versions": package_versions(),
         "code_version": code_version(),
         "host": platform.node(),
+        "devices": describe_devices(),
         "python": platform.python_version(),
         "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }

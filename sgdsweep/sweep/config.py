@@ -22,6 +22,7 @@ from sgdsweep.models import allowed_noise, get_model, hook, observing
 from sgdsweep.models.noise_types import SAMPLING_NOISE, SDE_NOISE, describe
 from sgdsweep.sweep import grid as gridmod
 from sgdsweep.sweep.cost import Footprint, footprint
+from sgdsweep.sweep.device import router as device_router
 from sgdsweep.sweep.identity import content_hash
 from sgdsweep.sweep.paths import nested_sweep, sweep_dir
 from sgdsweep.sweep.schema import load_schema, read_yaml, validate_and_fill
@@ -203,6 +204,7 @@ def build_sweep(raw: Mapping[str, Any]) -> Sweep:
     base.update({k: v for k, v in cfg["dynamics"].items() if k != "observe"})
     base["observe"] = _observe(cfg["dynamics"]["observe"], model)
     base.setdefault("noise", allowed_noise(model, options)[0])
+    route = device_router(cfg["execution"])  # each point's backend (execution.device); CPU points unchanged
     points: list[Point] = []
     seen: dict[str, int] = {}
     footprints: dict[str, Footprint] = {}
@@ -216,7 +218,7 @@ def build_sweep(raw: Mapping[str, Any]) -> Sweep:
             if axis not in gp:
                 raise ConfigError(f"grid.{axis}", None, "a value or a list of values",
                                   f"Every {kind} sweep sets '{axis}'; add it to grid (or to every point).")
-        point = make_point(model, {**base, **gp}, where, footprints)
+        point = make_point(model, route({**base, **gp}, where), where, footprints)
         if point.hash in seen:
             raise ConfigError("points" if i >= len(expanded) - len(cfg.get("points", [])) else "grid",
                               dict(gp), "distinct points",
