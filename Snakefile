@@ -24,7 +24,7 @@ include: "workflow/rules/report.smk"
 # is stored (Snakemake would not rerun a job only because an intermediate file is gone).
 rule all:
     input:
-        str(PLAN.ensemble),
+        str(PLAN.ensemble_receipt),
         str(PLAN.fits),
         str(PLAN.report),
     default_target: True

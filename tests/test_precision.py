@@ -60,11 +60,14 @@ def store(sweep, point_hash: str) -> tuple[dict[str, Any], dict[str, np.ndarray]
         return s.attrs, s.read_many(list(s.arrays))
 
 
-def test_replica_streams_do_not_depend_on_the_number_of_replicas_or_steps():
-    params = {"seed": 1, "lr": 0.1, "replicas": 8, "steps": 100}
+def test_extensible_replica_streams_do_not_depend_on_the_number_of_replicas_or_steps():
+    params = {"seed": 1, "lr": 0.1, "replicas": 8, "steps": 100, "extensible": True}
     key = replica_stream_key(params)
     assert key == replica_stream_key({**params, "replicas": 80, "steps": 5})
     assert key != replica_stream_key({**params, "lr": 0.2})
+    # a plain point keeps the streams it always had (its size is part of its key)
+    plain = {k: v for k, v in params.items() if k != "extensible"}
+    assert replica_stream_key(plain) != replica_stream_key({**plain, "replicas": 80})
     first = [g[1].standard_normal(3) for g in replica_streams(1, key, 8)]
     later = [g[1].standard_normal(3) for g in replica_streams(1, key, 20, start=5)]
     np.testing.assert_array_equal(first[5], later[0])
@@ -76,8 +79,8 @@ def test_an_extended_point_is_bitwise_equal_to_the_point_run_at_full_size(tmp_pa
     info = swept.rounds["points"]
     extended = [h for h, p in info.items() if p["rounds"] >= 1]
     assert extended, "the target must need at least one extension for this test to mean anything"
-    plain = config(tmp_path / "plain")
-    del plain["precision"]
+    # the same point run at its final size from the start: a first round that meets the target
+    plain = config(tmp_path / "plain", precision={"observables": {"weight_var": {"rel_se": 0.9}}})
     for h in extended:
         p = next(q for q in swept.points if q.hash == h)
         plain["grid"] = {"lr": p.params["lr"], "batch_size": 2, "samples_per_param": 10}
@@ -177,15 +180,16 @@ def test_sgdsweep_run_extends_over_rounds_and_resumes_after_kill_9(tmp_path):
     lanes = tmp_path / "results" / "precise" / "points" / "lanes"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:  # kill once a round has extended a point
-        if lanes.is_dir() and any(not n.split(".")[1].startswith("0-") for n in os.listdir(lanes)):
+        if lanes.is_dir() and any(n.endswith(".npz") and ".0-" not in n for n in os.listdir(lanes)):
             break
-        time.sleep(0.2)
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.communicate()[0].decode()  # still running: killed mid-way
     os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    first = proc.communicate()[0].decode()
     before = {n: (lanes / n).read_bytes() for n in os.listdir(lanes) if n.endswith(".npz")}
     done = run_cli("run", str(path), "--cores", "2", cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "extended (round" in done.stderr
+    assert "extended (round 1: weight_var rel SE" in first + done.stderr  # `sgdsweep run` says why
     for name, data in before.items():  # stored replicas are never recomputed
         assert (lanes / name).read_bytes() == data
     report = json.loads((tmp_path / "results" / "precise" / "plan" / "report.json").read_text())
@@ -194,3 +198,60 @@ def test_sgdsweep_run_extends_over_rounds_and_resumes_after_kill_9(tmp_path):
     assert (tmp_path / "results" / "precise" / "report.html").exists()
     again = run_cli("run", str(path), "--cores", "2", cwd=tmp_path)
     assert again.returncode == 0 and "0 to simulate" in again.stderr
+
+
+def search_rounds(cfg: dict[str, Any], limit: int = 40):
+    """Run an edge search's rounds in this process."""
+    for _ in range(limit):
+        sweep = build_sweep(cfg)
+        done = point_store.complete_points(sweep.directory / "points", (p.hash for p in sweep.points))
+        todo = [p for p in sweep.points if p.hash not in done]
+        if not todo:
+            return sweep
+        simulate_points([p.spec() for p in todo], str(sweep.directory / "points"))
+    raise AssertionError("the search did not end")
+
+
+def test_lr_edge_search_on_linear_regression_brackets_the_exact_edge(tmp_path):
+    """With Gaussian gradient noise the replicas' edge is the second moment's (sgdsweep.theory.edge);
+    the bisection's final bracket holds the exact edge, and is narrower than the tolerance."""
+    from sgdsweep.models import get_model
+    from sgdsweep.theory.edge import stability_edge
+
+    cfg = config(tmp_path, dynamics={"steps": 2000, "replicas": 16, "burn_in": 0},
+                 grid={"lr": [0.05, 3.0], "batch_size": 4, "samples_per_param": 10, "noise": "gaussian"},
+                 search={"edge": "lr", "tolerance": 0.01})
+    del cfg["precision"]
+    sweep = search_rounds(cfg)
+    (group,) = sweep.rounds["groups"]
+    assert group["status"] == "found" and group["stable_side"] == "below"
+    s, d = group["stable"], group["diverged"]
+    assert 0 < d - s <= 0.01 * d
+    model = get_model("linear")
+    edge = stability_edge(model.make_problem(model.data_params(group["params"])), group["params"], "lr")["value"]
+    assert s <= edge <= d
+    assert group["rounds"] >= 5  # 3.0 was stable: the search looked beyond the grid, then bisected
+
+
+def test_momentum_edge_search_on_the_quadratic_finds_liu_corollary_1(tmp_path):
+    """At λk = 2.75 plain SGD diverges; momentum restores stability above μ = λk/2 − 1 = 0.375
+    (Liu et al. 2021, Cor. 1): the search finds the edge from the stable side above it."""
+    cfg = config(tmp_path, model={"kind": "quadratic", "curvatures": [1.0], "noise_cov": [1.0]},
+                 dynamics={"steps": 3000, "replicas": 16, "burn_in": 0},
+                 grid={"lr": 2.75, "batch_size": 1, "momentum": [0.1, 0.6], "noise": "gaussian"},
+                 search={"edge": "momentum", "tolerance": 0.02})
+    del cfg["precision"]
+    sweep = search_rounds(cfg)
+    (group,) = sweep.rounds["groups"]
+    assert group["status"] == "found" and group["stable_side"] == "above"
+    lo, hi = sorted((group["stable"], group["diverged"]))
+    assert hi - lo <= 0.02 * hi
+    assert lo <= 2.75 / 2 - 1 <= hi
+
+
+def test_an_edge_search_needs_two_values_of_its_axis(tmp_path):
+    cfg = config(tmp_path, search={"edge": "lr"})
+    del cfg["precision"]
+    cfg["grid"]["lr"] = 0.2
+    with pytest.raises(ConfigError, match=r"grid\.lr.*at least two values of lr"):
+        build_sweep(cfg)

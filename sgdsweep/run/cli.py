@@ -266,8 +266,14 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
     from sgdsweep.store.aggregate import build_ensemble, write_ensemble
 
     with heartbeat("aggregate: reading the point stores and writing the ensemble"):
-        ds = build_ensemble(_read_json(args.sweep_spec))
+        spec = _read_json(args.sweep_spec)
+        ds = build_ensemble(spec)
         write_ensemble(ds, args.out)
+    if args.receipt:
+        from sgdsweep.sweep.paths import atomic_write_text
+
+        atomic_write_text(args.receipt, json.dumps({"ensemble": str(args.out), "points": len(spec["points"]),
+                                                    "sweep_hash": spec.get("sweep_hash")}) + "\n")
     log.info("ensemble with %d points written to %s", ds.sizes["point"], args.out)
     return 0
 
@@ -456,6 +462,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = verb("aggregate", None)
     p.add_argument("sweep_spec", help="the sweep's plan file, <sweep>/plan/sweep.json")
     p.add_argument("--out", required=True, help="the ensemble to write (a .zarr directory)")
+    p.add_argument("--receipt", help="then write this JSON file naming it (the workflow's output)")
     p.add_argument("--log", help="also log to this file")
     p.set_defaults(func=cmd_aggregate)
 

@@ -5,8 +5,8 @@ and the dynamics; their replicas become the lanes of one :func:`sgdsweep.sim.eng
 call. Each lane's randomness comes from ``SeedSequence([seed, *hash_words(replica_stream_key(params)),
 replica])`` (:func:`sgdsweep.sweep.identity.replica_stream_key`, :func:`sgdsweep.sim.noise.lane_streams`),
 so results do not depend on how points are batched or which worker runs them, nor on the
-simulation version that decides whether they rerun; and replica r is the same whatever the
-point's number of replicas.
+simulation version that decides whether they rerun; and for an extensible point (a sweep with
+``precision:``) replica r is the same whatever the point's number of replicas.
 """
 
 from __future__ import annotations

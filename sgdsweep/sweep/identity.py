@@ -17,10 +17,8 @@ from typing import Any
 #: Bump when a change of the simulation code changes stored results; every point then reruns
 #: (on the same random streams: see STREAM_VERSION). 4: the thesis landscape's matched noise is
 #: drawn from its 2 × 2 covariance. 5: the summary gains fdr_residual_se; the thesis landscape's
-#: minima are polished to a zero gradient. 6: a replica's stream no longer depends on the
-#: point's replicas and steps (:func:`replica_stream_key`), so that a point extended by more
-#: replicas equals the same point run at the larger size from the start.
-SIMULATION_VERSION = 6
+#: minima are polished to a zero gradient.
+SIMULATION_VERSION = 5
 #: The version the random numbers are keyed by (:func:`stream_hash`: replicas' streams and data
 #: sets). Fixed apart from SIMULATION_VERSION, so that rerunning points does not reseed them —
 #: and does not hand the statistical tests new seeds. Bump only to reseed everything.
@@ -90,16 +88,23 @@ def stream_hash(params: Mapping[str, Any], length: int = HASH_LENGTH) -> str:
     return _digest(params, STREAM_VERSION, length)
 
 
-#: Parameters a replica's random stream does not depend on: how many replicas a point has, and
-#: how long they run. Replica r of a point is the same whatever the point's size, and its first
-#: T steps are the same whatever the number of steps.
+#: Parameters that the random streams of an *extensible* point (``params["extensible"]``, the
+#: points of a sweep with ``precision:``) do not depend on: how many replicas it has and how long
+#: they run. Its replica r is the same whatever its size, and the first T steps of a replica are
+#: the same whatever its steps, so a point extended by more replicas equals the same point run at
+#: the larger size from the start.
 SIZE_KEYS = ("replicas", "steps")
+#: Parameter that marks a point as extensible (its value True); part of its identity, so an
+#: extensible point and a plain one of the same size never share a store.
+EXTENSIBLE = "extensible"
 
 
 def replica_stream_key(params: Mapping[str, Any], length: int = HASH_LENGTH) -> str:
-    """The key of a point's replica streams: :func:`stream_hash` of ``params`` without
-    :data:`SIZE_KEYS`."""
-    return stream_hash({k: v for k, v in params.items() if k not in SIZE_KEYS}, length)
+    """The key of a point's replica streams: :func:`stream_hash` of ``params``; for an
+    extensible point (:data:`EXTENSIBLE`), of ``params`` without :data:`SIZE_KEYS`."""
+    if params.get(EXTENSIBLE):
+        return stream_hash({k: v for k, v in params.items() if k not in SIZE_KEYS}, length)
+    return stream_hash(params, length)
 
 
 def _digest(params: Mapping[str, Any], version: int, length: int) -> str:

@@ -74,6 +74,11 @@ class PlanFiles:
         return self.root / "ensemble.zarr"
 
     @property
+    def ensemble_receipt(self) -> Path:
+        """Written by the aggregate job after the ensemble: the workflow's record that it is current."""
+        return self.root / "ensemble.json"
+
+    @property
     def fits(self) -> Path:
         return self.root / "fits.json"
 
@@ -128,8 +133,11 @@ def plan_texts(sweep: Sweep) -> dict[Path, str]:
             repair += 1
         texts[spec] = _dump({"shard": shard, "points_dir": str(files.points_dir), "repair": repair,
                              "points": [p.spec() for p in points]})
+    rebuilds = _previous_repair(files.sweep_spec)
+    if files.ensemble_receipt.exists() and not files.ensemble.exists():
+        rebuilds += 1  # the ensemble was deleted: a change of content makes Snakemake rebuild it
     texts[files.sweep_spec] = _dump({
-        "sweep": sweep.name, "sweep_hash": sweep.sweep_hash,
+        "sweep": sweep.name, "sweep_hash": sweep.sweep_hash, "repair": rebuilds,
         "simulation_config": sweep.simulation_config(), "coords": list(sweep.coords),
         "points_dir": str(files.points_dir),
         "points": [{"hash": p.hash, "shard": p.shard, "key": axis_key(p)} for p in sweep.points]})

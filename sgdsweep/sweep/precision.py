@@ -31,6 +31,7 @@ from sgdsweep.models import get_model
 from sgdsweep.store import lanes as lanes_store
 from sgdsweep.store import points as point_store
 from sgdsweep.sweep.config import Point, Sweep, describe_point, make_point
+from sgdsweep.sweep.identity import EXTENSIBLE
 
 #: Factor on the replicas that the measured standard error says a target needs: the estimate
 #: itself is noisy, and falling just short of a target costs a whole round.
@@ -126,7 +127,7 @@ def _spend(state: _State) -> int:
 
 
 def _at(sweep: Sweep, model, state: _State, replicas: int, steps: int) -> Point:
-    params = {**state.base.params, "replicas": replicas, "steps": steps}
+    params = {**state.base.params, "replicas": replicas, "steps": steps, EXTENSIBLE: True}
     point = make_point(model, params, describe_point({a: params[a] for a in sweep.coords if a in params}),
                        sweep.footprints)  # type: ignore[arg-type]
     return dataclasses.replace(point, lanes=lanes_store.lanes_key(point.params))
@@ -200,8 +201,6 @@ def _precision_rounds(sweep: Sweep) -> Sweep:
 
 
 def _search_rounds(sweep: Sweep) -> Sweep:
-    from sgdsweep.theory.edge import stability_edge
-
     cfg = sweep.config["search"]
     axis, tol = cfg["edge"], cfg["tolerance"]
     model = get_model(sweep.config["model"]["kind"])
@@ -220,7 +219,7 @@ def _search_rounds(sweep: Sweep) -> Sweep:
     max_round = 0
     for members in groups.values():
         evaluated = {float(p.params[axis]): p for p in members}
-        status, k, bracket = "pending", 0, (None, None)
+        status, k, bracket, side = "pending", 0, (None, None), "below"
         for k in range(cfg["max_rounds"] + 1):
             outcome = {}
             for v, p in evaluated.items():
@@ -231,20 +230,17 @@ def _search_rounds(sweep: Sweep) -> Sweep:
             if len(outcome) < len(evaluated):
                 status = "pending"
                 break
-            diverged = [v for v, d in outcome.items() if d]
-            d = min(diverged) if diverged else None
-            stable = [v for v, bad in outcome.items() if not bad and (d is None or v < d)]
-            s = max(stable) if stable else None
+            s, d, side = _bracket(outcome)
             bracket = (s, d)
-            if s is not None and d is not None and d - s <= tol * d:
+            if s is not None and d is not None and abs(d - s) <= tol * max(abs(d), abs(s)):
                 status = "found"
                 break
             if k == cfg["max_rounds"]:
                 status = f"budget: max_rounds = {cfg['max_rounds']}"
                 break
-            if d is None:
+            if d is None:  # every value is stable: look beyond the largest
                 new = 2 * s if axis == "lr" else (s + 1) / 2
-            elif s is None:
+            elif s is None:  # none is: look below the smallest
                 new = d / 2
                 if new < 1e-300:
                     status = f"diverges at every {axis}"
@@ -262,18 +258,29 @@ def _search_rounds(sweep: Sweep) -> Sweep:
             points.setdefault(point.hash, point)
         max_round = max(max_round, k)
         first = members[0]
-        problem = model.make_problem(model.data_params(first.params))
-        theory = stability_edge(problem, first.params, axis)
         info_groups.append({
             "axes": {c: first.params.get(c) for c in sweep.coords if c != axis},
-            "status": status, "rounds": k, "stable": bracket[0], "diverged": bracket[1],
+            "status": status, "rounds": k, "stable": bracket[0], "diverged": bracket[1], "stable_side": side,
             "edge": bracket[0] if status == "found" else None, "tolerance": tol,
-            "theory": None if theory is None else theory["value"],
-            "theory_method": None if theory is None else theory["method"],
-            "evaluated": sorted(evaluated)})
+            "evaluated": sorted(evaluated), "params": dict(first.params)})
     info = {"kind": "search", "axis": axis, "round": max_round, "groups": info_groups,
             "replica_steps": sum(int(p.params["replicas"]) * int(p.params["steps"]) for p in points.values())}
     return dataclasses.replace(sweep, points=tuple(points.values()), rounds=info, _shards={})
+
+
+def _bracket(outcome: Mapping[float, bool]) -> tuple[float | None, float | None, str]:
+    """The narrowest bracket of the edge in ``outcome`` (value → whether a replica diverged):
+    (stable end, diverged end, side). Side ``below``: stable below the edge (the smallest value
+    is stable, the usual case for lr); ``above``: stable above it (the smallest value diverged
+    and a larger one did not, as momentum beyond plain SGD's limit)."""
+    values = sorted(outcome)
+    if not outcome[values[0]]:
+        d = next((v for v in values if outcome[v]), None)
+        s = max(v for v in values if not outcome[v] and (d is None or v < d))
+        return s, d, "below"
+    s = next((v for v in values if not outcome[v]), None)
+    d = max(v for v in values if outcome[v] and (s is None or v < s))
+    return s, d, "above" if s is not None else "below"
 
 
 def resolve_rounds(sweep: Sweep) -> Sweep:

@@ -3,7 +3,7 @@
 
 rule fit:
     input:
-        ensemble=str(PLAN.ensemble),
+        receipt=str(PLAN.ensemble_receipt),
         spec=str(PLAN.fit_spec),
     output:
         fits=report(str(PLAN.fits), caption="../report/fits.rst", category="Fits"),
@@ -11,5 +11,7 @@ rule fit:
         str(PLAN.root / "logs" / "fit.log"),
     conda:
         "../../envs/sgdsweep.yaml"
+    params:
+        ensemble=str(PLAN.ensemble),
     shell:
-        "python -m sgdsweep fit {input.ensemble} --spec {input.spec} --out {output.fits} --log {log}"
+        "python -m sgdsweep fit {params.ensemble} --spec {input.spec} --out {output.fits} --log {log}"

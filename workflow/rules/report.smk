@@ -3,7 +3,7 @@
 
 rule report:
     input:
-        ensemble=str(PLAN.ensemble),
+        receipt=str(PLAN.ensemble_receipt),
         fits=str(PLAN.fits),
         spec=str(PLAN.report_spec),
     output:
@@ -16,9 +16,11 @@ rule report:
         ),
     log:
         str(PLAN.root / "logs" / "report.log"),
+    params:
+        ensemble=str(PLAN.ensemble),
     threads: 4  # processes drawing the figures (Snakemake lowers it to --cores)
     conda:
         "../../envs/sgdsweep.yaml"
     shell:
-        "python -m sgdsweep report --ensemble {input.ensemble} --fits {input.fits}"
+        "python -m sgdsweep report --ensemble {params.ensemble} --fits {input.fits}"
         " --spec {input.spec} --out {output.report} --figures {output.figures} --jobs {threads} --log {log}"
