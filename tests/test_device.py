@@ -136,7 +136,23 @@ def test_cuda_without_a_device_is_refused_by_every_command_before_anything_is_wr
         assert proc.returncode == 2, proc.stderr
         assert "config key 'execution.device': got 'cuda'" in proc.stderr
         assert "CuPy is not installed" in proc.stderr or "CuPy sees no CUDA device" in proc.stderr
+    plain = write_yaml(tmp_path / "cpu.yaml", tiny_config())
+    proc = run_cli("run", str(plain), "--device", "cuda", cwd=tmp_path)
+    assert proc.returncode == 2 and "got 'cuda'" in proc.stderr, proc.stderr
+    proc = run_cli("run", str(plain), "--device", "auto", "--", "--config", "seed=4", cwd=tmp_path)
+    assert proc.returncode == 2 and "--device auto and Snakemake's --config" in proc.stderr, proc.stderr
     assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.workflow
+@pytest.mark.skipif(not NO_CUDA, reason="a CUDA device is present: the config would be valid without --device")
+def test_run_device_overrides_the_config_for_snakemake_too(tmp_path):
+    """A config asking for cuda on a machine without one runs (dry) with --device cpu: the
+    override reaches Snakemake's own reading of the config, or it would refuse the sweep."""
+    path = write_yaml(tmp_path / "gpu.yaml", tiny_config(execution={"device": "cuda"}))
+    proc = run_cli("run", str(path), "--device", "cpu", "-n", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "simulate" in proc.stdout + proc.stderr
 
 
 @pytest.mark.parametrize("execution, key, expected", [

@@ -117,11 +117,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     from sgdsweep.run.cluster import scheduler_address
     from sgdsweep.store.points import complete_points
     from sgdsweep.sweep.config import load_sweep
+    from sgdsweep.sweep.device import device_override, snakemake_config
     from sgdsweep.sweep.paths import write_if_changed
     from sgdsweep.sweep.plan import PlanFiles, explain, format_explanation, plan_texts
 
     t0 = time.monotonic()
-    sweep = load_sweep(args.config)  # fail fast, with our message, before Snakemake starts
+    device = device_override(args.config, args.device, args.snakemake_args)  # --device: execution.device
+    sweep = load_sweep(args.config, device)  # fail fast, with our message, before Snakemake starts
     scheduler_address(sweep.config["execution"])
     locking.ensure_writable(Path.cwd(), "the working directory, where Snakemake keeps its state (.snakemake),",
                             "or run sgdsweep from a writable directory")
@@ -135,7 +137,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     # the sweep lock excludes every other run of this sweep, so Snakemake's own directory lock is
     # not needed, and what a killed run left incomplete is rerun: no manual --unlock after kill -9
     cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(_snakefile()), "--configfile",
-           str(args.config), "--cores", str(args.cores), "--nolock", "--rerun-incomplete"]
+           str(args.config), *snakemake_config(args.device), "--cores", str(args.cores), "--nolock",
+           "--rerun-incomplete"]
     if args.dry_run:
         cmd.append("--dry-run")
     verbosity = _verbosity(args)
@@ -168,7 +171,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             code = _snakemake(cmd, lock, env, sweep)
             if code != 0 or args.dry_run or not sweep.rounds:
                 break
-            sweep = load_sweep(args.config)  # the next round, decided from what this one stored
+            sweep = load_sweep(args.config, device)  # the next round, decided from what this one stored
             reasons = explain(sweep)
             plan = plan_texts(sweep)
             if not any(_differs(path, text) for path, text in plan.items()):
@@ -242,12 +245,14 @@ def _run_cluster(sweep: Any, env: dict[str, str], start: bool) -> Iterator[None]
     if not (start and uses_local_cluster(execution)):
         yield
         return
+    from sgdsweep.run.gpus import local_cpu_workers, local_gpus
+
     cluster_dir = PlanFiles(sweep.directory).cluster_dir
-    workers = worker_count(execution)
+    workers, gpus = local_cpu_workers(execution, worker_count(execution)), local_gpus(execution)
     log.info("starting a local Dask cluster of %d workers; it first compiles the simulation kernels "
              "(the first run of an installation: 1-3 min on a busy 2-core machine; later runs load them "
-             "from numba's cache in seconds)", workers)
-    proc = start_run_cluster(cluster_dir, workers, execution.get("host", "127.0.0.1"))
+             "from numba's cache in seconds)", workers + gpus)
+    proc = start_run_cluster(cluster_dir, workers, execution.get("host", "127.0.0.1"), gpus)
     env[SCHEDULER_FILE_ENV] = str(cluster_dir / SCHEDULER_FILE)
     try:
         yield
@@ -356,7 +361,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
 def cmd_cluster_daemon(args: argparse.Namespace) -> int:
     from sgdsweep.run.cluster import serve
 
-    serve(Path(args.dir), args.workers, args.host)
+    serve(Path(args.dir), args.workers, args.host, args.gpus)
     return 0
 
 
@@ -421,6 +426,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cores", type=_positive_int, default=os.cpu_count() or 1,
                    help="CPU cores Snakemake may use for its jobs (default: all of this machine's)")
     p.add_argument("-n", "--dry-run", action="store_true", help="only show what would run")
+    p.add_argument("--device", choices=("cpu", "cuda", "auto"),
+                   help="where the shards simulate, overriding the config's execution.device (docs/gpu.md)")
     p.set_defaults(func=cmd_run)
 
     p = verb("validate", "check a config and print its size")
@@ -486,7 +493,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = verb("cluster-daemon", None)
     p.add_argument("--dir", required=True,
                    help="where to write the Dask scheduler file, the status record and the log")
-    p.add_argument("--workers", type=_positive_int, required=True, help="worker processes")
+    p.add_argument("--workers", type=int, required=True, help="CPU worker processes (0 with --gpus)")
+    p.add_argument("--gpus", type=int, default=0, help="GPU worker processes, one per GPU (default 0)")
     p.add_argument("--host", default="127.0.0.1", help="the interface to bind (default 127.0.0.1)")
     p.set_defaults(func=cmd_cluster_daemon)
     return parser
