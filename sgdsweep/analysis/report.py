@@ -2,12 +2,15 @@
 
 The page leads with the answer: one line on the points (done, diverged, agreement with the exact
 theory), then every fit's verdict in words with its headline numbers (estimate [interval], exact
-theory, leading order, goodness of fit: :mod:`sgdsweep.analysis.fit.verdict`), then the main figure
+theory, leading order, goodness of fit: :mod:`sgdsweep.analysis.fit.verdict`), for a sweep run in
+rounds (``precision:`` or ``search:``) one line on what they spent and reached, then the main figure
 (measured against theory). Then: the coverage map of the grid (only when the grid has gaps or
-diverged points), one section per fit (table of estimate ± interval, theory, leading order, inside
-or not; figure with a residual panel), measured vs theory and spectra, the table of points, theory
-formulas, run time per shard, provenance. With ``figures_dir`` every figure
-is also written there as ``<name>.png`` (the workflow marks them for ``snakemake --report``).
+diverged points), the rounds' section (:mod:`sgdsweep.analysis.rounds`: per point spend and
+targets, or the stability edge against the exact theory), one section per fit (table of estimate
+± interval, theory, leading order, inside or not; figure with a residual panel), measured vs
+theory and spectra, the table of points, theory formulas, run time per shard, provenance. With
+``figures_dir`` every figure is also written there as ``<name>.png``
+(the workflow marks them for ``snakemake --report``).
 
 A fit with more groups than :data:`MAX_GROUP_FIGURES` keeps every group's table, but only that
 many groups get a figure of their own; one overview figure shows every group's estimates, and the
@@ -30,7 +33,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from sgdsweep.analysis import figures, plotting
+from sgdsweep.analysis import figures, plotting, rounds
 from sgdsweep.analysis.fit.escape import follows_sentence
 from sgdsweep.analysis.fit.verdict import MAX_LISTED, NAMES, Verdict, assess, judge
 
@@ -393,10 +396,15 @@ def build_report(ds: xr.Dataset, fits: dict[str, Any], report_spec: dict[str, An
 def _build(ds: xr.Dataset, fits: dict[str, Any], report_spec: dict[str, Any], figs: _Figures) -> str:
     title = report_spec["report"]["title"]
     parts = [f"<h1>{html.escape(title)}</h1>", _status_line(ds), _answer(fits)]
+    info = report_spec.get("rounds")  # precision or search: what the rounds spent and found
+    if info:
+        parts.append(rounds.status_line(info))
     parts.append(figs.img("weight_var", "weight variance against lr/batch_size", figures.weight_var_against_ratio, ds))
     if figures.coverage_worth_showing(ds):
         parts.append("<h2>Coverage of the grid</h2>")
         parts.append(figs.img("coverage", "coverage map", figures.coverage, ds))
+    if info:
+        parts.extend(rounds.sections(ds, info, report_spec["config"], fits, figs.img))
     parts.append("<h2>Fits</h2>")
     parts.extend(_fit_sections(ds, fits, figs))
     parts.append("<h2>Measured vs theory</h2>")

@@ -1,0 +1,180 @@
+"""The report's account of sweeps run in rounds: the status line, the "Rounds" section of a
+precision sweep and the "Stability edge" section of an edge search (sgdsweep/analysis/rounds.py)."""
+
+from __future__ import annotations
+
+import copy
+import html
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sgdsweep.analysis.fit import fit_ensemble
+from sgdsweep.analysis.report import build_report
+from sgdsweep.analysis.rounds import edge_figure, theory_edge
+from sgdsweep.sim.simulate import simulate_points
+from sgdsweep.store import points as point_store
+from sgdsweep.store.aggregate import build_ensemble
+from sgdsweep.sweep.config import Sweep, build_sweep
+from sgdsweep.sweep.plan import PlanFiles, plan_texts
+
+LINEAR = {"kind": "linear", "n_inputs": 4, "label_noise": 0.5}
+
+PRECISE: dict[str, Any] = {
+    "sweep": "precise",
+    "seed": 3,
+    "model": LINEAR,
+    "dynamics": {"steps": 3000, "replicas": 8},
+    "grid": {"lr": [0.2, 0.4], "batch_size": 2, "samples_per_param": 10},
+    "precision": {"observables": {"weight_var": {"rel_se": 0.02}}},
+    "execution": {"workers": 1},
+}
+
+EDGE: dict[str, Any] = {
+    "sweep": "edge",
+    "seed": 3,
+    "model": LINEAR,
+    "dynamics": {"steps": 2000, "replicas": 16, "burn_in": 0},
+    "grid": {"lr": [0.05, 3.0], "batch_size": 2, "samples_per_param": 10, "noise": "gaussian"},
+    "search": {"edge": "lr", "tolerance": 0.01},
+    "execution": {"workers": 1},
+}
+
+
+def config(base: dict[str, Any], root: Path, **sections: Any) -> dict[str, Any]:
+    cfg = copy.deepcopy(base)
+    cfg["results_dir"] = str(root / "results")
+    cfg.update(sections)
+    return cfg
+
+
+def run_rounds(cfg: dict[str, Any], limit: int = 40) -> Sweep:
+    """Simulate the sweep's rounds in this process, as `sgdsweep run` does through Snakemake."""
+    for _ in range(limit):
+        sweep = build_sweep(cfg)
+        points = sweep.directory / "points"
+        todo = [p.spec() for p in sweep.points if not point_store.is_complete(point_store.point_path(points, p.hash))]
+        if not todo:
+            return sweep
+        simulate_points(todo, str(points))
+    raise AssertionError("the rounds did not end")
+
+
+def report_of(sweep: Sweep, figures_dir: Path | None = None) -> str:
+    """The HTML report of ``sweep`` at its current round, built from its plan files' content."""
+    files = PlanFiles(sweep.directory)
+    texts = plan_texts(sweep)
+    ds = build_ensemble(json.loads(texts[files.sweep_spec]))
+    fits = fit_ensemble(ds, json.loads(texts[files.fit_spec]))
+    return build_report(ds, fits, json.loads(texts[files.report_spec]), figures_dir)
+
+
+def text_of(page: str) -> str:
+    """The page's text: inline tags dropped, the others replaced by a space."""
+    return html.unescape(re.sub(r"<[^>]+>", " ", re.sub(r"</?(b|span)\b[^>]*>", "", page)))
+
+
+def test_a_precision_report_shows_each_points_spend_status_and_targets(tmp_path):
+    sweep = run_rounds(config(PRECISE, tmp_path))
+    info = sweep.rounds
+    assert all(p["status"] == "met" for p in info["points"].values())
+    assert any(p["rounds"] >= 1 for p in info["points"].values()), "the target must need an extension"
+    page = report_of(sweep)
+    text = " ".join(text_of(page).split())
+    rounds = f"{info['round']} extension round" + ("s" if info["round"] != 1 else "")
+    assert (f"Precision: 2 of 2 points met every target; {rounds}; "
+            f"{info['replica_steps']:.3g} replica-steps.") in text
+    assert "<h2 id='rounds'>Rounds</h2>" in page
+    assert page.index("What the fits found") < page.index("Precision: 2 of 2") < page.index("<h2>Fits</h2>")
+    for h, p in info["points"].items():
+        row = next(r for r in page.split("<tr>") if r.startswith(f"<td>{h[:10]}</td>"))
+        assert "<span class='good'>met</span>" in row
+        assert f"<td>{p['replicas']}</td><td>{p['steps']}</td><td>{p['rounds']}</td>" in row
+        assert f"{p['replica_steps']:.3g}" in row
+        assert re.search(r"rel SE \d[\d.]* % ≤ 2 %", row)  # the measured rel SE against its target
+        for step in p["history"]:
+            assert html.escape(step["reasons"][0]) in row
+    assert "weight_var (rel SE ≤ 2 %): met at 2 points" in text
+    assert "Stability edge" not in page
+
+
+def test_a_precision_report_names_the_budget_that_stopped_each_point(tmp_path):
+    cfg = config(PRECISE, tmp_path, precision={"observables": {"weight_var": {"rel_se": 0.001}},
+                                               "budget": {"max_replicas": 40}})
+    sweep = run_rounds(cfg)
+    page = report_of(sweep)
+    text = " ".join(text_of(page).split())
+    assert "Precision: 0 of 2 points met every target; 2 stopped at the budget (max_replicas = 40);" in text
+    assert "<b class='bad'>Precision:" in page
+    assert page.count("<span class='bad'>budget: max_replicas = 40</span>") == 2
+    assert "weight_var (rel SE ≤ 0.1 %): met at 0 points; not met at 2 (budget: max_replicas = 40: λ = 0.2; λ = 0.4)" \
+        in text
+    assert re.search(r"rel SE \d[\d.]* % &gt; 0.1 %", page)
+
+
+@pytest.fixture(scope="module")
+def edge_search(tmp_path_factory) -> Sweep:
+    return run_rounds(config(EDGE, tmp_path_factory.mktemp("edge")))
+
+
+def test_an_edge_search_report_shows_the_bracket_beside_the_exact_theory(edge_search):
+    (group,) = edge_search.rounds["groups"]
+    assert group["status"] == "found"
+    theory = theory_edge(group["params"], "lr")["value"]
+    page = report_of(edge_search)
+    text = " ".join(text_of(page).split())
+    assert edge_search.rounds["round"] > 1
+    assert (f"Edge search (λ): edge found for 1 of 1 combination; {edge_search.rounds['round']} bisection rounds; "
+            f"{edge_search.rounds['replica_steps']:.3g} replica-steps.") in text
+    assert "<h2 id='stability-edge'>Stability edge</h2>" in page
+    row = next(r for r in page.split("<tr>") if "<span class='good'>found</span>" in r)
+    ratio = group["stable"] / theory
+    assert (f"<td>{group['stable']:.4g}</td><td>{group['diverged']:.4g}</td><td>{theory:.4g}</td>"
+            f"<td>{ratio:.4g}</td>") in row
+    assert abs(ratio - 1) < 0.02  # gaussian noise: the exact edge is that of the mean dynamics
+    assert "almost-sure edge" in text and "may lie above the theory's" in text
+    assert 'id="fig-stability_edge"' not in page  # one combination: the table says it all
+    assert "<h2 id='rounds'>" not in page
+
+
+def test_a_report_without_rounds_has_no_rounds_sections(tmp_path):
+    cfg = config(PRECISE, tmp_path)
+    del cfg["precision"]
+    sweep = run_rounds(cfg)
+    page = report_of(sweep)
+    for absent in ("Precision:", "Edge search", "id='rounds'", "id='stability-edge'"):
+        assert absent not in page
+
+
+def test_the_edge_figure_draws_the_bracket_and_theory_against_the_other_axis():
+    rows = [{"key": (0.0,), "stable": 1.0, "diverged": 1.1, "theory": 1.05},
+            {"key": (0.5,), "stable": 1.5, "diverged": None, "theory": 1.4},
+            {"key": (0.9,), "stable": None, "diverged": 0.2, "theory": None}]
+    fig = edge_figure(rows, "lr", ["momentum"])
+    (ax,) = fig.axes
+    assert ax.get_xlabel() == "μ" and ax.get_ylabel() == "edge λ"
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    theory = lines["exact theory (second moment)"]
+    assert list(theory.get_xdata()) == [0.0, 0.5] and list(theory.get_ydata()) == [1.05, 1.4]
+    (bar,) = ax.containers  # the closed bracket: one error bar from 1.0 to 1.1
+    segment = bar.lines[2][0].get_segments()[0]
+    assert segment[0][1] == pytest.approx(1.0) and segment[1][1] == pytest.approx(1.1)
+    assert edge_figure(rows[:1], "lr", ["momentum"]) is None  # one combination: no empty panel
+    assert edge_figure(rows, "lr", []) is None
+
+
+def test_an_edge_search_over_momentum_draws_the_edge_against_it(tmp_path):
+    grid = {**EDGE["grid"], "momentum": [0.0, 0.5]}
+    sweep = run_rounds(config(EDGE, tmp_path, grid=grid))
+    groups = sweep.rounds["groups"]
+    assert [g["status"] for g in groups] == ["found", "found"]
+    page = report_of(sweep, tmp_path / "figures")
+    assert 'id="fig-stability_edge"' in page and (tmp_path / "figures" / "stability_edge.png").is_file()
+    assert "edge found for 2 of 2 combinations" in " ".join(text_of(page).split())
+    for g in groups:  # one row per momentum, with the theory's edge at that momentum
+        theory = theory_edge(g["params"], "lr")["value"]
+        assert f"<tr><td>{g['axes']['momentum']:.4g}</td><td>{g['stable']:.4g}</td><td>{g['diverged']:.4g}</td>" \
+               f"<td>{theory:.4g}</td>" in page
