@@ -15,6 +15,7 @@ import pytest
 from sgdsweep.analysis.fit import fit_ensemble
 from sgdsweep.analysis.report import build_report
 from sgdsweep.analysis.rounds import edge_figure, theory_edge
+from sgdsweep.run.execute import make_batches
 from sgdsweep.sim.simulate import simulate_points
 from sgdsweep.store import points as point_store
 from sgdsweep.store.aggregate import build_ensemble
@@ -59,7 +60,8 @@ def run_rounds(cfg: dict[str, Any], limit: int = 40) -> Sweep:
         todo = [p.spec() for p in sweep.points if not point_store.is_complete(point_store.point_path(points, p.hash))]
         if not todo:
             return sweep
-        simulate_points(todo, str(points))
+        for batch in make_batches(todo, 4):
+            simulate_points(batch, str(points))
     raise AssertionError("the rounds did not end")
 
 
@@ -178,3 +180,21 @@ def test_an_edge_search_over_momentum_draws_the_edge_against_it(tmp_path):
         theory = theory_edge(g["params"], "lr")["value"]
         assert f"<tr><td>{g['axes']['momentum']:.4g}</td><td>{g['stable']:.4g}</td><td>{g['diverged']:.4g}</td>" \
                f"<td>{theory:.4g}</td>" in page
+
+
+def test_a_precision_report_gives_each_fit_target_its_measured_half_width(tmp_path):
+    grid = {"lr": [0.2, 0.4], "batch_size": [2, 4], "samples_per_param": 10}
+    cfg = config(PRECISE, tmp_path, grid=grid, precision={"observables": {"weight_var": {"rel_se": 0.02}},
+                                                           "fits": {"power_law.a": 100, "power_law.b": 1e-6}})
+    sweep = run_rounds(cfg)
+    files = PlanFiles(sweep.directory)
+    texts = plan_texts(sweep)
+    ds = build_ensemble(json.loads(texts[files.sweep_spec]))
+    fits = fit_ensemble(ds, json.loads(texts[files.fit_spec]))
+    (fit,) = fits["power_law"]
+    text = " ".join(text_of(build_report(ds, fits, json.loads(texts[files.report_spec]))).split())
+    for name, met in (("a", 1), ("b", 0)):
+        low, high = fit["params"][name]["interval"]
+        goal = "100" if name == "a" else "1e-06"
+        assert (f"power_law.{name} interval half-width ≤ {goal}: met in {met} of 1 group "
+                f"(widest {(high - low) / 2:.3g})") in text
