@@ -23,7 +23,7 @@ from sgdsweep.store import lanes as lanes_store
 from sgdsweep.store import points as point_store
 from sgdsweep.sweep.config import build_sweep
 from sgdsweep.sweep.identity import replica_stream_key
-from sgdsweep.sweep.precision import needs
+from sgdsweep.sweep.precision import needs, replicas_needed
 
 PRECISE: dict[str, Any] = {
     "sweep": "precise",
@@ -152,8 +152,10 @@ def test_an_unreachable_target_ends_at_the_budget_and_names_it(tmp_path):
 def test_needs_asks_for_replicas_from_the_spread_and_steps_from_censoring():
     r, t, reasons = needs({"weight_var": 1.0, "weight_var_se": 0.02}, 100, 1000, 100,
                           {"weight_var": {"rel_se": 0.01}})
-    assert (r, t) == (440, 1000)  # 100 · (2 %/1 %)² · 1.1
-    assert reasons == ["weight_var rel SE 2 % > 1 %: +340 replicas"]
+    assert (r, t) == (351, 1000)  # 100 · (2 %/1 %)² / (1 + √(2/99)): the estimate's own error held back
+    assert reasons == ["weight_var rel SE 2 % > 1 %: +251 replicas"]
+    assert replicas_needed(8, 0.5, 0.01) == 32  # at most fourfold in one round
+    assert replicas_needed(100, 0.0101, 0.01) == 110  # at least a tenth more
     r, t, reasons = needs({"escape_time": 500.0, "escape_time_se": 10.0, "escape_censored": 50,
                            "diverged_replicas": 0}, 200, 1000, 0,
                           {"escape_time": {"rel_se": 0.05, "censored_fraction": 0.01}})

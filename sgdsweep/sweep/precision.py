@@ -5,7 +5,7 @@ config's own points. After a round, what the next one simulates is decided from 
 results alone, so it is deterministic, and a killed or repeated run arrives at the same rounds:
 
 - ``precision``: each point's measured standard errors give the replicas it still needs
-  (``SE ∝ 1/√R``: ``R' = R · (SE / target)² · MARGIN``); a censored escape fraction or a measured
+  (``SE ∝ 1/√R``, :func:`replicas_needed`); a censored escape fraction or a measured
   window short against the loss autocorrelation time gives the steps it needs. A point extended
   by replicas keeps its lanes (:mod:`sgdsweep.store.lanes`): the next round simulates only the
   new replicas. Limits: ``precision.budget``.
@@ -33,12 +33,17 @@ from sgdsweep.store import points as point_store
 from sgdsweep.sweep.config import Point, Sweep, describe_point, make_point
 from sgdsweep.sweep.identity import EXTENSIBLE
 
-#: Factor on the replicas that the measured standard error says a target needs: the estimate
-#: itself is noisy, and falling just short of a target costs a whole round.
+#: Smallest growth of a point's replicas (or steps) in a round that extends it, and the factor
+#: on the steps that censoring or the autocorrelation time ask for: falling just short of a
+#: target costs a whole round.
 MARGIN = 1.1
-#: Shortest measured window, in loss autocorrelation times, over which a time average counts
-#: as converged (docs/precision.md).
-MIN_WINDOW_AUTOCORR = 50.0
+#: Largest growth of a point's replicas in one round: estimates from few replicas are noisy, so
+#: a round goes at most this far before measuring again (:func:`replicas_needed`).
+ROUND_GROWTH = 4
+#: Shortest measured window, in loss autocorrelation times: below it each replica's time
+#: average rests on a handful of independent stretches, and what the burn-in left weighs on it;
+#: the replicas' spread does not show that, so such a point gets more steps (docs/precision.md).
+MIN_WINDOW_AUTOCORR = 10.0
 #: Largest growth of a point's replicas or steps in one round.
 MAX_GROWTH = 64
 
@@ -71,6 +76,20 @@ def _ceil(x: float) -> int:
 
 def _percent(x: float) -> str:
     return f"{100 * x:.3g} %"
+
+
+def replicas_needed(replicas: int, rel: float, target: float) -> int:
+    """Replicas for the next round of a point whose relative standard error ``rel`` at
+    ``replicas`` replicas is above ``target``.
+
+    A standard error falls as 1/√R, so the target needs about ``R (rel/target)²``. That estimate
+    is itself noisy (its relative error is about √(2/(R−1)), more for skewed observables), and
+    an overestimate is spent for good while an underestimate costs only another round: the next
+    round asks for the estimate divided by 1 + √(2/(R−1)), at most :data:`ROUND_GROWTH` times
+    the replicas, and at least :data:`MARGIN` times them.
+    """
+    estimate = replicas * (rel / target) ** 2 / (1 + math.sqrt(2 / max(1, replicas - 1)))
+    return max(_ceil(replicas * MARGIN), min(_ceil(estimate), ROUND_GROWTH * replicas))
 
 
 def needs(summary: Mapping[str, Any], replicas: int, steps: int, burn_in: int,
@@ -108,8 +127,7 @@ def needs(summary: Mapping[str, Any], replicas: int, steps: int, burn_in: int,
             return f"{name} is not measured at this point (every replica diverged, or it is not observed)"
         rel = abs(se / tau)
         if rel > target["rel_se"]:
-            r = _ceil(replicas * min((rel / target["rel_se"]) ** 2 * MARGIN, MAX_GROWTH))
-            r = max(r, replicas + 1)
+            r = replicas_needed(replicas, rel, target["rel_se"])
             r_new = max(r_new, r)
             reasons.append(f"{name} rel SE {_percent(rel)} > {_percent(target['rel_se'])}: +{r - replicas} replicas")
         autocorr = summary.get("loss_autocorr_time")
