@@ -175,6 +175,7 @@ def test_precision_and_search_in_one_sweep_is_refused(tmp_path):
 def test_sgdsweep_run_extends_over_rounds_and_resumes_after_kill_9(tmp_path):
     cfg = config(tmp_path)
     cfg["results_dir"] = "results"
+    cfg["precision"]["fits"] = {"power_law.a": 0.5}  # met at once, but only once the workflow has fitted
     path = write_yaml(tmp_path / "precise.yaml", cfg)
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.Popen([sys.executable, "-m", "sgdsweep", "run", str(path), "--cores", "2"], cwd=tmp_path,
@@ -198,6 +199,7 @@ def test_sgdsweep_run_extends_over_rounds_and_resumes_after_kill_9(tmp_path):
     statuses = {p["status"] for p in report["rounds"]["points"].values()}
     assert statuses == {"met"}
     assert (tmp_path / "results" / "precise" / "report.html").exists()
+    assert len(os.listdir(tmp_path / "results" / "precise" / "rounds" / "fits")) >= 1  # the fit job kept them
     again = run_cli("run", str(path), "--cores", "2", cwd=tmp_path)
     assert again.returncode == 0 and "0 to simulate" in again.stderr
 
@@ -257,3 +259,58 @@ def test_an_edge_search_needs_two_values_of_its_axis(tmp_path):
     cfg["grid"]["lr"] = 0.2
     with pytest.raises(ConfigError, match=r"grid\.lr.*at least two values of lr"):
         build_sweep(cfg)
+
+
+def fit_rounds(cfg: dict[str, Any], limit: int = 30):
+    """Rounds with fit targets in this process: simulate, then aggregate and fit each settled round
+    and keep its fits as the workflow's fit job does (``rounds/fits/<points digest>.json``)."""
+    from sgdsweep.analysis.fit import fit_ensemble
+    from sgdsweep.run.execute import make_batches
+    from sgdsweep.store.aggregate import build_ensemble
+    from sgdsweep.sweep.plan import PlanFiles, plan_texts
+
+    for _ in range(limit):
+        sweep = build_sweep(cfg)
+        statuses = {v["status"] for v in sweep.rounds["points"].values()}
+        todo = [p for p in sweep.points if sweep.rounds["points"][p.hash]["status"] == "pending"]
+        for batch in make_batches([p.spec() for p in todo], 8):
+            simulate_points(batch, str(sweep.directory / "points"))
+        if todo:
+            continue
+        if "pending fit" not in statuses:
+            return sweep
+        files = PlanFiles(sweep.directory)
+        fits = fit_ensemble(build_ensemble(json.loads(plan_texts(sweep)[files.sweep_spec])), sweep.config["fit"])
+        files.fit_archive.mkdir(parents=True, exist_ok=True)
+        (files.fit_archive / f"{fits['settings']['points_digest']}.json").write_text(json.dumps(fits))
+        files.fits.write_text(json.dumps({"settings": {}}))  # a later round's fits.json: not this round's
+    raise AssertionError("the rounds did not end")
+
+
+def test_a_fit_target_extends_every_point_until_the_interval_is_narrow_enough(tmp_path):
+    from sgdsweep.sweep.precision import fit_half_widths
+
+    grid = {"lr": [0.1, 0.2, 0.4], "batch_size": [2, 4], "samples_per_param": 10}
+    cfg = config(tmp_path, grid=grid, fit={"bootstrap": 0},
+                 precision={"observables": {"weight_var": {"rel_se": 0.05}}, "fits": {"power_law.a": 0.08}})
+    sweep = fit_rounds(cfg)
+    info = sweep.rounds["points"]
+    assert {p["status"] for p in info.values()} == {"met"}
+    reasons = [r for p in info.values() for h in p["history"] for r in h["reasons"]]
+    assert any(r.startswith("power_law.a half-width ") and r.endswith("replicas") for r in reasons)
+    from sgdsweep.sweep.identity import points_digest
+
+    kept = sweep.directory / "rounds" / "fits" / f"{points_digest(p.hash for p in sweep.points)}.json"
+    assert fit_half_widths(json.loads(kept.read_text()), {"power_law.a": 0.08})["power_law.a"] <= 0.08
+
+
+def test_a_fit_interval_that_does_not_narrow_with_replicas_stops_the_rounds(tmp_path):
+    """The power law is not exact here: its interval soon stops falling as 1/√R, and the rounds
+    stop saying so instead of spending the budget."""
+    grid = {"lr": [0.1, 0.2, 0.4], "batch_size": [2, 4], "samples_per_param": 10}
+    cfg = config(tmp_path, grid=grid, fit={"bootstrap": 0},
+                 precision={"observables": {"weight_var": {"rel_se": 0.05}}, "fits": {"power_law.a": 0.005}})
+    sweep = fit_rounds(cfg)
+    (status,) = {p["status"] for p in sweep.rounds["points"].values()}
+    assert status.startswith("stopped: power_law.a half-width ") and "set by the fit's model" in status
+    assert max(p.params["replicas"] for p in sweep.points) < 1000

@@ -290,6 +290,10 @@ def cmd_fit(args: argparse.Namespace) -> int:
     with heartbeat("fit: bootstrapping the fits"):
         fits = fit_ensemble(_read_ensemble(args.ensemble), _read_json(args.spec))
     atomic_write_text(args.out, json.dumps(fits, indent=1) + "\n")
+    digest = fits["settings"].get("points_digest")
+    if args.archive and digest:  # a copy named by the points it was made from, for later rounds
+        Path(args.archive).mkdir(parents=True, exist_ok=True)
+        atomic_write_text(Path(args.archive) / f"{digest}.json", json.dumps(fits) + "\n")
     for kind, results in fits.items():
         if kind in ("skipped", "settings"):
             continue
@@ -477,6 +481,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("ensemble", help="the ensemble (ensemble.zarr) to fit")
     p.add_argument("--spec", required=True, help="the fit settings, <sweep>/plan/fit.json")
     p.add_argument("--out", required=True, help="the fit results to write (fits.json)")
+    p.add_argument("--archive", help="also keep them as DIR/<points digest>.json (sweeps with precision.fits)")
     p.add_argument("--log", help="also log to this file")
     p.set_defaults(func=cmd_fit)
 

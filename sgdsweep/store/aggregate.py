@@ -47,6 +47,7 @@ from sgdsweep.store.variables import (
     describe,
     ensemble_dims,
 )
+from sgdsweep.sweep.identity import points_digest
 
 
 def _pad(rows: list[np.ndarray], fill: float) -> np.ndarray:
@@ -167,6 +168,7 @@ def build_ensemble(sweep_spec: dict[str, Any]) -> xr.Dataset:
         "sweep_hash": sweep_spec["sweep_hash"],
         "config": json.dumps(sweep_spec["simulation_config"], sort_keys=True),
         "swept_axes": json.dumps([c for c in sweep_spec["coords"] if len(set(map(str, coords[c]))) > 1]),
+        "points_digest": points_digest(e["hash"] for e in entries),
     })
     prov = provenance()
     ds.attrs.update({k: json.dumps(v) if isinstance(v, dict) else v for k, v in prov.items()})

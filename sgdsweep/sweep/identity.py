@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 #: Bump when a change of the simulation code changes stored results; every point then reruns
@@ -105,6 +105,12 @@ def replica_stream_key(params: Mapping[str, Any], length: int = HASH_LENGTH) -> 
     if params.get(EXTENSIBLE):
         return stream_hash({k: v for k, v in params.items() if k not in SIZE_KEYS}, length)
     return stream_hash(params, length)
+
+
+def points_digest(hashes: Iterable[str]) -> str:
+    """Digest of a set of point hashes (order ignored): which points an ensemble, and the fits
+    made from it, hold."""
+    return content_hash({"points": sorted(hashes)})
 
 
 def _digest(params: Mapping[str, Any], version: int, length: int) -> str:

@@ -83,6 +83,12 @@ class PlanFiles:
         return self.root / "fits.json"
 
     @property
+    def fit_archive(self) -> Path:
+        """With ``precision.fits``: each round's fits, ``<points digest>.json``
+        (:func:`sgdsweep.sweep.identity.points_digest`)."""
+        return self.root / "rounds" / "fits"
+
+    @property
     def report(self) -> Path:
         return self.root / "report.html"
 

@@ -31,7 +31,7 @@ from sgdsweep.models import get_model
 from sgdsweep.store import lanes as lanes_store
 from sgdsweep.store import points as point_store
 from sgdsweep.sweep.config import Point, Sweep, describe_point, make_point
-from sgdsweep.sweep.identity import EXTENSIBLE
+from sgdsweep.sweep.identity import EXTENSIBLE, points_digest
 
 #: Smallest growth of a point's replicas (or steps) in a round that extends it, and the factor
 #: on the steps that censoring or the autocorrelation time ask for: falling just short of a
@@ -151,10 +151,90 @@ def _at(sweep: Sweep, model, state: _State, replicas: int, steps: int) -> Point:
     return dataclasses.replace(point, lanes=lanes_store.lanes_key(point.params))
 
 
+def fit_half_widths(fits: Mapping[str, Any], targets: Mapping[str, float]) -> dict[str, float | None]:
+    """Per fit target ``kind.param``, the largest half-width of its interval over the fit's
+    groups in ``fits`` (``fits.json``); None when the fit has no such interval."""
+    out: dict[str, float | None] = {}
+    for name in targets:
+        kind, param = name.split(".", 1)
+        widths = []
+        for res in fits.get(kind, []) if isinstance(fits.get(kind), list) else []:
+            q = (res.get("params") or {}).get(param) or {}
+            lo, hi = (q.get("interval") or [None, None])[:2]
+            if lo is not None and hi is not None:
+                widths.append((hi - lo) / 2)
+        out[name] = max(widths) if widths else None
+    return out
+
+
+def _fit_round(sweep: Sweep, model, states: list[_State], k: int, targets: Mapping[str, float],
+               budget: Mapping[str, Any], total: int, log: dict[str, tuple[int, float]]) -> int:
+    """After every point has settled at round ``k``: extend the points that met their targets
+    when a fit's interval is wider than its target (``precision.fits``), read from the fits made
+    from exactly the current points (``rounds/fits/<points digest>.json``, which the workflow's
+    fit job keeps, or ``fits.json``). An interval's half-width
+    falls as 1/√R too, so every point's replicas grow by ``(half-width / target)²``
+    (:func:`replicas_needed`). When it did not fall at least as the fourth root of the replicas
+    since the last fit extension (``log``: target → replicas in all and half-width then), the
+    interval is not set by the noise and the points stop. Returns the replica-steps the
+    extension adds (0: none)."""
+    import json
+
+    current = [s for s in states if s.status == "met"]
+    digest = points_digest(s.point.hash for s in states)
+    fits: dict[str, Any] = {}
+    for path in (sweep.directory / "rounds" / "fits" / f"{digest}.json", sweep.directory / "fits.json"):
+        try:
+            fits = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if (fits.get("settings") or {}).get("points_digest") == digest:
+            break
+        fits = {}
+    if not current or not fits:
+        for s in current:  # the fit of this round is still to be made (by the workflow's fit job)
+            s.status = "pending fit"
+        return 0
+    unmet = {n: w for n, w in fit_half_widths(fits, targets).items() if w is not None and w > targets[n]}
+    if not unmet:
+        return 0
+    worst = max(unmet, key=lambda n: unmet[n] / targets[n])
+    replicas = sum(s.replicas for s in current)
+    if worst in log:  # the last fit extension should have narrowed it about as 1/√R
+        before, hw_before = log[worst]
+        if unmet[worst] > hw_before * (before / replicas) ** 0.25:
+            for s in current:
+                s.status = (f"stopped: {worst} half-width {hw_before:.3g} → {unmet[worst]:.3g} from {before} to "
+                            f"{replicas} replicas in all: the interval is set by the fit's model, not by the noise")
+            return 0
+    log[worst] = (replicas, unmet[worst])
+    reasons = [f"{n} half-width {w:.3g} > {targets[n]:.3g}" for n, w in unmet.items()]
+    added = 0
+    for s in current:
+        r = min(replicas_needed(s.replicas, unmet[worst], targets[worst]), budget["max_replicas"])
+        if r <= s.replicas:
+            s.status = f"budget: max_replicas = {budget['max_replicas']}"
+            continue
+        cost = (r - s.replicas) * s.steps
+        if total + cost > budget["max_replica_steps"]:
+            s.status = f"budget: max_replica_steps = {budget['max_replica_steps']:.3g}"
+            continue
+        total += cost
+        added += cost
+        s.status = None
+        s.history.append({"round": k + 1, "replicas": r, "steps": s.steps,
+                          "reasons": [f"{'; '.join(reasons)}: +{r - s.replicas} replicas"]})
+        s.replicas = r
+        s.point = _at(sweep, model, s, r, s.steps)
+    return added
+
+
 def _precision_rounds(sweep: Sweep) -> Sweep:
     cfg = sweep.config["precision"]
     budget = cfg["budget"]
     observables = cfg.get("observables", {})
+    fit_targets = cfg.get("fits", {})
+    fit_log: dict[str, tuple[int, float]] = {}
     model = get_model(sweep.config["model"]["kind"])
     states = []
     for p in sweep.points:
@@ -205,6 +285,10 @@ def _precision_rounds(sweep: Sweep) -> Sweep:
             s.replicas, s.steps = r, t
             s.point = _at(sweep, model, s, r, t)
             advanced = True
+        if not advanced and fit_targets:
+            added = _fit_round(sweep, model, states, k, fit_targets, budget, total, fit_log)
+            total += added
+            advanced = added > 0
         if not advanced:
             break
     for s in states:
@@ -328,7 +412,7 @@ def pending(sweep: Sweep) -> bool:
     if not info:
         return False
     if info["kind"] == "precision":
-        return any(p["status"] == "pending" for p in info["points"].values())
+        return any(p["status"] in ("pending", "pending fit") for p in info["points"].values())
     return any(g["status"] == "pending" for g in info["groups"])
 
 

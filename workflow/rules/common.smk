@@ -31,6 +31,8 @@ except ConfigError as _exc:
 except SgdsweepError as _exc:
     raise WorkflowError(str(_exc)) from None
 SHARDS = sorted(SWEEP.shards)
+# a sweep with fit targets keeps each round's fits (sgdsweep.sweep.precision reads them back)
+FIT_ARCHIVE = f"--archive {PLAN.fit_archive}" if SWEEP.config.get("precision", {}).get("fits") else ""
 SWEEP_LOCK = []  # the lock held while this run's jobs run
 
 

@@ -13,5 +13,6 @@ rule fit:
         "../../envs/sgdsweep.yaml"
     params:
         ensemble=str(PLAN.ensemble),
+        archive=FIT_ARCHIVE,
     shell:
-        "python -m sgdsweep fit {params.ensemble} --spec {input.spec} --out {output.fits} --log {log}"
+        "python -m sgdsweep fit {params.ensemble} --spec {input.spec} --out {output.fits} {params.archive} --log {log}"

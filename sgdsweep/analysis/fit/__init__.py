@@ -154,5 +154,6 @@ def fit_ensemble(ds: xr.Dataset, fit_config: dict[str, Any]) -> dict[str, Any]:
         else:
             out["flatness"] = res
     out["skipped"] = skipped
-    out["settings"] = {"confidence": conf, "bootstrap": n_boot, "bootstrap_seed": BOOTSTRAP_SEED}
+    out["settings"] = {"confidence": conf, "bootstrap": n_boot, "bootstrap_seed": BOOTSTRAP_SEED,
+                       "points_digest": ds.attrs.get("points_digest")}
     return out
