@@ -141,6 +141,7 @@ def test_an_unreachable_target_ends_at_the_budget_and_names_it(tmp_path):
         info = sweep.rounds["points"][p.hash]
         assert info["status"] == "budget: max_replicas = 40"
         assert p.params["replicas"] == 40
+        assert info["history"][-1]["reasons"][-1] == "held to 40 replicas × 3000 steps by max_replicas = 40"
     cfg = config(tmp_path / "total", precision={"observables": {"weight_var": {"rel_se": 0.001}},
                                                 "budget": {"max_replica_steps": 1e5}})
     sweep = run_rounds(cfg)

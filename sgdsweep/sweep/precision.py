@@ -281,6 +281,8 @@ def _precision_rounds(sweep: Sweep) -> Sweep:
                 s.status = f"budget: max_replica_steps = {budget['max_replica_steps']:.3g}"
                 continue
             total += cost
+            if limited:  # the reasons say what was asked for; the round takes what the budget allows
+                reasons = [*reasons, f"held to {r} replicas × {t} steps by {', '.join(limited)}"]
             s.history.append({"round": k + 1, "replicas": r, "steps": t, "reasons": reasons})
             s.replicas, s.steps = r, t
             s.point = _at(sweep, model, s, r, t)
