@@ -186,6 +186,20 @@ BAD_CONFIGS = [
                                            "dynamics.dt_over_lr": 1e-6},
      ["dynamics.dt_over_lr", "1e-06", "integrator steps", "3000 steps of 1000000 SDE steps"]),
     ("max_memory_not_a_size", {"execution.max_memory": "lots"}, ["execution.max_memory", "'lots'", "auto"]),
+    ("precision_target_not_below_one", {"precision": {"observables": {"weight_var": {"rel_se": 1.5}}}},
+     ["precision.observables.weight_var.rel_se", "1.5", "< 1"]),
+    ("precision_misspelled_observable", {"precision": {"observables": {"weigth_var": {"rel_se": 0.01}}}},
+     ["precision.observables.weigth_var", "Did you mean 'weight_var'"]),
+    ("precision_fit_target_of_no_parameter", {"precision": {"fits": {"power_law.c": 0.01}}},
+     ["precision.fits", "'power_law.c'", "power_law"]),
+    ("precision_budget_below_minimum", {"precision": {"observables": {"loss": {"rel_se": 0.01}},
+                                                      "budget": {"max_replicas": 1}}},
+     ["precision.budget.max_replicas", "1", ">= 2"]),
+    ("precision_and_search", {"precision": {"observables": {"loss": {"rel_se": 0.01}}}, "search": {"edge": "lr"}},
+     ["'search'", "no search in a sweep with precision targets"]),
+    ("search_of_one_value", {"search": {"edge": "lr"}, "grid.lr": 0.2},
+     ["grid.lr", "0.2", "at least two values of lr"]),
+    ("search_of_an_unknown_axis", {"search": {"edge": "batch_size"}}, ["search.edge", "'batch_size'", "lr"]),
 ]
 
 

@@ -198,3 +198,13 @@ def test_a_precision_report_gives_each_fit_target_its_measured_half_width(tmp_pa
         goal = "100" if name == "a" else "1e-06"
         assert (f"power_law.{name} interval half-width ≤ {goal}: met in {met} of 1 group "
                 f"(widest {(high - low) / 2:.3g})") in text
+
+
+def test_a_precision_report_shows_a_swept_noise_type(tmp_path):
+    """Axis values that are strings (the noise type) appear in the table like numbers."""
+    grid = {"lr": 0.2, "batch_size": 2, "samples_per_param": 10, "noise": ["minibatch", "gaussian"]}
+    sweep = run_rounds(config(PRECISE, tmp_path, grid=grid))
+    page = report_of(sweep)
+    rows = [r for r in page.split("<tr>") if any(r.startswith(f"<td>{h[:10]}</td>") for h in sweep.rounds["points"])]
+    assert len(rows) == 2
+    assert any("<td>minibatch</td>" in r for r in rows) and any("<td>gaussian</td>" in r for r in rows)

@@ -167,7 +167,8 @@ def _precision(ds: xr.Dataset, info: Mapping[str, Any], config: Mapping[str, Any
     rows, per_target = [], {n: {"met": 0, "unmet": {}} for n in targets}
     for h, p in info["points"].items():
         i = index.get(h)
-        values = [ds[a].values[i].item() if i is not None else None for a in axes]
+        values = [ds[a].values[i] if i is not None else None for a in axes]
+        values = [v.item() if hasattr(v, "item") else v for v in values]  # numbers and strings (noise)
         cells = []
         for name, target in targets.items():
             tc = _target_cells(_measured(ds, i, int(p["replicas"]), name, target), target)
