@@ -163,6 +163,12 @@ def test_needs_asks_for_replicas_from_the_spread_and_steps_from_censoring():
     # a quarter censored: T' = T ln(100)/ln(4) · 1.1
     assert r == 200 and t == int(np.ceil(1000 * np.log(100) / np.log(4) * 1.1))
     assert reasons[0].startswith("escape_time censored 25 % > 1 %")
+    # τ's SE is τ/√k: 5 % needs 400 escapes — at most fourfold a round, then exactly what is left
+    escape = {"escape_time": {"rel_se": 0.05}}
+    assert needs({"escape_time": 100.0, "escape_time_se": 12.5, "escape_censored": 0}, 64, 1000, 0, escape)[0] == 256
+    assert needs({"escape_time": 100.0, "escape_time_se": 6.25, "escape_censored": 0}, 256, 1000, 0, escape)[0] == 400
+    assert needs({"escape_time": 100.0, "escape_time_se": 6.25, "escape_censored": 56}, 256, 1000, 0,
+                 escape)[0] == 512  # 200 of 256 escaped: 400 escapes need 512 replicas
     assert needs({"weight_var": None, "weight_var_se": None}, 8, 100, 0,
                  {"weight_var": {"rel_se": 0.01}}).startswith("weight_var is not measured")
 

@@ -126,7 +126,15 @@ def needs(summary: Mapping[str, Any], replicas: int, steps: int, burn_in: int,
                 continue
             return f"{name} is not measured at this point (every replica diverged, or it is not observed)"
         rel = abs(se / tau)
-        if rel > target["rel_se"]:
+        if rel > target["rel_se"] and name == "escape_time":
+            # τ's SE is τ/√k with k replicas escaped: the target needs k = 1/rel_se² of them, at
+            # the escaped fraction measured (a count, not a spread: no estimate to hold back)
+            escaped = max(1, alive - censored)
+            wanted = math.ceil(round(1 / target["rel_se"] ** 2, 9)) * alive / escaped
+            r = max(_ceil(replicas * MARGIN), min(_ceil(wanted), ROUND_GROWTH * replicas))
+            r_new = max(r_new, r)
+            reasons.append(f"{name} rel SE {_percent(rel)} > {_percent(target['rel_se'])}: +{r - replicas} replicas")
+        elif rel > target["rel_se"]:
             r = replicas_needed(replicas, rel, target["rel_se"])
             r_new = max(r_new, r)
             reasons.append(f"{name} rel SE {_percent(rel)} > {_percent(target['rel_se'])}: +{r - replicas} replicas")
