@@ -1,10 +1,11 @@
 """Replicas of minibatch SGD on one-output linear regression on a CUDA GPU (CuPy), and its
 numpy reference.
 
-The opt-in GPU path of issue 7: the CPU engine (:mod:`sgdsweep.sim.engine`, :mod:`sgdsweep.sim.kernels`)
+An opt-in GPU path: the CPU engine (:mod:`sgdsweep.sim.engine`, :mod:`sgdsweep.sim.kernels`)
 stays the default and the one every sweep and CI run; this module runs the ensemble a GPU is
 good at — many replicas of one linear-regression problem — and is measured in
-``benchmarks/kernel_gpu.py``.
+``benchmarks/kernel_gpu.py``. Sweeps route points to it through ``execution.device``
+(:mod:`sgdsweep.sweep.device`, docs/gpu.md) once it measures what a point store needs.
 
 Dynamics (physics.md §0, §2), per replica r, for steps t = 0 … steps − 1::
 
