@@ -199,6 +199,15 @@ BAD_CONFIGS = [
      ["'search'", "no search in a sweep with precision targets"]),
     ("search_of_one_value", {"search": {"edge": "lr"}, "grid.lr": 0.2},
      ["grid.lr", "0.2", "at least two values of lr"]),
+    ("precision_budget_below_the_first_round", {"precision": {"observables": {"loss": {"rel_se": 0.01}},
+                                                              "budget": {"max_replicas": 4}}},
+     ["precision.budget.max_replicas", "4", "at least dynamics.replicas = 8"]),
+    ("precision_with_replicas_swept", {"precision": {"observables": {"loss": {"rel_se": 0.01}}},
+                                       "dynamics.replicas": _DELETE, "grid.replicas": [8, 16]},
+     ["grid.replicas", "one dynamics.replicas for every point", "The rounds decide"]),
+    ("precision_fit_target_of_a_disabled_fit", {"precision": {"fits": {"power_law.a": 0.01}},
+                                                "fit.power_law": {"enabled": False}},
+     ["precision.fits.power_law.a", "fit.power_law.enabled is false"]),
     ("search_of_an_unknown_axis", {"search": {"edge": "batch_size"}}, ["search.edge", "'batch_size'", "lr"]),
 ]
 

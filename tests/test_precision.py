@@ -22,8 +22,8 @@ from sgdsweep.sim.simulate import replica_streams, simulate_points
 from sgdsweep.store import lanes as lanes_store
 from sgdsweep.store import points as point_store
 from sgdsweep.sweep.config import build_sweep
-from sgdsweep.sweep.identity import replica_stream_key
-from sgdsweep.sweep.precision import needs, replicas_needed
+from sgdsweep.sweep.identity import content_hash, points_digest, replica_stream_key
+from sgdsweep.sweep.precision import fit_archive_name, needs, replicas_needed
 
 PRECISE: dict[str, Any] = {
     "sweep": "precise",
@@ -170,7 +170,7 @@ def test_needs_asks_for_replicas_from_the_spread_and_steps_from_censoring():
     assert needs({"escape_time": 100.0, "escape_time_se": 6.25, "escape_censored": 56}, 256, 1000, 0,
                  escape)[0] == 512  # 200 of 256 escaped: 400 escapes need 512 replicas
     assert needs({"weight_var": None, "weight_var_se": None}, 8, 100, 0,
-                 {"weight_var": {"rel_se": 0.01}}).startswith("weight_var is not measured")
+                 {"weight_var": {"rel_se": 0.01}}).startswith("weight_var has no standard error")
 
 
 def test_precision_and_search_in_one_sweep_is_refused(tmp_path):
@@ -182,6 +182,7 @@ def test_precision_and_search_in_one_sweep_is_refused(tmp_path):
 def test_sgdsweep_run_extends_over_rounds_and_resumes_after_kill_9(tmp_path):
     cfg = config(tmp_path)
     cfg["results_dir"] = "results"
+    cfg["grid"]["batch_size"] = [2, 4]
     cfg["precision"]["fits"] = {"power_law.a": 0.5}  # met at once, but only once the workflow has fitted
     path = write_yaml(tmp_path / "precise.yaml", cfg)
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
@@ -288,8 +289,9 @@ def fit_rounds(cfg: dict[str, Any], limit: int = 30):
             return sweep
         files = PlanFiles(sweep.directory)
         fits = fit_ensemble(build_ensemble(json.loads(plan_texts(sweep)[files.sweep_spec])), sweep.config["fit"])
+        fits["settings"]["spec_hash"] = content_hash(sweep.config["fit"])  # as `sgdsweep fit` records it
         files.fit_archive.mkdir(parents=True, exist_ok=True)
-        (files.fit_archive / f"{fits['settings']['points_digest']}.json").write_text(json.dumps(fits))
+        (files.fit_archive / fit_archive_name(fits["settings"])).write_text(json.dumps(fits))
         files.fits.write_text(json.dumps({"settings": {}}))  # a later round's fits.json: not this round's
     raise AssertionError("the rounds did not end")
 
@@ -305,9 +307,9 @@ def test_a_fit_target_extends_every_point_until_the_interval_is_narrow_enough(tm
     assert {p["status"] for p in info.values()} == {"met"}
     reasons = [r for p in info.values() for h in p["history"] for r in h["reasons"]]
     assert any(r.startswith("power_law.a half-width ") and r.endswith("replicas") for r in reasons)
-    from sgdsweep.sweep.identity import points_digest
-
-    kept = sweep.directory / "rounds" / "fits" / f"{points_digest(p.hash for p in sweep.points)}.json"
+    made_from = {"points_digest": points_digest(p.hash for p in sweep.points),
+                 "spec_hash": content_hash(sweep.config["fit"])}
+    kept = sweep.directory / "rounds" / "fits" / fit_archive_name(made_from)
     assert fit_half_widths(json.loads(kept.read_text()), {"power_law.a": 0.08})["power_law.a"] <= 0.08
 
 
@@ -321,3 +323,90 @@ def test_a_fit_interval_that_does_not_narrow_with_replicas_stops_the_rounds(tmp_
     (status,) = {p["status"] for p in sweep.rounds["points"].values()}
     assert status.startswith("stopped: power_law.a half-width ") and "set by the fit's model" in status
     assert max(p.params["replicas"] for p in sweep.points) < 1000
+
+
+def test_a_lane_part_that_is_not_what_its_name_says_is_refused_naming_it(tmp_path):
+    """Another point's part renamed into this point's key, or a part with fewer rows than its
+    name says, would silently give wrong numbers: both are refused, naming the file."""
+    from sgdsweep.errors import StoreError
+
+    cfg = config(tmp_path)
+    sweep = build_sweep(cfg)
+    simulate_points([p.spec() for p in sweep.points], str(sweep.directory / "points"))
+    a, b = sweep.points
+    part_a = lanes_store.part_path(sweep.directory / "points", a.lanes, 0, 8)
+    part_b = lanes_store.part_path(sweep.directory / "points", b.lanes, 0, 8)
+    part_a.write_bytes(part_b.read_bytes())  # b's lanes under a's name
+    with pytest.raises(StoreError, match=rf"{part_a.name}.*not what their name says.*Delete the file"):
+        lanes_store.read_lanes(sweep.directory / "points", a.lanes, 16)
+    part_a.unlink()
+    with point_store.PointStore(part_b) as s:
+        arrays = s.read_many(list(s.arrays))
+    short = {k: (("replica", *(f"{k}_{i}" for i in range(1, v.ndim))), v[:4]) for k, v in arrays.items()}
+    point_store.write_point(part_a, short, {"lanes_key": a.lanes, "start": 0, "stop": 8})  # 4 rows named 0-8
+    with pytest.raises(StoreError, match="not 8 rows"):
+        lanes_store.read_lanes(sweep.directory / "points", a.lanes, 16)
+
+
+def test_large_lanes_are_written_in_parts_that_each_stay_readable(tmp_path, monkeypatch):
+    monkeypatch.setattr(lanes_store, "PART_BYTES", 200)  # 5 rows of 40 bytes
+    lanes = {"n": np.arange(10, dtype=np.int64), "sum_d": np.arange(40.0).reshape(10, 4)}
+    paths = lanes_store.write_part(tmp_path, "0123456789abcdef", 5, lanes)
+    assert [p.name for p in paths][:2] == ["0123456789abcdef.5-10.npz", "0123456789abcdef.10-15.npz"]
+    back, n = lanes_store.read_lanes(tmp_path, "0123456789abcdef", 15)
+    assert n == 0 and back == {}  # replicas 0 … 4 are not stored: nothing from 0 on
+    paths = lanes_store.write_part(tmp_path, "0123456789abcdef", 0, {k: v[:5] for k, v in lanes.items()})
+    back, n = lanes_store.read_lanes(tmp_path, "0123456789abcdef", 15)
+    assert n == 15
+    np.testing.assert_array_equal(back["sum_d"], np.concatenate([lanes["sum_d"][:5], lanes["sum_d"]]))
+
+
+def test_fits_of_other_fit_settings_are_not_reused(tmp_path):
+    grid = {"lr": [0.1, 0.2, 0.4], "batch_size": [2, 4], "samples_per_param": 10}
+    cfg = config(tmp_path, grid=grid, fit={"bootstrap": 0, "confidence": 0.5},
+                 precision={"observables": {"weight_var": {"rel_se": 0.05}}, "fits": {"power_law.a": 0.08}})
+    fit_rounds(cfg)
+    cfg["fit"]["confidence"] = 0.99
+    sweep = build_sweep(cfg)  # the rounds replay: the first fit decision waits for a fit at 0.99
+    assert {p["status"] for p in sweep.rounds["points"].values()} == {"pending fit"}
+    assert all(p["rounds"] == 0 for p in sweep.rounds["points"].values())
+
+
+def test_a_fit_target_stops_at_max_rounds_and_a_fit_not_made_stops_the_points(tmp_path):
+    grid = {"lr": [0.1, 0.2, 0.4], "batch_size": [2, 4], "samples_per_param": 10}
+    cfg = config(tmp_path, grid=grid, fit={"bootstrap": 0},
+                 precision={"observables": {"weight_var": {"rel_se": 0.05}}, "fits": {"power_law.a": 0.001},
+                            "budget": {"max_rounds": 1}})
+    sweep = fit_rounds(cfg)
+    assert {p["status"] for p in sweep.rounds["points"].values()} == {"budget: max_rounds = 1"}
+    assert max(p["rounds"] for p in sweep.rounds["points"].values()) <= 1
+    cfg = config(tmp_path / "b", grid={**grid, "batch_size": 2, "lr": 0.2}, fit={"bootstrap": 0},
+                 precision={"observables": {"weight_var": {"rel_se": 0.05}}, "fits": {"power_law.a": 0.01}})
+    sweep = fit_rounds(cfg)  # one point: no power law to fit
+    (status,) = {p["status"] for p in sweep.rounds["points"].values()}
+    assert status.startswith("stopped: no interval of power_law.a (")
+
+
+def test_a_search_whose_every_value_diverges_looks_below_the_smallest(tmp_path):
+    cfg = config(tmp_path, dynamics={"steps": 500, "replicas": 4, "burn_in": 0},
+                 grid={"lr": [20.0, 40.0, 80.0], "batch_size": 4, "samples_per_param": 10, "noise": "gaussian"},
+                 search={"edge": "lr", "tolerance": 0.05})
+    del cfg["precision"]
+    sweep = search_rounds(cfg)
+    (group,) = sweep.rounds["groups"]
+    assert group["status"] == "found" and group["diverged"] < 20.0 and min(group["evaluated"]) < 20.0
+
+
+def test_a_later_round_beyond_max_memory_names_the_budget(tmp_path):
+    from sgdsweep.sweep.cost import check_memory, estimate_memory, tasks
+
+    cfg = config(tmp_path, precision={"observables": {"weight_var": {"rel_se": 0.005}}})
+    first = build_sweep(cfg)
+    simulate_points([p.spec() for p in first.points], str(first.directory / "points"))
+    later = build_sweep(cfg)
+    assert later.rounds["round"] == 1
+    sizes = [estimate_memory(s, tasks(s, [p.hash for p in s.points])).total for s in (first, later)]
+    cfg["execution"] = {**cfg["execution"], "max_memory": (sizes[0] + sizes[1]) // 2}  # round 0 fits, 1 not
+    sweep = build_sweep(cfg)
+    with pytest.raises(ConfigError, match=r"precision\.budget\.max_replicas.*Round 1 extends points to \d+ replicas"):
+        check_memory(sweep, [p.hash for p in sweep.points])

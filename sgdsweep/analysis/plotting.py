@@ -1,5 +1,6 @@
 """Matplotlib plumbing shared by the report's figures: a figure's PNG in matplotlib's tight box
-with no overlapping tick labels, and axis labels from a variable's attributes.
+with no overlapping tick labels, and axis labels from a variable's attributes; and the text of a
+value in the report's tables.
 """
 
 from __future__ import annotations
@@ -15,6 +16,21 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib import ticker
 from matplotlib.transforms import Bbox
+
+
+def format_value(x: object, digits: int = 4, infinity: bool = False) -> str:
+    """A value as the report's tables show it (plain text, not escaped): None, NaN and (unless
+    ``infinity``: ∞, −∞) infinities as "—", booleans as yes/no, floats to ``digits``
+    significant digits, anything else as ``str``."""
+    if x is None:
+        return "—"
+    if isinstance(x, (bool, np.bool_)):
+        return "yes" if x else "no"
+    if isinstance(x, (float, np.floating)):
+        if np.isinf(x) and infinity:
+            return "∞" if x > 0 else "−∞"
+        return "—" if not np.isfinite(x) else f"{x:.{digits}g}"
+    return str(x)
 
 
 def png(fig: plt.Figure, dpi: float = 100.0, pad_inches: float = 0.1) -> bytes:

@@ -49,13 +49,7 @@ _STYLE = ("body{font-family:sans-serif;max-width:1200px;margin:0.8em auto;paddin
 
 
 def _fmt(x: Any, digits: int = 4) -> str:
-    if x is None:
-        return "—"
-    if isinstance(x, (bool, np.bool_)):
-        return "yes" if x else "no"
-    if isinstance(x, (float, np.floating)):
-        return "—" if not np.isfinite(x) else f"{x:.{digits}g}"
-    return html.escape(str(x))
+    return html.escape(plotting.format_value(x, digits))
 
 
 def _table(header: list[str], rows: list[list[Any]], cls: str = "") -> str:

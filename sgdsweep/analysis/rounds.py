@@ -32,7 +32,7 @@ import numpy as np
 import xarray as xr
 
 from sgdsweep.analysis.figures import SYMBOL, label_of
-from sgdsweep.analysis.plotting import plt
+from sgdsweep.analysis.plotting import format_value, plt
 
 #: A cell of :func:`_table`: a value (formatted and escaped), or (text, CSS class) with the text
 #: escaped, or a list of such lines (joined by line breaks).
@@ -46,15 +46,7 @@ EDGE_NOTE = ("The exact theory's edge is where the second moment of the weights 
 
 
 def _fmt(x: Any, digits: int = 4) -> str:
-    if x is None:
-        return "—"
-    if isinstance(x, (bool, np.bool_)):
-        return "yes" if x else "no"
-    if isinstance(x, (float, np.floating)):
-        if math.isinf(x):
-            return "∞" if x > 0 else "−∞"
-        return "—" if math.isnan(x) else f"{x:.{digits}g}"
-    return str(x)
+    return format_value(x, digits, infinity=True)
 
 
 def _cell(c: Cell) -> str:

@@ -285,15 +285,18 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
 
 def cmd_fit(args: argparse.Namespace) -> int:
     from sgdsweep.analysis.fit import fit_ensemble
+    from sgdsweep.sweep.identity import content_hash
     from sgdsweep.sweep.paths import atomic_write_text
+    from sgdsweep.sweep.precision import fit_archive_name
 
+    spec = _read_json(args.spec)
     with heartbeat("fit: bootstrapping the fits"):
-        fits = fit_ensemble(_read_ensemble(args.ensemble), _read_json(args.spec))
+        fits = fit_ensemble(_read_ensemble(args.ensemble), spec)
+    fits["settings"]["spec_hash"] = content_hash(spec)
     atomic_write_text(args.out, json.dumps(fits, indent=1) + "\n")
-    digest = fits["settings"].get("points_digest")
-    if args.archive and digest:  # a copy named by the points it was made from, for later rounds
+    if args.archive and fits["settings"].get("points_digest"):  # named by what it was made from, for later rounds
         Path(args.archive).mkdir(parents=True, exist_ok=True)
-        atomic_write_text(Path(args.archive) / f"{digest}.json", json.dumps(fits) + "\n")
+        atomic_write_text(Path(args.archive) / fit_archive_name(fits["settings"]), json.dumps(fits) + "\n")
     for kind, results in fits.items():
         if kind in ("skipped", "settings"):
             continue
@@ -481,7 +484,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("ensemble", help="the ensemble (ensemble.zarr) to fit")
     p.add_argument("--spec", required=True, help="the fit settings, <sweep>/plan/fit.json")
     p.add_argument("--out", required=True, help="the fit results to write (fits.json)")
-    p.add_argument("--archive", help="also keep them as DIR/<points digest>.json (sweeps with precision.fits)")
+    p.add_argument("--archive", help="also keep them in DIR, named by their points and fit settings "
+                   "(sweeps with precision.fits)")
     p.add_argument("--log", help="also log to this file")
     p.set_defaults(func=cmd_fit)
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from sgdsweep.errors import StoreError
 from sgdsweep.models import get_model
 from sgdsweep.sim.engine import Dynamics, run_lanes
 from sgdsweep.sim.noise import lane_streams
@@ -117,6 +118,10 @@ def simulate_points(points: Sequence[Mapping[str, Any]], points_dir: str) -> dic
     replica_steps = 0
     for spec, sl, kept in zip(points, slices, stored):
         new = {k: v[sl] for k, v in lanes.items()}
+        if kept and new and any(k not in kept or kept[k].dtype != v.dtype or kept[k].shape[1:] != v.shape[1:]
+                                for k, v in new.items()):
+            raise StoreError(f"stored lanes {spec['lanes']} in {points_dir}/lanes do not match the replicas "
+                             "simulated now (other arrays, dtypes or shapes); delete those files and rerun")
         if spec.get("lanes") and sl.stop > sl.start:
             lanes_store.write_part(points_dir, spec["lanes"], int(spec["params"]["replicas"]) - (sl.stop - sl.start),
                                    new)

@@ -20,11 +20,15 @@ from pathlib import Path
 
 import numpy as np
 
+from sgdsweep.errors import StoreError
 from sgdsweep.store import points as point_store
 from sgdsweep.sweep.identity import content_hash
 
 #: Subdirectory of the points directory that holds the parts.
 LANES_DIR = "lanes"
+#: Largest size of one part, bytes: a round's new replicas are written in as many parts as that
+#: needs, each well below what a point store may hold.
+PART_BYTES = point_store.MAX_POINT_BYTES // 4
 _PART = re.compile(r"^([0-9a-f]{16})\.([0-9]+)-([0-9]+)\.npz$")
 
 
@@ -39,21 +43,29 @@ def part_path(points_dir: str | Path, key: str, start: int, stop: int) -> Path:
     return Path(points_dir) / LANES_DIR / f"{key}.{start}-{stop}.npz"
 
 
-def write_part(points_dir: str | Path, key: str, start: int, lanes: Mapping[str, np.ndarray]) -> Path:
-    """Store ``lanes`` (name → array whose first axis is the replica) as replicas ``start …``.
+def write_part(points_dir: str | Path, key: str, start: int, lanes: Mapping[str, np.ndarray]) -> list[Path]:
+    """Store ``lanes`` (name → array whose first axis is the replica) as replicas ``start …``, in
+    parts of at most :data:`PART_BYTES` each (a point store larger than
+    :data:`sgdsweep.store.points.MAX_POINT_BYTES` would be refused when read); return their paths.
 
     Raises: as :func:`sgdsweep.store.points.write_point`.
     """
     sizes = {int(np.shape(v)[0]) for v in lanes.values()}
     if len(sizes) != 1:
         raise ValueError(f"lanes of unequal length {sorted(sizes)}: give one row per replica in every array")
-    stop = start + sizes.pop()
-    path = part_path(points_dir, key, start, stop)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    arrays = {name: (("replica", *(f"{name}_{i}" for i in range(1, np.ndim(v)))), np.asarray(v))
-              for name, v in lanes.items()}
-    point_store.write_point(path, arrays, {"lanes_key": key, "start": start, "stop": stop})
-    return path
+    rows = sizes.pop()
+    row_bytes = max(1, sum(np.asarray(v).nbytes for v in lanes.values()) // max(1, rows))
+    step = max(1, PART_BYTES // row_bytes)
+    paths = []
+    for a in range(0, rows, step):
+        b = min(rows, a + step)
+        path = part_path(points_dir, key, start + a, start + b)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        arrays = {name: (("replica", *(f"{name}_{i}" for i in range(1, np.ndim(v)))), np.asarray(v)[a:b])
+                  for name, v in lanes.items()}
+        point_store.write_point(path, arrays, {"lanes_key": key, "start": start + a, "stop": start + b})
+        paths.append(path)
+    return paths
 
 
 def parts(points_dir: str | Path, key: str) -> list[tuple[int, int, Path]]:
@@ -73,11 +85,39 @@ def parts(points_dir: str | Path, key: str) -> list[tuple[int, int, Path]]:
     return sorted(found)
 
 
+def _checked(store: point_store.PointStore, key: str, start: int, stop: int,
+             like: Mapping[str, np.ndarray] | None) -> dict[str, np.ndarray]:
+    """The arrays of one part, after checking that it is what its name says: its attributes
+    name ``key``, ``start`` and ``stop``, every array has ``stop − start`` rows, and its arrays
+    have the names, dtypes and row shapes of ``like`` (the parts read before)."""
+    attrs = store.attrs
+    problem = None
+    if (attrs.get("lanes_key"), attrs.get("start"), attrs.get("stop")) != (key, start, stop):
+        problem = (f"it says it holds replicas {attrs.get('start')} … of lanes {attrs.get('lanes_key')}, "
+                   f"its name replicas {start} … {stop - 1} of {key}")
+    arrays = store.read_many(list(store.arrays)) if problem is None else {}
+    for name, a in arrays.items():
+        if a.ndim == 0 or a.shape[0] != stop - start:
+            problem = f"array {name!r} has shape {a.shape}, not {stop - start} rows"
+        elif like is not None and (name not in like or like[name].dtype != a.dtype
+                                   or like[name].shape[1:] != a.shape[1:]):
+            problem = f"array {name!r} ({a.dtype}, rows of shape {a.shape[1:]}) is not like the other parts'"
+    if like is not None and problem is None and set(arrays) != set(like):
+        problem = f"its arrays {sorted(arrays)} are not the other parts' {sorted(like)}"
+    if problem is not None:
+        raise StoreError(f"stored lanes {store.path} are not what their name says: {problem}. Delete the file "
+                         "and rerun: the replicas it should hold are simulated again")
+    return arrays
+
+
 def read_lanes(points_dir: str | Path, key: str, replicas: int) -> tuple[dict[str, np.ndarray], int]:
     """The stored lanes of replicas ``0 … n − 1`` for the largest ``n ≤ replicas`` that the
     parts cover without a gap, as one array per name; and ``n`` (0 and ``{}`` when none).
 
-    Raises: StoreError if a part is damaged between listing and reading.
+    Raises:
+        StoreError: a part that is not what its name says (another point's, other rows, other
+            arrays or dtypes than the other parts), naming it; or one damaged between listing and
+            reading.
     """
     covered = 0
     pieces: list[dict[str, np.ndarray]] = []
@@ -88,7 +128,7 @@ def read_lanes(points_dir: str | Path, key: str, replicas: int) -> tuple[dict[st
             break
         start, stop, path = best
         with point_store.PointStore(path) as store:
-            arrays = store.read_many(list(store.arrays))
+            arrays = _checked(store, key, start, stop, pieces[0] if pieces else None)
         take = slice(covered - start, min(stop, replicas) - start)
         pieces.append({name: a[take] for name, a in arrays.items()})
         covered = min(stop, replicas)

@@ -201,6 +201,8 @@ def estimate_memory(sweep: Sweep, task_list: list[Task]) -> MemoryEstimate:
 
 
 def _replicas_key(sweep: Sweep) -> str:
+    if sweep.rounds.get("kind") == "precision":  # a later round's replicas: the budget allows them
+        return "precision.budget.max_replicas"
     if "replicas" in sweep.config["grid"]:
         return "grid.replicas"
     return "points" if any("replicas" in p for p in sweep.config.get("points", [])) else "dynamics.replicas"
@@ -216,10 +218,13 @@ def check_memory(sweep: Sweep, hashes: Iterable[str] | None = None) -> MemoryEst
     t = est.largest
     fp = sweep.footprints[t.shard]
     replicas = t.first.params["replicas"]
+    key = _replicas_key(sweep)
     raise ConfigError(
-        _replicas_key(sweep), replicas,
+        key, sweep.config["precision"]["budget"]["max_replicas"] if key.startswith("precision") else replicas,
         f"a sweep whose simulation fits in execution.max_memory = {format_bytes(est.limit)} ({est.source})",
-        f"Its estimated memory is {format_bytes(est.total)}: {est.at_once} task(s) at once ({est.why}), the "
+        (f"Round {sweep.rounds['round']} extends points to {replicas} replicas. " if key.startswith("precision")
+         else "")
+        + f"Its estimated memory is {format_bytes(est.total)}: {est.at_once} task(s) at once ({est.why}), the "
         f"largest {t.points} point(s) × {replicas} replicas = {t.lanes} lanes of a d = {fp.dim} model, "
         f"{format_bytes(fp.per_lane)} per replica and {format_bytes(fp.fixed)} per task = "
         f"{format_bytes(t.memory)}, plus {format_bytes(PROCESS_BYTES)} per worker process. Use fewer "

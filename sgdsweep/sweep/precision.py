@@ -31,7 +31,7 @@ from sgdsweep.models import get_model
 from sgdsweep.store import lanes as lanes_store
 from sgdsweep.store import points as point_store
 from sgdsweep.sweep.config import Point, Sweep, describe_point, make_point
-from sgdsweep.sweep.identity import EXTENSIBLE, points_digest
+from sgdsweep.sweep.identity import EXTENSIBLE, content_hash, points_digest
 
 #: Smallest growth of a point's replicas (or steps) in a round that extends it, and the factor
 #: on the steps that censoring or the autocorrelation time ask for: falling just short of a
@@ -124,7 +124,8 @@ def needs(summary: Mapping[str, Any], replicas: int, steps: int, burn_in: int,
                 t_new = max(t_new, t)
                 reasons.append(f"escape_time: no replica escaped: steps {steps} → {t}")
                 continue
-            return f"{name} is not measured at this point (every replica diverged, or it is not observed)"
+            return (f"{name} has no standard error at this point (fewer than two replicas measured it: they "
+                    "diverged, or it is not observed)")
         rel = abs(se / tau)
         if rel > target["rel_se"] and name == "escape_time":
             # τ's SE is τ/√k with k replicas escaped: the target needs k = 1/rel_se² of them, at
@@ -175,6 +176,12 @@ def fit_half_widths(fits: Mapping[str, Any], targets: Mapping[str, float]) -> di
     return out
 
 
+def fit_archive_name(made_from: Mapping[str, Any]) -> str:
+    """File name of the fits made from one set of points with one fit config, in
+    ``rounds/fits/``: ``<points digest>-<fit config hash>.json``."""
+    return f"{made_from['points_digest']}-{made_from['spec_hash']}.json"
+
+
 def _fit_round(sweep: Sweep, model, states: list[_State], k: int, targets: Mapping[str, float],
                budget: Mapping[str, Any], total: int, log: dict[str, tuple[int, float]]) -> int:
     """After every point has settled at round ``k``: extend the points that met their targets
@@ -182,40 +189,55 @@ def _fit_round(sweep: Sweep, model, states: list[_State], k: int, targets: Mappi
     from exactly the current points (``rounds/fits/<points digest>.json``, which the workflow's
     fit job keeps, or ``fits.json``). An interval's half-width
     falls as 1/√R too, so every point's replicas grow by ``(half-width / target)²``
-    (:func:`replicas_needed`). When it did not fall at least as the fourth root of the replicas
-    since the last fit extension (``log``: target → replicas in all and half-width then), the
-    interval is not set by the noise and the points stop. Returns the replica-steps the
-    extension adds (0: none)."""
+    (:func:`replicas_needed`). When, after the replicas at least doubled since ``log`` (target →
+    replicas in all and half-width then), it did not fall at least as the fourth root of the
+    replicas, the interval is not set by the noise and the points stop; a fit that gives the
+    target no interval stops them too. Returns the replica-steps the extension adds (0: none)."""
     import json
 
     current = [s for s in states if s.status == "met"]
-    digest = points_digest(s.point.hash for s in states)
+    made_from = {"points_digest": points_digest(s.point.hash for s in states),
+                 "spec_hash": content_hash(sweep.config["fit"])}
     fits: dict[str, Any] = {}
-    for path in (sweep.directory / "rounds" / "fits" / f"{digest}.json", sweep.directory / "fits.json"):
+    for path in (sweep.directory / "rounds" / "fits" / fit_archive_name(made_from), sweep.directory / "fits.json"):
         try:
             fits = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        if (fits.get("settings") or {}).get("points_digest") == digest:
+        settings = fits.get("settings") or {}
+        if all(settings.get(k) == v for k, v in made_from.items()):
             break
         fits = {}
     if not current or not fits:
         for s in current:  # the fit of this round is still to be made (by the workflow's fit job)
             s.status = "pending fit"
         return 0
-    unmet = {n: w for n, w in fit_half_widths(fits, targets).items() if w is not None and w > targets[n]}
+    widths = fit_half_widths(fits, targets)
+    missing = [n for n, w in widths.items() if w is None]
+    if missing:
+        kind = missing[0].split(".")[0]
+        why = (fits.get("skipped") or {}).get(kind, "the fit gives it no interval")
+        for s in current:
+            s.status = f"stopped: no interval of {missing[0]} ({why})"
+        return 0
+    unmet = {n: w for n, w in widths.items() if w > targets[n]}
     if not unmet:
+        return 0
+    if k == budget["max_rounds"]:
+        for s in current:
+            s.status = f"budget: max_rounds = {budget['max_rounds']}"
         return 0
     worst = max(unmet, key=lambda n: unmet[n] / targets[n])
     replicas = sum(s.replicas for s in current)
-    if worst in log:  # the last fit extension should have narrowed it about as 1/√R
-        before, hw_before = log[worst]
+    before, hw_before = log.get(worst, (replicas, unmet[worst]))
+    if replicas >= 2 * before:  # after at least doubling, it should have narrowed about as 1/√R
         if unmet[worst] > hw_before * (before / replicas) ** 0.25:
             for s in current:
                 s.status = (f"stopped: {worst} half-width {hw_before:.3g} → {unmet[worst]:.3g} from {before} to "
                             f"{replicas} replicas in all: the interval is set by the fit's model, not by the noise")
             return 0
-    log[worst] = (replicas, unmet[worst])
+        log[worst] = (replicas, unmet[worst])
+    log.setdefault(worst, (replicas, unmet[worst]))
     reasons = [f"{n} half-width {w:.3g} > {targets[n]:.3g}" for n, w in unmet.items()]
     added = 0
     for s in current:
@@ -237,6 +259,27 @@ def _fit_round(sweep: Sweep, model, states: list[_State], k: int, targets: Mappi
     return added
 
 
+def _check_precision(sweep: Sweep, budget: Mapping[str, Any]) -> None:
+    """Refuse what rounds cannot do: sizes swept (the rounds decide them), a budget below the
+    first round's size, a fit target on a fit that is not enabled."""
+    for key in ("replicas", "steps"):
+        if key in sweep.coords:
+            raise ConfigError(f"grid.{key}", [p.params[key] for p in sweep.points][:4],
+                              f"one dynamics.{key} for every point of a sweep with precision targets",
+                              f"The rounds decide each point's {key}; set the first round's in dynamics.{key}.")
+    for key, limit in (("replicas", "max_replicas"), ("steps", "max_steps")):
+        first = max(int(p.params[key]) for p in sweep.points)
+        if budget[limit] < first:
+            raise ConfigError(f"precision.budget.{limit}", budget[limit], f"at least dynamics.{key} = {first}",
+                              f"The budget limits how far the rounds extend the first round's {key}.")
+    for name in sweep.config["precision"].get("fits", {}):
+        kind = name.split(".")[0]
+        if not sweep.config["fit"].get(kind, {}).get("enabled", True):
+            raise ConfigError(f"precision.fits.{name}", sweep.config["precision"]["fits"][name],
+                              f"a target of an enabled fit (fit.{kind}.enabled is false)",
+                              f"Enable fit.{kind} or remove the target.")
+
+
 def _precision_rounds(sweep: Sweep) -> Sweep:
     cfg = sweep.config["precision"]
     budget = cfg["budget"]
@@ -244,6 +287,7 @@ def _precision_rounds(sweep: Sweep) -> Sweep:
     fit_targets = cfg.get("fits", {})
     fit_log: dict[str, tuple[int, float]] = {}
     model = get_model(sweep.config["model"]["kind"])
+    _check_precision(sweep, budget)
     states = []
     for p in sweep.points:
         r, t = int(p.params["replicas"]), int(p.params["steps"])
@@ -391,8 +435,10 @@ def _bracket(outcome: Mapping[float, bool]) -> tuple[float | None, float | None,
         s = max(v for v in values if not outcome[v] and (d is None or v < d))
         return s, d, "below"
     s = next((v for v in values if not outcome[v]), None)
-    d = max(v for v in values if outcome[v] and (s is None or v < s))
-    return s, d, "above" if s is not None else "below"
+    if s is None:  # every value diverged: the edge lies below the smallest
+        return None, values[0], "below"
+    d = max(v for v in values if outcome[v] and v < s)
+    return s, d, "above"
 
 
 def resolve_rounds(sweep: Sweep) -> Sweep:
