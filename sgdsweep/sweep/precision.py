@@ -9,9 +9,8 @@ results alone, so it is deterministic, and a killed or repeated run arrives at t
   window short against the loss autocorrelation time gives the steps it needs. A point extended
   by replicas keeps its lanes (:mod:`sgdsweep.store.lanes`): the next round simulates only the
   new replicas. Limits: ``precision.budget``.
-- ``search``: for each combination of the other axes, bisection on ``search.edge`` between the
-  largest value at which no replica diverged and the smallest at which one did, one new point
-  per combination and round, until the bracket is narrower than ``search.tolerance``.
+- ``search``: a bisection for the stability edge, one new point per combination of the other
+  axes and round (:mod:`sgdsweep.sweep.search`).
 
 Rounds are global: round k + 1 starts when every point of round k is stored, so the budget is
 charged in one order whatever the timing. :func:`resolve_rounds` turns a sweep's round-0 points
@@ -59,7 +58,9 @@ class _State:
     spent: dict[int, int] = dataclasses.field(default_factory=dict)  # steps → replicas simulated
 
 
-def _stored_summary(sweep: Sweep, point: Point) -> dict[str, Any] | None:
+def stored_summary(sweep: Sweep, point: Point) -> dict[str, Any] | None:
+    """The summary of ``point``'s complete store in ``sweep``; None when there is none (or it is
+    damaged: the next run recomputes it like any other store)."""
     path = point_store.point_path(sweep.directory / "points", point.hash)
     if not path.exists():
         return None
@@ -298,7 +299,7 @@ def _precision_rounds(sweep: Sweep) -> Sweep:
     rounds = 0
     for k in range(budget["max_rounds"] + 1):
         rounds = k
-        summaries = {id(s): _stored_summary(sweep, s.point) for s in states if s.status is None}
+        summaries = {id(s): stored_summary(sweep, s.point) for s in states if s.status is None}
         if any(v is None for v in summaries.values()):
             for s in states:
                 if s.status is None and summaries[id(s)] is None:
@@ -356,91 +357,6 @@ def _precision_rounds(sweep: Sweep) -> Sweep:
     return dataclasses.replace(sweep, points=tuple(s.point for s in states), rounds=info, _shards={})
 
 
-def _search_rounds(sweep: Sweep) -> Sweep:
-    cfg = sweep.config["search"]
-    axis, tol = cfg["edge"], cfg["tolerance"]
-    model = get_model(sweep.config["model"]["kind"])
-    groups: dict[str, list[Point]] = {}
-    for p in sweep.points:
-        key = repr(sorted((c, p.params.get(c)) for c in sweep.coords if c != axis))
-        groups.setdefault(key, []).append(p)
-    for members in groups.values():
-        if len({p.params[axis] for p in members}) < 2:
-            raise ConfigError(f"grid.{axis}", members[0].params[axis], f"at least two values of {axis}",
-                              f"search.edge {axis} bisects between the smallest and largest value the grid gives "
-                              f"it for each combination of the other axes; {describe_point(members[0].params)} "
-                              "has one.")
-    points: dict[str, Point] = {p.hash: p for p in sweep.points}
-    info_groups = []
-    max_round = 0
-    for members in groups.values():
-        evaluated = {float(p.params[axis]): p for p in members}
-        status, k, bracket, side = "pending", 0, (None, None), "below"
-        for k in range(cfg["max_rounds"] + 1):
-            outcome = {}
-            for v, p in evaluated.items():
-                summary = _stored_summary(sweep, p)
-                if summary is None:
-                    break
-                outcome[v] = int(summary.get("diverged_replicas") or 0) > 0
-            if len(outcome) < len(evaluated):
-                status = "pending"
-                break
-            s, d, side = _bracket(outcome)
-            bracket = (s, d)
-            if s is not None and d is not None and abs(d - s) <= tol * max(abs(d), abs(s)):
-                status = "found"
-                break
-            if k == cfg["max_rounds"]:
-                status = f"budget: max_rounds = {cfg['max_rounds']}"
-                break
-            if d is None:  # every value is stable: look beyond the largest
-                new = 2 * s if axis == "lr" else (s + 1) / 2
-            elif s is None:  # none is: look below the smallest
-                new = d / 2
-                if new < 1e-300:
-                    status = f"diverges at every {axis}"
-                    break
-            else:
-                new = (s + d) / 2
-            base = members[0]
-            params = {**base.params, axis: new}
-            try:
-                point = make_point(model, params, describe_point({axis: new}), sweep.footprints)  # type: ignore[arg-type]
-            except ConfigError:
-                params["burn_in"] = int(params["steps"]) // 2  # the auto burn-in does not fit: divergence needs none
-                point = make_point(model, params, describe_point({axis: new}), sweep.footprints)  # type: ignore[arg-type]
-            evaluated[new] = point
-            points.setdefault(point.hash, point)
-        max_round = max(max_round, k)
-        first = members[0]
-        info_groups.append({
-            "axes": {c: first.params.get(c) for c in sweep.coords if c != axis},
-            "status": status, "rounds": k, "stable": bracket[0], "diverged": bracket[1], "stable_side": side,
-            "edge": bracket[0] if status == "found" else None, "tolerance": tol,
-            "evaluated": sorted(evaluated), "params": dict(first.params)})
-    info = {"kind": "search", "axis": axis, "round": max_round, "groups": info_groups,
-            "replica_steps": sum(int(p.params["replicas"]) * int(p.params["steps"]) for p in points.values())}
-    return dataclasses.replace(sweep, points=tuple(points.values()), rounds=info, _shards={})
-
-
-def _bracket(outcome: Mapping[float, bool]) -> tuple[float | None, float | None, str]:
-    """The narrowest bracket of the edge in ``outcome`` (value → whether a replica diverged):
-    (stable end, diverged end, side). Side ``below``: stable below the edge (the smallest value
-    is stable, the usual case for lr); ``above``: stable above it (the smallest value diverged
-    and a larger one did not, as momentum beyond plain SGD's limit)."""
-    values = sorted(outcome)
-    if not outcome[values[0]]:
-        d = next((v for v in values if outcome[v]), None)
-        s = max(v for v in values if not outcome[v] and (d is None or v < d))
-        return s, d, "below"
-    s = next((v for v in values if not outcome[v]), None)
-    if s is None:  # every value diverged: the edge lies below the smallest
-        return None, values[0], "below"
-    d = max(v for v in values if outcome[v] and v < s)
-    return s, d, "above"
-
-
 def resolve_rounds(sweep: Sweep) -> Sweep:
     """The sweep at its current round (module docstring): ``sweep`` itself when it has neither
     ``precision`` nor ``search``; else its points replaced by the current round's (precision) or
@@ -458,7 +374,9 @@ def resolve_rounds(sweep: Sweep) -> Sweep:
     if has_precision:
         return _precision_rounds(sweep)
     if has_search:
-        return _search_rounds(sweep)
+        from sgdsweep.sweep.search import search_rounds
+
+        return search_rounds(sweep)
     return sweep
 
 
