@@ -47,7 +47,7 @@ def search_rounds(sweep: Sweep) -> Sweep:
     max_round = 0
     for members in groups.values():
         evaluated = {float(p.params[axis]): p for p in members}
-        status, k, bracket, side = "pending", 0, (None, None), "below"
+        status, k, ends, side = "pending", 0, (None, None), "below"
         for k in range(cfg["max_rounds"] + 1):
             outcome = {}
             for v, p in evaluated.items():
@@ -59,7 +59,7 @@ def search_rounds(sweep: Sweep) -> Sweep:
                 status = "pending"
                 break
             s, d, side = bracket(outcome)
-            bracket = (s, d)
+            ends = (s, d)
             if s is not None and d is not None and abs(d - s) <= tol * max(abs(d), abs(s)):
                 status = "found"
                 break
@@ -88,8 +88,8 @@ def search_rounds(sweep: Sweep) -> Sweep:
         first = members[0]
         info_groups.append({
             "axes": {c: first.params.get(c) for c in sweep.coords if c != axis},
-            "status": status, "rounds": k, "stable": bracket[0], "diverged": bracket[1], "stable_side": side,
-            "edge": bracket[0] if status == "found" else None, "tolerance": tol,
+            "status": status, "rounds": k, "stable": ends[0], "diverged": ends[1], "stable_side": side,
+            "edge": ends[0] if status == "found" else None, "tolerance": tol,
             "evaluated": sorted(evaluated), "params": dict(first.params)})
     info = {"kind": "search", "axis": axis, "round": max_round, "groups": info_groups,
             "replica_steps": sum(int(p.params["replicas"]) * int(p.params["steps"]) for p in points.values())}
