@@ -1,1 +1,2 @@
-"""Storing results: point stores, the aggregated ensemble, provenance, export and import."""
+"""Storing results: point stores, the lanes that precision rounds extend, the aggregated
+ensemble, provenance, export and import."""

@@ -1,1 +1,2 @@
-"""From a YAML config to a validated sweep: schema, grid of points, identities, plan, cost."""
+"""From a YAML config to a validated sweep: schema, grid of points, identities, devices, plan,
+cost, and the rounds of precision targets and edge searches."""
