@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import yaml
 from conftest import REPO, run_cli, write_yaml
 
 from sgdsweep.errors import ConfigError
@@ -410,3 +411,29 @@ def test_a_later_round_beyond_max_memory_names_the_budget(tmp_path):
     sweep = build_sweep(cfg)
     with pytest.raises(ConfigError, match=r"precision\.budget\.max_replicas.*Round 1 extends points to \d+ replicas"):
         check_memory(sweep, [p.hash for p in sweep.points])
+
+
+def test_a_precision_sweep_exported_and_imported_replays_its_rounds_without_simulating(tmp_path):
+    """The export holds every round's points, so the imported config reaches the same last round
+    from the stores it brings, and simulates nothing; merging such exports is refused."""
+    from sgdsweep.analysis.fit import fit_ensemble
+    from sgdsweep.store.aggregate import build_ensemble, write_ensemble
+    from sgdsweep.store.share import ShareError, export_sweep, import_sweep, merge_exports
+    from sgdsweep.sweep.paths import atomic_write_text
+    from sgdsweep.sweep.plan import write_plan
+
+    finished = run_rounds(config(tmp_path / "here"))
+    assert any(p["rounds"] for p in finished.rounds["points"].values())
+    files = write_plan(finished)
+    ds = build_ensemble(json.loads(files.sweep_spec.read_text()))
+    write_ensemble(ds, files.ensemble)
+    atomic_write_text(files.fits, json.dumps(fit_ensemble(ds, finished.config["fit"])))
+    dest = tmp_path / "precise.zip"
+    manifest = export_sweep(files.root, str(dest))
+    assert len(manifest["points"]) > len(finished.points)  # the earlier rounds' stores travel too
+    target = import_sweep(dest, tmp_path / "there")
+    imported = build_sweep(yaml.safe_load((target / "config.yaml").read_text()))
+    assert {p.hash for p in imported.points} == {p.hash for p in finished.points}
+    assert {p["status"] for p in imported.rounds["points"].values()} == {"met"}
+    with pytest.raises(ShareError, match="a sweep with precision"):
+        merge_exports([str(dest), str(dest)], str(tmp_path / "merged.zip"))

@@ -92,6 +92,10 @@ def _sweep_parts(sweep_dir: Path) -> tuple[dict[str, Any], dict[str, Any], list[
     report_spec = json.loads((sweep_dir / "plan" / "report.json").read_text())
     fits = json.loads((sweep_dir / "fits.json").read_text())
     points = [p["hash"] for p in json.loads((sweep_dir / "plan" / "sweep.json").read_text())["points"]]
+    rounds = report_spec.get("rounds") or {}
+    if rounds.get("kind") == "precision":  # every round's points: an import replays the rounds from them
+        earlier = [h for p in rounds["points"].values() for h in p.get("hashes", [])]
+        points += sorted(set(earlier) - set(points))
     return report_spec, fits, points
 
 
@@ -346,6 +350,12 @@ def merge_exports(sources: list[str], dest: str) -> dict[str, Any]:
         raise UsageError("merge needs at least two export files")
     _new_destination(dest)
     manifests = [verify(s) for s in sources]
+    for src, m in zip(sources, manifests):
+        for section in ("precision", "search"):
+            if section in m["config"]:
+                raise ShareError(f"{src} is a sweep with {section}: its points follow from its rounds, which a merged "
+                                 "sweep's explicit points cannot replay; merge sweeps of fixed size, or import it "
+                                 "on its own")
     ignore = ("grid", "points", "report", "fit", "execution", "sweep", "results_dir")
 
     def core(cfg: dict[str, Any]) -> dict[str, Any]:

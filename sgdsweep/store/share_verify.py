@@ -384,13 +384,18 @@ def check_config(manifest: dict[str, Any], src: str | Path) -> None:
             "file: do not use it"
         )
     try:
-        sweep = build_sweep({k: v for k, v in config.items() if k != "execution"})
+        sweep = build_sweep({k: v for k, v in config.items() if k != "execution"}, rounds=False)
     except ConfigError as exc:
         raise ShareError(
             f"{src}: the manifest's config is not a valid sweep config ({exc})"
         ) from None
     hashes = [p.hash for p in sweep.points]
-    if sorted(hashes) != sorted(manifest["points"]):
+    if "precision" in config:  # the first round's points; later rounds' follow from their stores
+        from sgdsweep.sweep.precision import round_zero
+
+        hashes = [p.hash for p in round_zero(sweep)]
+    rounds = "precision" in config or "search" in config  # the file holds the rounds' points too
+    if (not set(hashes) <= set(manifest["points"])) if rounds else sorted(hashes) != sorted(manifest["points"]):
         missing = sorted(set(hashes) - set(manifest["points"])) or sorted(
             set(manifest["points"]) - set(hashes)
         )

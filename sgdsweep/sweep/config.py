@@ -169,9 +169,10 @@ def _checked_problem(model, params: Mapping[str, Any], where: str):
                           "sizes and scales.") from None
 
 
-def build_sweep(raw: Mapping[str, Any]) -> Sweep:
+def build_sweep(raw: Mapping[str, Any], rounds: bool = True) -> Sweep:
     """Validate a config mapping and build its :class:`Sweep`; with ``precision:`` or
-    ``search:``, at its current round (read from the stores of earlier rounds).
+    ``search:`` and ``rounds``, at its current round (read from the stores of earlier rounds),
+    else the config's own points.
 
     Raises:
         ConfigError: naming the key, the value given and what is allowed.
@@ -229,7 +230,7 @@ def build_sweep(raw: Mapping[str, Any]) -> Sweep:
     coords = tuple(a for a in gridmod.AXES if a in model.AXES) + tuple(
         k for k in gridmod.EXTRA_GRID_KEYS if any(k in gp for gp in expanded))
     sweep = Sweep(config=cfg, points=tuple(points), coords=coords, footprints=footprints)
-    if "precision" in cfg or "search" in cfg:  # the points of the current round, from the stored ones
+    if rounds and ("precision" in cfg or "search" in cfg):  # the current round's points, from the stored ones
         from sgdsweep.sweep.precision import resolve_rounds
 
         sweep = resolve_rounds(sweep)

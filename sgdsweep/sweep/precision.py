@@ -56,6 +56,12 @@ class _State:
     status: str | None = None
     history: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     spent: dict[int, int] = dataclasses.field(default_factory=dict)  # steps → replicas simulated
+    hashes: list[str] = dataclasses.field(default_factory=list)  # the point's hash in each round
+
+    def move(self, point: Point) -> None:
+        """Make ``point`` the state's point of the next round."""
+        self.point = point
+        self.hashes.append(point.hash)
 
 
 def stored_summary(sweep: Sweep, point: Point) -> dict[str, Any] | None:
@@ -256,7 +262,7 @@ def _fit_round(sweep: Sweep, model, states: list[_State], k: int, targets: Mappi
         s.history.append({"round": k + 1, "replicas": r, "steps": s.steps,
                           "reasons": [f"{'; '.join(reasons)}: +{r - s.replicas} replicas"]})
         s.replicas = r
-        s.point = _at(sweep, model, s, r, s.steps)
+        s.move(_at(sweep, model, s, r, s.steps))
     return added
 
 
@@ -281,6 +287,15 @@ def _check_precision(sweep: Sweep, budget: Mapping[str, Any]) -> None:
                               f"Enable fit.{kind} or remove the target.")
 
 
+def round_zero(sweep: Sweep) -> list[Point]:
+    """The first round's points of a precision sweep built without its rounds
+    (``build_sweep(config, rounds=False)``): its points made extensible. Reads no store."""
+    model = get_model(sweep.config["model"]["kind"])
+    states = [_State(base=p, replicas=int(p.params["replicas"]), steps=int(p.params["steps"]), point=p)
+              for p in sweep.points]
+    return [_at(sweep, model, s, s.replicas, s.steps) for s in states]
+
+
 def _precision_rounds(sweep: Sweep) -> Sweep:
     cfg = sweep.config["precision"]
     budget = cfg["budget"]
@@ -293,7 +308,7 @@ def _precision_rounds(sweep: Sweep) -> Sweep:
     for p in sweep.points:
         r, t = int(p.params["replicas"]), int(p.params["steps"])
         st = _State(base=p, replicas=r, steps=t, point=p)
-        st.point = _at(sweep, model, st, r, t)
+        st.move(_at(sweep, model, st, r, t))
         states.append(st)
     total = sum(s.replicas * s.steps for s in states)
     rounds = 0
@@ -338,7 +353,7 @@ def _precision_rounds(sweep: Sweep) -> Sweep:
                 reasons = [*reasons, f"held to {r} replicas × {t} steps by {', '.join(limited)}"]
             s.history.append({"round": k + 1, "replicas": r, "steps": t, "reasons": reasons})
             s.replicas, s.steps = r, t
-            s.point = _at(sweep, model, s, r, t)
+            s.move(_at(sweep, model, s, r, t))
             advanced = True
         if not advanced and fit_targets:
             added = _fit_round(sweep, model, states, k, fit_targets, budget, total, fit_log)
@@ -352,7 +367,7 @@ def _precision_rounds(sweep: Sweep) -> Sweep:
     info = {"kind": "precision", "round": rounds, "replica_steps": sum(_spend(s) for s in states),
             "points": {s.point.hash: {
                 "base": s.base.hash, "status": s.status, "replicas": s.replicas, "steps": s.steps,
-                "rounds": len(s.history), "replica_steps": _spend(s), "history": s.history}
+                "rounds": len(s.history), "replica_steps": _spend(s), "history": s.history, "hashes": s.hashes}
                 for s in states}}
     return dataclasses.replace(sweep, points=tuple(s.point for s in states), rounds=info, _shards={})
 
