@@ -208,3 +208,18 @@ def test_a_precision_report_shows_a_swept_noise_type(tmp_path):
     rows = [r for r in page.split("<tr>") if any(r.startswith(f"<td>{h[:10]}</td>") for h in sweep.rounds["points"])]
     assert len(rows) == 2
     assert any("<td>minibatch</td>" in r for r in rows) and any("<td>gaussian</td>" in r for r in rows)
+
+
+def test_a_momentum_edge_stable_above_is_compared_with_the_theorys_lower_edge(tmp_path):
+    """On the quadratic at λk = 2.75 momentum is stable above μ = λk/2 − 1 = 0.375 (Liu et al.
+    Cor. 1): the report sets the measured edge beside that value, not beside 'no upper edge'."""
+    cfg = config(EDGE, tmp_path, model={"kind": "quadratic", "curvatures": [1.0], "noise_cov": [1.0]},
+                 dynamics={"steps": 3000, "replicas": 16, "burn_in": 0},
+                 grid={"lr": 2.75, "batch_size": 1, "momentum": [0.1, 0.6], "noise": "gaussian"},
+                 search={"edge": "momentum", "tolerance": 0.02})
+    sweep = run_rounds(cfg)
+    page = report_of(sweep)
+    (row,) = [r for r in page.split("<tr>")[1:] if "found" in r]
+    cells = re.findall(r"<td>(.*?)</td>", row)
+    assert cells[2] == "0.375"  # the exact theory's edge column
+    assert abs(float(cells[3]) - 1) < 0.03  # measured / theory

@@ -68,7 +68,7 @@ def status_class(status: str) -> str:
     """``good``, ``bad`` or ``neutral`` for a point's or a combination's status."""
     if status in ("met", "found"):
         return "good"
-    return "neutral" if status == "pending" else "bad"
+    return "neutral" if status.startswith("pending") else "bad"
 
 
 def _percent(x: float | None) -> str:
@@ -236,7 +236,8 @@ def _search(info: Mapping[str, Any], img: Callable[..., str]) -> list[str]:
     rows, drawn, methods = [], [], set()
     for g in groups:
         theory = theory_edge(g["params"], axis)
-        value = theory["value"] if theory else None
+        # stable above the edge (momentum beyond plain SGD's limit): the theory's lower edge
+        value = (theory.get("lower") if g.get("stable_side") == "above" else theory["value"]) if theory else None
         if theory:
             methods.add(theory["method"])
         measured = g["stable"]
