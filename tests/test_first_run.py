@@ -136,6 +136,18 @@ def test_a_jobs_own_cluster_starts_its_workers_with_the_malloc_settings(monkeypa
     assert list(seen.values()) == [cluster.WORKER_ENVIRON]
 
 
+def test_a_cluster_started_after_one_with_dasks_defaults_keeps_the_malloc_settings(monkeypatch):
+    """A Nanny copies its settings into this process's environment, and later Nannies read that
+    first: after a cluster with Dask's defaults in the same process, ours must still win."""
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "65536")  # what Dask's default Nanny leaves behind
+    monkeypatch.delenv(cluster.SCHEDULER_FILE_ENV, raising=False)
+    monkeypatch.delenv(cluster.SCHEDULER_ENV, raising=False)
+    with cluster.dask_client({"workers": 1}) as client:
+        seen = client.run(lambda: {k: os.environ.get(k) for k in cluster.WORKER_ENVIRON})
+    assert list(seen.values()) == [cluster.WORKER_ENVIRON]
+    assert os.environ["MALLOC_TRIM_THRESHOLD_"] == "65536"  # this process's own environment as it was
+
+
 # --- a scheduler named by the user that is not Dask ------------------------------------------
 
 

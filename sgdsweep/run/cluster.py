@@ -134,11 +134,30 @@ def local_cluster(workers: int, host: str = "127.0.0.1", gpus: int = 0, **kwargs
                "scheduler_port": 0, "dashboard_address": f"{host}:0", "silence_logs": logging.WARNING,
                "preload": ["sgdsweep.sim.warmup"], **kwargs}
     environ = {f"distributed.nanny.pre-spawn-environ.{k}": v for k, v in WORKER_ENVIRON.items()}
-    with dask.config.set(environ):  # read by each Nanny as it is created, inside LocalCluster()
+    # read by each Nanny as it is created, inside LocalCluster(). A Nanny reads this process's
+    # environment before the setting, and copies its own settings into that environment when it
+    # spawns a worker: an earlier cluster of this process with Dask's defaults would override
+    # ours, so the environment holds ours while the workers start.
+    with dask.config.set(environ), _environment(WORKER_ENVIRON):
         if gpus:
             return gpu_local_cluster(workers, gpus, host, kwargs.get("scheduler_kwargs"),
                                      {"preload": options["preload"]})
         return LocalCluster(**options)
+
+
+@contextlib.contextmanager
+def _environment(values: Mapping[str, str]) -> Iterator[None]:
+    """This process's environment with ``values`` for the block, then as it was."""
+    before = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 # --- the run's local cluster: started and stopped by `sgdsweep run` ------------------------------
