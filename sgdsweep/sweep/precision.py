@@ -395,16 +395,6 @@ def resolve_rounds(sweep: Sweep) -> Sweep:
     return sweep
 
 
-def pending(sweep: Sweep) -> bool:
-    """Whether a sweep with rounds has points still to simulate in its current round."""
-    info = sweep.rounds
-    if not info:
-        return False
-    if info["kind"] == "precision":
-        return any(p["status"] in ("pending", "pending fit") for p in info["points"].values())
-    return any(g["status"] == "pending" for g in info["groups"])
-
-
 def extension_reasons(sweep: Sweep) -> dict[str, str]:
     """Point hash → why the current round simulates it (its last extension's reasons), for the
     points that a round extended."""
