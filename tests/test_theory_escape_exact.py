@@ -175,6 +175,23 @@ def test_thesis_grid_error_is_below_one_percent():
     assert abs(fine - res.steps) / fine < 0.01, (fine, res)
 
 
+def test_thesis_kernel_far_outside_the_box_keeps_the_escape_time():
+    """Data seed 5, λ = 3.2e-3, S = 2, isotropic noise: from some nodes at the box's edge one
+    update lands so far outside it that every node's density is below the smallest float; the
+    kernel is normalised in log space, so the escape time exists (τ ≈ 7,160 steps) and does not
+    move when the grid is refined (it was absent, "linear system is singular")."""
+    problem = make_problem({"landscape": "thesis", "start": "spurious", "seed": 5})
+    base = {"lr": 3.2e-3, "batch_size": 2, "momentum": 0.0, "method": "sgd", "noise": "gaussian"}
+    column, res, note = escape_exact.for_point(problem, base)
+    assert column == "exact" and res is not None, note
+    assert 7150 < res.steps < 7180 and res.error < 0.01, res
+    chain = escape_exact.thesis_chain(problem, 3.2e-3, 2, "gaussian")
+    box = escape_exact.box_2d(chain, problem.hessian(problem.w_min))
+    n_u, n_v = (round(n * math.sqrt(2.0)) for n in res.nodes)
+    fine = escape_exact.solve_2d(chain, box, n_u, n_v)
+    assert 7150 < fine < 7180 and abs(fine - res.steps) / fine < 0.01, (fine, res)
+
+
 def test_for_point_labels_columns_and_refuses_momentum():
     problem = _thesis()
     base = {"lr": 3.5e-3, "batch_size": 1, "momentum": 0.0, "method": "sgd", "dt_over_lr": 1.0}

@@ -25,8 +25,10 @@ tensor grid of cell centres (the boundary u = 0 is a cell edge); ``K_ij`` = the 
 of w′ at node j times the cell area, each row scaled so that it sums to the exact probability of
 *not* escaping, ``Φ(−μ_u/σ_u)`` (the projection of a Gaussian on n is Gaussian), so the leak
 over the separatrix — which sets τ — is exact per node and only its distribution over the
-remaining nodes is discretised. The covariance is state-dependent for ``gaussian_matched`` (the
-minibatch covariance of the per-sample gradients at w). Sparse solve (scipy.sparse).
+remaining nodes is discretised (the scaling is done in log space, so a node whose kernel lands
+far outside the box keeps a finite row, its mass on the nearest nodes). The covariance is
+state-dependent for ``gaussian_matched`` (the minibatch covariance of the per-sample gradients
+at w). Sparse solve (scipy.sparse).
 
 **Resolution.** Each problem is solved on a grid and on one refined by a factor r per axis
 (2 in 1-D, √2 in 2-D), refining until ``|τ_fine − τ_coarse|/τ_fine`` is below ``rtol``
@@ -205,9 +207,17 @@ class Chain2D:
         return self.origin + uv[..., :1] * self.normal + uv[..., 1:] * self.tangent
 
 
-def _rows(chain: Chain2D, points: np.ndarray, nodes_uv: np.ndarray, area: float,
+def _rows(chain: Chain2D, points: np.ndarray, nodes_uv: np.ndarray,
           cutoff: float = 1e-13) -> scipy.sparse.csr_matrix:
-    """Kernel rows (sparse) from ``points`` (w coordinates) to the grid nodes (u, v)."""
+    """Kernel rows (sparse) from ``points`` (w coordinates) to the grid nodes (u, v).
+
+    Each row is the Gaussian density of w′ at the nodes normalised to the exact probability of
+    not escaping, so the density's constant factor (and the cell area) cancels: it is taken in
+    log space relative to the row's largest value, which keeps a kernel centred far outside the
+    box (all densities below the smallest float) finite — its mass then goes to the nodes
+    nearest its mean in the kernel's own metric. Entries below ``cutoff`` times the row's sum
+    are dropped.
+    """
     mean = chain.to_uv(points - chain.step * chain.grad(points))
     rot = np.stack([chain.normal, chain.tangent])
     cov = np.einsum("ij,njk,lk->nil", rot, chain.cov(points), rot)
@@ -221,19 +231,13 @@ def _rows(chain: Chain2D, points: np.ndarray, nodes_uv: np.ndarray, area: float,
         sl = slice(start, start + 256)
         d = nodes_uv[None, :, :] - mean[sl, None, :]
         q = np.einsum("nmi,nij,nmj->nm", d, inv[sl], d)
-        dens = np.exp(-0.5 * q) * (area / (2 * np.pi * np.sqrt(det[sl])))[:, None]
+        dens = np.exp(-0.5 * (q - q.min(axis=1, keepdims=True)))  # largest entry of each row: 1
         total = dens.sum(axis=1)
         for r in range(dens.shape[0]):
-            i = start + r
-            if total[r] > 0:
-                keep = np.flatnonzero(dens[r] > cutoff * total[r])
-                w = dens[r, keep] * (stay[i] / total[r])
-            else:  # the kernel misses every node: its mass to the nearest one
-                keep = np.array([int(np.argmin(np.sum(d[r] ** 2, axis=1)))])
-                w = np.array([stay[i]])
-            rows.append(np.full(keep.size, i))
+            keep = np.flatnonzero(dens[r] > cutoff * total[r])
+            rows.append(np.full(keep.size, start + r))
             cols.append(keep)
-            vals.append(w)
+            vals.append(dens[r, keep] * (stay[start + r] / total[r]))
     return scipy.sparse.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
                                    shape=(len(points), len(nodes_uv)))
 
@@ -246,7 +250,7 @@ def solve_2d(chain: Chain2D, box: tuple[float, float, float], n_u: int, n_v: int
     u = u_lo + (np.arange(n_u) + 0.5) * hu
     v = v_lo + (np.arange(n_v) + 0.5) * hv
     uv = np.stack(np.meshgrid(u, v, indexing="ij"), -1).reshape(-1, 2)
-    k = _rows(chain, chain.from_uv(uv), uv, hu * hv)
+    k = _rows(chain, chain.from_uv(uv), uv)
     if k.nnz > DENSE_FILL * len(uv) ** 2:  # a wide kernel: LU of the dense matrix is faster
         a = -k.toarray()
         a[np.diag_indices_from(a)] += 1.0
@@ -262,7 +266,7 @@ def solve_2d(chain: Chain2D, box: tuple[float, float, float], n_u: int, n_v: int
     if not np.all(np.isfinite(tau)):
         raise ResolutionError(f"the chain on a {n_u} × {n_v} grid cannot leave some nodes (its linear "
                               "system is singular): no escape time on this grid")
-    k0 = _rows(chain, chain.start[None, :], uv, hu * hv)
+    k0 = _rows(chain, chain.start[None, :], uv)
     return float(1.0 + (k0 @ tau)[0])
 
 
