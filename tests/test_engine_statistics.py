@@ -40,7 +40,7 @@ def z(summary: dict[str, Any], value: float, name: str = "weight_var") -> float:
     return (summary[name] - value) / summary[f"{name}_se"]
 
 
-# ---- quadratic (physics.md §1) -------------------------------------------------------------
+# ---- quadratic (docs/physics.md §1) --------------------------------------------------------
 
 
 def test_quadratic_1d_variance_is_exact_discrete_not_continuous(tmp_path):
@@ -114,7 +114,7 @@ def test_sde_converges_to_the_continuous_answer(tmp_path):
     assert abs(z(s, 1.0)) > 10  # SGD's answer
 
 
-# ---- linear regression (physics.md §2) ----------------------------------------------------
+# ---- linear regression (docs/physics.md §2) -----------------------------------------------
 
 LINEAR = {"model": {"kind": "linear", "n_inputs": 5, "label_noise": 0.6}, "seed": 5}
 
@@ -192,7 +192,7 @@ def test_added_and_label_noise_match_their_exact_theory(tmp_path):
     assert abs(z(by["gaussian"]["summary"], by["student_t"]["summary"]["weight_var_theory"])) > 10
 
 
-# ---- two-layer linear network (physics.md §4) ---------------------------------------------
+# ---- two-layer linear network (docs/physics.md §4) ----------------------------------------
 
 
 def test_two_layer_joint_fluctuations_are_isotropic(tmp_path):
@@ -226,7 +226,7 @@ def test_two_layer_joint_fluctuations_are_isotropic(tmp_path):
     assert sv.shape == (128, 3) and np.all(np.isfinite(sv))
 
 
-# ---- escape (physics.md §6) ----------------------------------------------------------------
+# ---- escape (docs/physics.md §6) -----------------------------------------------------------
 
 
 def test_double_well_escape_time_matches_kramers(tmp_path):
@@ -264,7 +264,7 @@ def test_escape_is_censored_not_dropped(tmp_path):
     assert s["escape_time"] > np.mean(steps[escaped])
 
 
-# ---- digits: fluctuation–dissipation (physics.md §3) --------------------------------------
+# ---- digits: fluctuation–dissipation (docs/physics.md §3) ---------------------------------
 
 
 def test_digits_noise_is_white_and_fluctuation_dissipation_holds(tmp_path):

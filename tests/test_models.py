@@ -93,7 +93,7 @@ def test_landscape_landmarks():
     curv = lambda x: (dw.grad(np.array([[x + h]]))[0, 0] - dw.grad(np.array([[x - h]]))[0, 0]) / (2 * h)
     assert curv(0.0) == pytest.approx(dw.k_min, rel=1e-6)
     assert curv(dw.saddle) == pytest.approx(-dw.k_saddle, rel=1e-6)
-    th = _problem("thesis")  # physics.md §6: minima and saddle of the thesis model
+    th = _problem("thesis")  # docs/physics.md §6: minima and saddle of the thesis model
     np.testing.assert_allclose(th.minima["real"], [0.97, 5.0], atol=0.1)
     np.testing.assert_allclose(th.minima["spurious"], [-5.6, 3.0], atol=0.1)
     np.testing.assert_allclose(th.saddle_point, [-0.30, 0.16], atol=0.05)

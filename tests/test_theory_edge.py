@@ -146,7 +146,7 @@ def test_quadratic_radius_edge_is_liu_corollary_1(curvatures, mu):
 
 
 def test_quadratic_momentum_edge_is_liu():
-    """λk = 2.75 diverges for μ < 0.375 (physics.md §1) and is stable up to μ → 1."""
+    """λk = 2.75 diverges for μ < 0.375 (docs/physics.md §1) and is stable up to μ → 1."""
     out = edge.quadratic_edge([1.0], "momentum", 2.75)
     assert out["value"] == math.inf and out["lower"] == pytest.approx(0.375, rel=1e-10)
     assert edge.liu_edge([1.0], "momentum", lr=2.75) == pytest.approx(0.375)

@@ -1,7 +1,7 @@
 """The exact escape time of the discrete SGD chain (sgdsweep.theory.escape_exact) against
 independent numerics, never against itself: Monte Carlo of the chain written here with its own
 loop (fixed seeds, tolerance from the standard error), the quadrature MFPT of the overdamped
-Langevin equation in the limit λ → 0 at fixed λσ²/S (physics.md §6), and finer grids."""
+Langevin equation in the limit λ → 0 at fixed λσ²/S (docs/physics.md §6), and finer grids."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from sgdsweep.models.landscape import make_problem
 from sgdsweep.theory import escape_exact
 from sgdsweep.theory.escape import kramers_steps
 
-# physics.md §6's example: ΔL = 0.25, k_a = 2, k_b = 1, S = 4, σ² = 8/9
+# docs/physics.md §6's example: ΔL = 0.25, k_a = 2, k_b = 1, S = 4, σ² = 8/9
 BARRIER, K_A, K_B, S = 0.25, 2.0, 1.0, 4
 
 
@@ -56,7 +56,7 @@ def _agrees(times: np.ndarray, tau: float) -> tuple[bool, str]:
 
 @pytest.mark.parametrize("noise,lr", [("gaussian", 0.45), ("gaussian", 0.3), ("student_t", 0.45)])
 def test_double_well_matches_monte_carlo_of_the_chain(noise, lr):
-    """At T = λσ²/(2S) = 0.05 (ΔL/T = 5) and λk_a = 0.9 (physics.md's example, τ ≈ 735 where
+    """At T = λσ²/(2S) = 0.05 (ΔL/T = 5) and λk_a = 0.9 (docs/physics.md §6's example, τ ≈ 735 where
     Kramers says 1,465) and 0.6; Student-t noise (ν = 4) of the same variance escapes ~4× faster."""
     sigma = math.sqrt(0.4 / lr)
     _, du, threshold = _quartic()

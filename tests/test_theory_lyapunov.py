@@ -81,7 +81,7 @@ def test_continuous_isotropic_limit_is_lr_sigma2_over_2s():
 
 
 def test_one_dimensional_continuous_and_discrete():
-    # 1-D closed forms λσ²/(2k) and λσ²/(k(2 − λk)) (physics.md §1)
+    # 1-D closed forms λσ²/(2k) and λσ²/(k(2 − λk)) (docs/physics.md §1)
     k, s2, lr = 1.3, 0.7, 0.9
     assert ly.continuous_covariance(k, s2, lr)[0, 0] == pytest.approx(lr * s2 / (2 * k), rel=1e-14)
     assert ly.discrete_additive_covariance(k, s2, lr)[0, 0] == pytest.approx(

@@ -239,7 +239,7 @@ def test_bad_inputs_raise():
         esc.kramers_time(1.0, 1.0, -1.0, 0.0)
 
 
-# ---------------------------------------------------------------- escape (physics.md §6)
+# ----------------------------------------------------------- escape (docs/physics.md §6)
 
 def _double_well_mfpt(barrier, temperature, x0, x_end, n=100_001):
     """Exact mean first-passage time x0 → x_end of dx = −U'dt + √(2T)dW, U = ΔL(x² − 1)².

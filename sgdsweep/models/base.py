@@ -145,7 +145,7 @@ class Problem:
     def minibatch_noise_cov(self, batch_size: int, replace: bool = False) -> np.ndarray:
         """Per-step gradient-noise covariance at the minimum of a data problem (gradient², d × d):
         f·cov_μ(g_μ) over the per-sample gradients, f = (P−S)/(S(P−1)) without replacement,
-        1/S with replacement (physics.md §7)."""
+        1/S with replacement (docs/physics.md §7)."""
         g = self.sample_grads(self.w_min[None, :])[0]
         g = g - g.mean(axis=0)
         p = self.n_samples
@@ -157,7 +157,7 @@ class Problem:
 
     def gaussian_noise_var(self, batch_size: int) -> float:
         """Per-coordinate variance of the isotropic ``gaussian`` noise per step: the minibatch
-        (without replacement) noise trace at the minimum divided by d (physics.md §7)."""
+        (without replacement) noise trace at the minimum divided by d (docs/physics.md §7)."""
         return float(np.trace(self.minibatch_noise_cov(batch_size)) / self.dim)
 
     def layer_cov_theory(self, w: np.ndarray, params: Mapping[str, Any]) -> dict[str, np.ndarray]:

@@ -1,4 +1,4 @@
-"""``digits``: one linear layer on scikit-learn's bundled 8×8 digits (physics.md §3, the offline
+"""``digits``: one linear layer on scikit-learn's bundled 8×8 digits (docs/physics.md §3, the offline
 substitute for Han, Park, Lee & Han 2021's MNIST).
 
 The 1797 images (pixels 0–16, divided by ``pixel_scale``) lose the pixels that are zero in every

@@ -1,4 +1,4 @@
-"""``landscape``: escape from a minimum (physics.md §6).
+"""``landscape``: escape from a minimum (docs/physics.md §6).
 
 ``double_well``: the 1-D quartic ``U(w) = ½k_a w² + c₃w³ + c₄w⁴`` with its minimum at w = 0
 (curvature ``curvature_min`` = k_a), the barrier top at ``s = √(12ΔL/(k_a + k_b))`` (height

@@ -1,4 +1,4 @@
-"""``linear``: finite-data teacher–student regression (physics.md §2).
+"""``linear``: finite-data teacher–student regression (docs/physics.md §2).
 
 Inputs ``x ~ N(0, Σ_x)`` with ``Σ_x = I/N`` (``inputs: isotropic``, σ_x² = 1/N) or a fixed
 Wishart matrix ``Σ_x = GᵀG/(m N)``, ``G`` an m × N standard Gaussian matrix with

@@ -1,4 +1,4 @@
-"""``matrix``: teacher–student ``f(x) = Z W x`` with fixed Z, only W learnt (physics.md §5,
+"""``matrix``: teacher–student ``f(x) = Z W x`` with fixed Z, only W learnt (docs/physics.md §5,
 Park, Favoni, Lucini & Aarts 2024).
 
 W and the target ``W_t = O diag(targets) Oᵀ`` are N × N (N = len(targets), O a fixed random

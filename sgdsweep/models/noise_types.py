@@ -1,4 +1,4 @@
-"""The gradient-noise types (physics.md §7), defined once: every list of noise types in the
+"""The gradient-noise types (docs/physics.md §7), defined once: every list of noise types in the
 package is a subset of :data:`NOISE` chosen by the properties below.
 
 A step's noise is either *sampled* (the gradient of a batch of S samples drawn from the data

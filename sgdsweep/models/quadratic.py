@@ -1,4 +1,4 @@
-"""``quadratic``: L = ½ wᵀKw with additive gradient noise (physics.md §1, Liu, Ziyin & Ueda 2021).
+"""``quadratic``: L = ½ wᵀKw with additive gradient noise (docs/physics.md §1, Liu, Ziyin & Ueda 2021).
 
 Options: ``curvatures`` — the eigenvalues of the Hessian K (K = diag(curvatures), units
 1/step-size); ``noise_cov`` — the per-sample gradient-noise covariance C, either a list (its

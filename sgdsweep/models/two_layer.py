@@ -1,4 +1,4 @@
-"""``two_layer``: the linear network y = W2·W1·x, both layers trained together (physics.md §4).
+"""``two_layer``: the linear network y = W2·W1·x, both layers trained together (docs/physics.md §4).
 
 ``W1`` (hidden_width × n_inputs) and ``W2`` (n_outputs × hidden_width) are flattened into
 ``w = (vec W1, vec W2)`` (row-major). Data as in ``linear``: x ~ N(0, I/N_i), P = round(N_i ·
@@ -30,7 +30,7 @@ AXES = ("lr", "batch_size", "momentum", "samples_per_param", "hidden_width", "no
 OPTIONS: dict[str, Any] = {"n_inputs": 10, "n_outputs": 1, "label_noise": 1.0, "labels": "noise",
                            "init_scale": "glorot"}
 #: Every noise type but ``gaussian``: its isotropic variance is the minibatch noise at the
-#: unique minimum (physics.md §7), and the two-layer minima form a manifold.
+#: unique minimum (docs/physics.md §7), and the two-layer minima form a manifold.
 NOISE_TYPES = tuple(n for n in ALL if n != "gaussian")
 INIT_VARIANCE = {"glorot": 1.0, "tiny": 1e-6}
 
@@ -168,7 +168,7 @@ def theory(problem: TwoLayerProblem, params: Mapping[str, Any], pred: Prediction
     pred.joint_eigenvalue = params["lr"] * 2.0 * problem.loss_min / (2.0 * params["batch_size"])
     pred.formulas["joint_eigenvalue"] = (
         "λ⟨r²⟩/(2S), ⟨r²⟩ = 2 L_min: isotropic joint fluctuations on the range of Γ (Gross et al. "
-        "2024 Sec. III, physics.md §4; leading order in λ, P ≫ N)")
+        "2024 Sec. III, docs/physics.md §4; leading order in λ, P ≫ N)")
 
 
 @functools.lru_cache(maxsize=16)

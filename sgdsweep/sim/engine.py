@@ -4,7 +4,7 @@ A *lane* is one replica of one point. The lanes of a call share the problem, the
 the noise type and the dynamics; learning rate, momentum and burn-in are per lane. Each step is
 one vectorised update of every working lane:
 
-- ``sgd``: heavy-ball SGD (physics.md §0), ``m ← μ m + g; w ← w − λ m`` with g the noisy
+- ``sgd``: heavy-ball SGD (docs/physics.md §0), ``m ← μ m + g; w ← w − λ m`` with g the noisy
   gradient of the noise type (:mod:`sgdsweep.sim.noise`);
 - ``sde``: Euler–Maruyama for the SDE ``dw = −∇L dt + √(λ C) dW`` (time t = λ·steps, C the
   per-step noise covariance of SGD), with its own step ``dt = dt_over_lr · λ``:

@@ -7,7 +7,7 @@ good at — many replicas of one linear-regression problem — and is measured i
 ``benchmarks/kernel_gpu.py``. Sweeps route points to it through ``execution.device``
 (:mod:`sgdsweep.sweep.device`, docs/gpu.md) once it measures what a point store needs.
 
-Dynamics (physics.md §0, §2), per replica r, for steps t = 0 … steps − 1::
+Dynamics (docs/physics.md §0, §2), per replica r, for steps t = 0 … steps − 1::
 
     g = (1/S) Σ_k (w·x_{i_k} − y_{i_k}) x_{i_k}      (i_k: S indices drawn with replacement)
     m ← μ m + g;   w ← w − λ m

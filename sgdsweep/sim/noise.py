@@ -1,4 +1,4 @@
-"""Gradient noise (physics.md §7): which random numbers a step needs and how they become noise.
+"""Gradient noise (docs/physics.md §7): which random numbers a step needs and how they become noise.
 
 Every lane owns two random streams (see :func:`lane_streams`): *uniforms* choose samples
 (``minibatch``, ``minibatch_replace``, ``epoch``, ``label``) and *normals* make added noise

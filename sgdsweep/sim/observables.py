@@ -13,7 +13,7 @@ What is accumulated after a lane's burn-in, per lane (``L`` lanes, ``d`` paramet
   integrated autocorrelation time;
 - ``noise_lag``: Σ b_tᵀ b_{t−m} (n_in × n_in per lag) of the gradient noise at the minimum
   b_t = −g_{B_t}(W*) (single-layer models), and ``sum_gram``: Σ δᵀδ (n_in × n_in) — Han et
-  al.'s D(m) and Σ_WW (physics.md §3).
+  al.'s D(m) and Σ_WW (docs/physics.md §3).
 
 The engine compacts lanes that stop (diverged or escaped) out of the working arrays; their
 accumulators are flushed into the full-size result first.

@@ -1,6 +1,6 @@
 """From one point's lane accumulators to its stored arrays and scalar summary.
 
-Estimators (physics.md §8): every per-point number is a mean over the point's non-diverged
+Estimators (docs/physics.md §8): every per-point number is a mean over the point's non-diverged
 replicas of that replica's time average after burn-in; its standard error comes from the
 spread of the replicas (independent), never from correlated time steps. Diverged replicas are
 flagged and excluded, never averaged in.
@@ -172,7 +172,7 @@ def autocorr_times(lanes: Mapping[str, np.ndarray], ok: np.ndarray, stride: int)
 
 def fluctuation_dissipation(problem, lanes: Mapping[str, np.ndarray], ok: np.ndarray, lr: float,
                             lags: list[int]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Han et al.'s estimators (physics.md §3) pooled over the point's replicas.
+    """Han et al.'s estimators (docs/physics.md §3) pooled over the point's replicas.
 
     Σ_WW = mean δᵀδ, D(m) = mean b_{t+m}ᵀ b_t; residual ‖ΣxxΣ_WW + Σ_WWΣxx − λD(0)‖/‖λD(0)‖
     (Frobenius); Q = (ΣxxΣ_WW − Σ_WWΣxx)/2 and max|Q|/max|D_sym| with D_sym = (ΣxxΣ_WW +

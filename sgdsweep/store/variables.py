@@ -35,7 +35,7 @@ VARIABLES: dict[str, tuple[str, str, str]] = {
     "loss_autocorr_truncated": ("replicas with truncated autocorrelation window", "1",
                                 "replicas whose τ_int is only a lower bound (stored lags too short)"),
     "fdr_residual": ("fluctuation–dissipation residual", "1",
-                     "‖ΣxxΣ_WW + Σ_WWΣxx − λD(0)‖/‖λD(0)‖ (Frobenius), estimators of Han et al. (physics.md §3)"),
+                     "‖ΣxxΣ_WW + Σ_WWΣxx − λD(0)‖/‖λD(0)‖ (Frobenius), estimators of Han et al. (docs/physics.md §3)"),
     "fdr_residual_se": ("standard error of fdr_residual", "1",
                         "delete-a-group jackknife over the replicas (32 groups at most)"),
     "fdr_residual_theory": ("predicted fluctuation–dissipation residual", "1",
@@ -52,7 +52,7 @@ VARIABLES: dict[str, tuple[str, str, str]] = {
                          ("mean eigenvalue of the joint (W1, W2) covariance projected on the range of Γ (the "
                          "N_o·N_i stiff directions of the loss Hessian at the replica's mean weights; two_layer)")),
     "joint_eigenvalue_se": ("standard error of joint_eigenvalue", "weight²", "spread of replicas"),
-    "joint_eigenvalue_theory": ("predicted joint eigenvalue", "weight²", "λ⟨r²⟩/(2S) (physics.md §4)"),
+    "joint_eigenvalue_theory": ("predicted joint eigenvalue", "weight²", "λ⟨r²⟩/(2S) (docs/physics.md §4)"),
     "joint_anisotropy": ("joint anisotropy", "1",
                          ("per replica std/mean of the covariance eigenvalues on the range of Γ, averaged "
                           "(0 = isotropic)")),
@@ -61,8 +61,9 @@ VARIABLES: dict[str, tuple[str, str, str]] = {
     "escape_time_se": ("standard error of escape_time", "steps", "escape_time/√(number escaped)"),
     "escaped_fraction": ("escaped fraction", "1", "fraction of non-diverged replicas that escaped within steps"),
     "escape_censored": ("censored replicas", "1", "replicas that did not escape within steps (kept as censored)"),
-    "escape_time_theory_arrhenius": ("Kramers escape time", "steps", "Arrhenius/Kramers law (physics.md §6)"),
-    "escape_time_theory_powerlaw": ("power-law escape time", "steps", "Mori's state-dependent law (physics.md §6)"),
+    "escape_time_theory_arrhenius": ("Kramers escape time", "steps", "Arrhenius/Kramers law (docs/physics.md §6)"),
+    "escape_time_theory_powerlaw": ("power-law escape time", "steps",
+                                    "Mori's state-dependent law (docs/physics.md §6)"),
     "escape_time_theory_exact": ("exact escape time of the discrete chain", "steps",
                                  ("mean first-passage time of the SGD chain itself at any λ, solved on a grid "
                                   "(theory/escape_exact.py; 'formula' names each point's grid)")),
@@ -144,7 +145,7 @@ COORDS: dict[str, tuple[str, str, str]] = {
     "momentum": ("momentum μ", "1", "heavy-ball momentum"),
     "samples_per_param": ("samples per parameter P/N", "1", "data-set size over input dimension"),
     "hidden_width": ("hidden width N_h", "units", "hidden width of a two-layer network"),
-    "noise": ("noise type", "1", "how the gradient noise is generated (physics.md §7)"),
+    "noise": ("noise type", "1", "how the gradient noise is generated (docs/physics.md §7)"),
     "n_inputs": ("input dimension N", "1", "number of inputs"),
     "label_noise": ("label noise σ_ε", "label", "standard deviation of the label noise"),
     "steps": ("steps", "steps", "updates per replica"),

@@ -1,6 +1,6 @@
 """The exact stability edge of SGD: where the second moment stops having a stationary value.
 
-physics.md §1–2. For a loss that is exactly quadratic around its minimiser ŵ, heavy-ball SGD with
+docs/physics.md §9. For a loss that is exactly quadratic around its minimiser ŵ, heavy-ball SGD with
 momentum μ and learning rate λ moves the state z_t = (δ_t, δ_{t−1}), δ = w − ŵ, by an affine
 random map ``z_{t+1} = T_t z_t + λ e_t`` with, for the step's minibatch moment A_t = X_BᵀX_B/S,
 
@@ -28,7 +28,7 @@ Noise types (:mod:`sgdsweep.models.noise_types`):
   weights, whose mean over the state is the same multiplicative term: the map of ``minibatch``;
 - ``gaussian``: isotropic noise of fixed size, additive: 𝓛(Z) = B̄ Z B̄ᵀ, ρ = ρ(B̄)²;
 - additive noise never changes 𝓛 (it only enters the constant term): for the quadratic model
-  (physics.md §1) the edge is that of the mean dynamics, per curvature k the 2×2 companion
+  (docs/physics.md §1) the edge is that of the mean dynamics, per curvature k the 2×2 companion
   ``[[1 + μ − λk, −μ], [1, 0]]``, which reproduces Liu et al.'s Cor. 1 condition
   ``0 < λk < 2(1 + μ)`` (:func:`liu_edge`).
 
@@ -83,10 +83,10 @@ LR_SCAN_FLOOR = 1e-12
 FORMULA = {
     "linear": ("lr or momentum where the spectral radius of the exact second-moment map of SGD on "
                "finite-data linear regression (both sampling schemes, heavy-ball momentum) reaches 1 "
-               "(sgdsweep.theory.edge, physics.md section 2)"),
+               "(sgdsweep.theory.edge, docs/physics.md §9)"),
     "quadratic": ("lr or momentum where the spectral radius of the quadratic's second-moment map (the "
                   "mean dynamics' 2x2 companion per curvature, squared) reaches 1; equals Liu et al. Cor. 1, "
-                  "0 < lr k < 2(1 + mu) (sgdsweep.theory.edge, physics.md section 1)"),
+                  "0 < lr k < 2(1 + mu) (sgdsweep.theory.edge, docs/physics.md §1)"),
 }
 
 

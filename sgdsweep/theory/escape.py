@@ -1,4 +1,4 @@
-"""Escape-time theory for SGD leaving a minimum (physics.md §6).
+"""Escape-time theory for SGD leaving a minimum (docs/physics.md §6).
 
 Two laws are provided:
 

@@ -1,4 +1,4 @@
-"""Exact mean escape time of the discrete-time SGD chain at any learning rate (physics.md §6).
+"""Exact mean escape time of the discrete-time SGD chain at any learning rate (docs/physics.md §6).
 
 With step noise of a known law, SGD without momentum is a Markov chain: one update maps w to
 ``w′ = w − λ(∇L(w) + ξ)``, so its one-step kernel ``K(w, w′)`` is the density of that w′. The

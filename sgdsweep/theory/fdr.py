@@ -1,4 +1,4 @@
-"""The discrete-time fluctuation–dissipation relation of SGD on a linear layer (physics.md §3).
+"""The discrete-time fluctuation–dissipation relation of SGD on a linear layer (docs/physics.md §3).
 
 Han, Park, Lee & Han 2021: single linear layer W (n_out × n_in), loss E = 1/(2N) Σ‖y − Wx‖²,
 uncentred input moments Σxx (n_in × n_in, units input²), learning rate ε = λ. With W̄ = W − W0
@@ -21,7 +21,7 @@ import numpy as np
 
 FORMULA = {
     "relation": "Sxx S_WW + S_WW Sxx - lr E[Sxx_n S_WW Sxx_n] = lr D(0) (exact, i.i.d. minibatches; "
-                "Han et al. 2021 drop the E[...] term; physics.md section 3)",
+                "Han et al. 2021 drop the E[...] term; docs/physics.md §3)",
     "predicted_residual": "|lr E[Sxx_n S_WW Sxx_n]| / |lr D(0)| at the exact S_WW: the residual of the papers' "
                           "relation Sxx S_WW + S_WW Sxx = lr D(0) (Frobenius norms)",
 }

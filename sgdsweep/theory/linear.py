@@ -1,6 +1,6 @@
 """Exact discrete-time stationary statistics of SGD on finite-data linear regression.
 
-physics.md §2. Write δ = w − ŵ, A_B = X_BᵀX_B/S and b_B = X_Bᵀr_B/S for a minibatch B. Then
+docs/physics.md §2. Write δ = w − ŵ, A_B = X_BᵀX_B/S and b_B = X_Bᵀr_B/S for a minibatch B. Then
 exactly (heavy-ball momentum μ, learning rate λ)::
 
     δ_{t+1} = ((1 + μ) I − λ A_t) δ_t − μ δ_{t−1} + λ b_t
@@ -41,7 +41,7 @@ DIRECT_MAX_UNKNOWNS = 2500
 FORMULA = (
     "exact discrete-time stationary second moment of w - w_hat for minibatch SGD on finite-data "
     "linear regression with heavy-ball momentum: the linear system Z = B Z B^T + lr^2 "
-    "[[E(AMA) - HMH + C, 0], [0, 0]] (sgdsweep.theory.linear, physics.md section 2)"
+    "[[E(AMA) - HMH + C, 0], [0, 0]] (sgdsweep.theory.linear, docs/physics.md §2)"
 )
 
 

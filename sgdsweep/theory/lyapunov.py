@@ -1,4 +1,4 @@
-"""Leading-order theories of the stationary weight covariance on a quadratic loss (physics.md §2).
+"""Leading-order theories of the stationary weight covariance on a quadratic loss (docs/physics.md §2).
 
 Setting: SGD near a minimum of a quadratic loss with Hessian ``H`` (symmetric positive definite,
 N×N) and per-step gradient-noise covariance ``C = Cov[g_B − ∇L]`` at the minimum (symmetric
@@ -51,12 +51,12 @@ from numpy.typing import ArrayLike
 FORMULA: dict[str, str] = {
     "continuous_covariance": (
         "continuous-time (SDE) stationary covariance: H M + M H = lr C with additive noise "
-        "covariance C at the minimum; leading order in lr*omega (Gross 2024 Eq. 2.29; physics.md 2)"
+        "covariance C at the minimum; leading order in lr*omega (Gross 2024 Eq. 2.29; docs/physics.md §2)"
     ),
     "discrete_additive_covariance": (
         "discrete-time stationary covariance with additive noise: H M + M H - lr H M H = lr C, "
         "M_ij = lr C_ij/(w_i + w_j - lr w_i w_j) in H's eigenbasis; exact for additive noise, "
-        "drops the multiplicative noise (physics.md 2; Liu 2021 Thm 1)"
+        "drops the multiplicative noise (docs/physics.md §2; Liu 2021 Thm 1)"
     ),
     "broken_balance_covariance": (
         "M = (lr/2) H^-1 (C + Q), Q antisymmetric, Q_ij = (w_i - w_j)/(w_i + w_j) C_ij in H's "

@@ -98,7 +98,7 @@ def predict(problem, params: Mapping[str, Any]) -> Prediction:
 
 def _approximations(params: Mapping[str, Any], pred: Prediction) -> None:
     """The papers' leading-order theories next to the exact one: continuous-time Lyapunov,
-    detailed balance and Q (physics.md §2), with λ_eff = λ/(1−μ) (leading order in momentum)."""
+    detailed balance and Q (docs/physics.md §2), with λ_eff = λ/(1−μ) (leading order in momentum)."""
     approx = ("weight_cov_continuous", "weight_cov_detailed_balance", "q_continuous")
     if pred.hessian is None or pred.noise_cov is None:
         for key in approx:

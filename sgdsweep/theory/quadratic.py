@@ -1,4 +1,4 @@
-"""Exact discrete-time theory of SGD on a quadratic loss with additive noise (physics.md §1).
+"""Exact discrete-time theory of SGD on a quadratic loss with additive noise (docs/physics.md §1).
 
 Model (Liu, Ziyin, Ueda 2021): loss ``L(w) = ½ wᵀKw`` with a symmetric d×d Hessian ``K`` and
 heavy-ball SGD with additive gradient noise ξ_t, independent across steps, ``E ξ = 0``,
@@ -37,7 +37,7 @@ FORMULA: dict[str, str] = {
     "stationary_covariance": (
         "exact stationary Cov w of heavy-ball SGD m=mu*m+(Kw+xi), w-=lr*m on L=w'Kw/2 with "
         "additive noise Cov xi=C (any C): discrete Lyapunov equation of the state (w_t, w_t-1); "
-        "no approximation (Liu, Ziyin, Ueda 2021 Thm 1-2; physics.md section 1)"
+        "no approximation (Liu, Ziyin, Ueda 2021 Thm 1-2; docs/physics.md §1)"
     ),
     "variance_1d": (
         "exact 1-D stationary Var w = lr*sigma2/[(1-mu) k (2 - lr k/(1+mu))] for L=k w^2/2 with "

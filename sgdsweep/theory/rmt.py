@@ -1,4 +1,4 @@
-"""Random-matrix theory of weight-matrix eigenvalues under SGD (physics.md §5).
+"""Random-matrix theory of weight-matrix eigenvalues under SGD (docs/physics.md §5).
 
 Source: Park, Favoni, Lucini, Aarts 2024 (Eqs. 7, 9, 11, 12 and the spacing result below
 Fig. 3). The eigenvalues ``x_i`` of ``X = WᵀW`` follow a discrete Langevin equation with a
@@ -17,7 +17,7 @@ Units: x, x_m, δx, σ and spacings S are eigenvalues of WᵀW, i.e. weight²; d
 1/weight²; the normalised spacing ``s = S/⟨S⟩``, the Binder cumulant and the KS statistic are
 dimensionless.
 
-Consistency of the constants (derived here, all agree with physics.md §5 and the paper): with
+Consistency of the constants (derived here, all agree with docs/physics.md §5 and the paper): with
 ``c = (x1 + x2)/2`` and ``S = x1 − x2`` the joint law factorises, ``x1² + x2² = 2c² + S²/2``, so
 ``c ~ N(x_m, σ²/2)`` and |S| is Rayleigh with scale √2 σ: ``P(S) = S/(2σ²) e^{−S²/(4σ²)}``,
 ``⟨S⟩ = √π σ``, ``⟨S²⟩ = 4σ²``, ``⟨S⁴⟩ = 32σ⁴``. One eigenvalue is ``c ± S/2``, hence
@@ -42,7 +42,7 @@ FORMULA: dict[str, str] = {
         "one-eigenvalue (pooled) density of a degenerate pair of eigenvalues of W'W, "
         "rho = exp(-u^2/2)/(4 sqrt(pi) sigma) [2 exp(-u^2/2) + sqrt(2 pi) u erf(u/sqrt2)], "
         "u = (x - x_m)/sigma: marginal of the 2-eigenvalue Coulomb gas / 2x2 GOE, beta=1 "
-        "(Park et al. 2024 Eq. 11; physics.md section 5)"
+        "(Park et al. 2024 Eq. 11; docs/physics.md §5)"
     ),
     "pair_variance": (
         "Var x = 1.5 sigma^2 for one eigenvalue of a degenerate pair, sigma^2 = (lr/|B|) g^2/Omega "

@@ -1,4 +1,4 @@
-"""Stationary weight fluctuations of a two-layer linear network at a minimum (physics.md §4).
+"""Stationary weight fluctuations of a two-layer linear network at a minimum (docs/physics.md §4).
 
 Network ``f(x) = W2 W1 x`` with ``W1 ∈ R^{N_h×N_i}``, ``W2 ∈ R^{N_o×N_h}``, here ``N_o = 1``
 (``W2`` a row of N_h numbers), loss ``L = 1/(2P) Σ_μ (y_μ − W2W1x_μ)²``, both layers trained by
@@ -30,7 +30,7 @@ Findings beyond the paper (limits of validity):
   W1 and W2, only ``W2W1 = ŵ``.
 - Joint spectrum: ``rank H = N_i`` nonzero eigenvalues ``λσ_y²/(2S)`` iff ``W2 ≠ 0`` (then K is
   onto). The remaining ``N_h(N_i + 1) − N_i`` eigenvalues of the full parameter covariance are 0;
-  the "N_o·N_h zero modes" of Gross/physics.md count only his reduced coordinates
+  the "N_o·N_h zero modes" of Gross count only his reduced coordinates
   ``z1 = VᵀδW1, z2 = δW2A`` (size ``N_o(N_i + N_h)``); the components of δW1 along the null space
   of W2 are extra zero modes. With pure-noise targets and exact population moments ``ŵ = 0``:
   then either W2 = 0 (rank H = rank W1 ≤ N_h and W2's fluctuations are ``λσ_y²/(2S)`` on range W1,
@@ -47,7 +47,7 @@ Findings beyond the paper (limits of validity):
   grow by mode-dependent factors up to ``2/(2 − λω_max)`` (1.01–1.09 at λω_max = 0.17).
 - Sampling without replacement multiplies C (and every result here) by ``(P − S)/(P − 1)``.
 - W1, W2 are taken as fixed; real SGD drifts slowly along the minimum manifold (second order),
-  so D1, D2 must be measured from the windowed mean weights (physics.md §4).
+  so D1, D2 must be measured from the windowed mean weights (docs/physics.md §4).
 
 Units: weights in their own units (products W2W1 in target/input units), σ_y² in target units²;
 the covariances are in units of the weights squared.
@@ -66,7 +66,7 @@ FORMULA: dict[str, str] = {
     "joint_eigenvalue": (
         "every nonzero eigenvalue of the joint (W1, W2) covariance = lr*sigma_y2/(2S) (isotropic on "
         "the range of the Hessian, rank N_i when W2 != 0); continuous-time Lyapunov solution with "
-        "C = sigma_y2 H/S at a minimum (Gross 2024 Eq. 3.32; physics.md 4)"
+        "C = sigma_y2 H/S at a minimum (Gross 2024 Eq. 3.32; docs/physics.md §4)"
     ),
     "w2_covariance_eigenvalues": (
         "eigenvalues of cov(delta W2) = lr*sigma_y2/(2S) * D1_ii/(D1_ii + D2), D1 eigenvalues of "

@@ -1,4 +1,4 @@
-"""ln τ against 1/λ: the escape-time fit and which escape law it supports (physics.md §6).
+"""ln τ against 1/λ: the escape-time fit and which escape law it supports (docs/physics.md §6).
 
 In time units ``t = λ·steps`` both laws are straight lines in ``1/λ`` at fixed S:
 

@@ -39,7 +39,7 @@ from sgdsweep.analysis.fit.common import (
     wls_many,
 )
 
-#: Leading-order exponents of weight_var ∝ lr^a · batch_size^b (physics.md §2).
+#: Leading-order exponents of weight_var ∝ lr^a · batch_size^b (docs/physics.md §2).
 LEADING_ORDER = {"a": 1.0, "b": -1.0}
 
 
@@ -68,7 +68,7 @@ def fit_power_law(lr: np.ndarray, batch_size: np.ndarray, value: np.ndarray, se:
             ``value`` must be their mean. With ``bootstrap`` > 0 the intervals come from
             ``bootstrap`` resamples of the replicas.
         rng: random generator of the resampling (fixed seed → reproducible intervals).
-        leading_order: leading-order exponents (default ``{"a": 1, "b": -1}``, physics.md §2).
+        leading_order: leading-order exponents (default ``{"a": 1, "b": -1}``, docs/physics.md §2).
 
     Returns:
         A JSON-ready dict: per parameter (``log_A``, ``a``, ``b``) the estimate, standard error,

@@ -1,5 +1,5 @@
-"""Spectral fits: the random-matrix statistics of a degenerate pair (Park et al. 2024, physics.md §5)
-and the inverse variance–flatness exponent ψ (Gross et al. 2024, physics.md §4).
+"""Spectral fits: the random-matrix statistics of a degenerate pair (Park et al. 2024, docs/physics.md §5)
+and the inverse variance–flatness exponent ψ (Gross et al. 2024, docs/physics.md §4).
 
 wigner (per point): the two eigenvalues x = s² of WᵀW (s the stored final singular values of a
 layer) of every replica form one sample of the pair. Binder cumulant of the pooled δx against
