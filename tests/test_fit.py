@@ -164,7 +164,7 @@ def test_perfect_collapse_has_spread_consistent_with_zero_and_a_broken_one_does_
     inside, estimates = 0, []
     for seed in range(40):
         lr, s, y, se, truth, reps = _replica_data(a=1.0, b=-1.0, seed=seed)  # a function of λ/S only
-        res = fit_collapse(lr / s, y, se, truth, replicas=reps, bootstrap=200, rng=np.random.default_rng(seed))
+        res = fit_collapse(lr / s, y, se, truth)
         p = res["params"]["spread2"]
         assert res["n_classes"] == 5 and abs(p["theory"]) < 1e-20 and p["leading_order"] == 0.0
         inside += p["theory_inside"]
@@ -176,7 +176,7 @@ def test_perfect_collapse_has_spread_consistent_with_zero_and_a_broken_one_does_
     assert abs(estimates.mean()) < 3 * estimates.std(ddof=1) / np.sqrt(40), estimates.mean()
     # a = 1.3, b = −1: points at equal λ/S differ by (λ ratio)^0.3 — a spread of several percent
     lr, s, y, se, truth, reps = _replica_data(a=1.3, b=-1.0, seed=1)
-    res = fit_collapse(lr / s, y, se, np.full(lr.size, 0.3) * lr / s, replicas=reps, bootstrap=200)
+    res = fit_collapse(lr / s, y, se, np.full(lr.size, 0.3) * lr / s)
     p = res["params"]["spread2"]
     true_spread2 = fit_collapse(lr / s, truth, truth * 1e-9, None)["params"]["spread2"]["estimate"]
     assert p["theory_inside"] is False and p["interval"][0] > 0

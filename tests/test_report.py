@@ -86,8 +86,9 @@ def test_report_says_when_theory_is_outside(tmp_path):
     a = fits["power_law"][0]["params"]["a"]
     assert a["theory_inside"] is False and abs(a["theory"] - 1.3) < 1e-9
     answer = page[page.index("<section id='answer'>"):page.index("</section>")]
-    assert f"exact theory {num(a['theory'])} (OUTSIDE)" in answer and "DISAGREES with the exact theory" in answer
-    assert "class='bad'" in answer
+    assert a["disagrees"] and a["pvalue_holm"] <= 0.05
+    assert f"exact theory {num(a['theory'])} (DISAGREES: " in answer and "DISAGREES with the exact theory" in answer
+    assert "class='bad'" in answer and "correction over all" in answer
     # the linear-scaling collapse: the measurements collapse, the wrong theory does not
     spread = fits["linear_scaling"][0]["params"]["spread2"]
     assert spread["theory"] > spread["interval"][1]

@@ -34,6 +34,7 @@ import numpy as np
 import xarray as xr
 
 from sgdsweep.analysis import figures, plotting, rounds
+from sgdsweep.analysis.fit import family
 from sgdsweep.analysis.fit.escape import follows_sentence
 from sgdsweep.analysis.fit.verdict import MAX_LISTED, NAMES, Verdict, assess, judge
 
@@ -349,8 +350,10 @@ def _answer(fits: dict[str, Any]) -> str:
     notrun = ("<p class='notrun'>Not run: " + "; ".join(
         f"{html.escape(NAMES.get(k, k))} ({html.escape(why)})" for k, why in skipped.items()) + ".</p>"
               if skipped else "")
+    control = family.sentence(fits.get("family"))
     return (f"<section id='answer'><h2>What the fits found</h2><p class='status'>Estimates with {conf:.0%} "
-            "intervals [low, high], the same fit of the exact theory, and the leading-order value.</p>"
+            "intervals [low, high], the same fit of the exact theory, and the leading-order value."
+            + (f" {html.escape(control)}" if control else "") + "</p>"
             + boxes + notrun + "</section>")
 
 

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from sgdsweep.analysis.fit import family
 from sgdsweep.analysis.fit.collapse import fit_collapse
 from sgdsweep.analysis.fit.common import axis_values, groups, replica_order, replica_table
 from sgdsweep.analysis.fit.escape import fit_escape
@@ -112,7 +113,7 @@ def fit_ensemble(ds: xr.Dataset, fit_config: dict[str, Any]) -> dict[str, Any]:
         run_groups(name, fitted, lambda i, x=x, variable=variable: fit_collapse(
             x[i], ds["weight_var"].values[i], ds["weight_var_se"].values[i],
             ds["weight_var_theory"].values[i] if "weight_var_theory" in ds else None,
-            replicas=wv_rep[i] if wv_rep is not None else None, rng=rng(), variable=variable, **common))
+            conf, variable=variable))
     if enabled["escape"]:
         if not _has(ds, "escape_time"):
             skipped["escape"] = "no escape times in the ensemble (no landscape model, or no replica escaped)"
@@ -154,6 +155,7 @@ def fit_ensemble(ds: xr.Dataset, fit_config: dict[str, Any]) -> dict[str, Any]:
         else:
             out["flatness"] = res
     out["skipped"] = skipped
+    family.control(out, conf)
     out["settings"] = {"confidence": conf, "bootstrap": n_boot, "bootstrap_seed": BOOTSTRAP_SEED,
                        "points_digest": ds.attrs.get("points_digest")}
     return out

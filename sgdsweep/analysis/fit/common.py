@@ -101,17 +101,38 @@ def t_quantile(probability: float, dof: int) -> float:
 
 def parameter(estimate: float, stderr: float, confidence: float, method: str, *,
               theory: float | None = None, leading_order: float | None = None,
-              quantile: float | None = None) -> dict[str, Any]:
-    """JSON summary of one fitted quantity: estimate, standard error, interval, theory and
-    whether the theory lies inside. ``quantile`` overrides the normal quantile (Student's t
-    for analytic least-squares intervals)."""
-    q = z_quantile(confidence) if quantile is None else quantile
+              dof: int | None = None) -> dict[str, Any]:
+    """JSON summary of one fitted quantity: estimate, standard error, interval, theory, whether the
+    theory lies inside, and the two-sided p-value of the theory (``pvalue``: the probability of an
+    estimate at least as far from the theory as this one, were the theory true; None without one).
+
+    The interval is ``estimate ± q·stderr`` with q the normal quantile of ``confidence``, or
+    Student's t on ``dof`` degrees of freedom when given (analytic least-squares intervals). The
+    p-value uses the same distribution, so the theory lies inside exactly when ``pvalue ≥ 1 −
+    confidence``. The report's verdicts test every p-value of a report together
+    (:mod:`sgdsweep.analysis.fit.family`)."""
+    q = z_quantile(confidence) if dof is None else (t_quantile(0.5 + confidence / 2, dof) if dof > 0 else math.inf)
     ok = math.isfinite(estimate) and math.isfinite(stderr)
     lo, hi = (estimate - q * stderr, estimate + q * stderr) if ok else (math.nan, math.nan)
     th = None if theory is None or not math.isfinite(theory) else float(theory)
+    p = None
+    if th is not None and ok:
+        p = two_sided_pvalue((estimate - th) / stderr if stderr > 0 else math.inf * (estimate != th), dof)
     return {"estimate": _num(estimate), "stderr": _num(stderr), "interval": [_num(lo), _num(hi)],
             "interval_method": method, "theory": th, "leading_order": leading_order,
-            "theory_inside": (bool(lo <= th <= hi) if th is not None and ok else None)}
+            "theory_inside": (bool(lo <= th <= hi) if th is not None and ok else None), "pvalue": p}
+
+
+def two_sided_pvalue(z: float, dof: int | None = None) -> float:
+    """P(|Z| ≥ |z|) for a standard normal Z, or Student's t on ``dof`` degrees of freedom (nan → 1:
+    no evidence against)."""
+    from scipy import special
+
+    if not math.isfinite(z):
+        return 1.0 if math.isnan(z) else 0.0
+    if dof is None:
+        return float(2 * special.ndtr(-abs(z)))
+    return float(2 * special.stdtr(dof, -abs(z))) if dof > 0 else 1.0
 
 
 def _num(x: float) -> float | None:

@@ -28,7 +28,6 @@ from sgdsweep.analysis.fit.common import (
     boot_sd,
     parameter,
     resample_indices,
-    t_quantile,
     wls,
     wls_many,
 )
@@ -165,7 +164,6 @@ def fit_escape(lr: np.ndarray, tau: np.ndarray, tau_se: np.ndarray, *, theory_ar
     chi2_red = chi2 / dof if dof > 0 else math.nan
     if dof > 0 and chi2_red > 1:
         cov *= chi2_red
-    tq = t_quantile(0.5 + confidence / 2, dof) if dof > 0 else math.inf
 
     def theory_fit(th: np.ndarray | None) -> np.ndarray | None:
         if th is None:
@@ -185,12 +183,12 @@ def fit_escape(lr: np.ndarray, tau: np.ndarray, tau_se: np.ndarray, *, theory_ar
         good = np.all(np.isfinite(ys), axis=1)
         if good.sum() >= 10:
             sd, method = boot_sd(wls_many(design, ys[good], weights)), "bootstrap"
-    quantile = tq if method == "analytic" else None
+    dof_used = dof if method == "analytic" else None
     params = {
         "intercept": parameter(float(coef[0]), float(sd[0]), confidence, method,
-                               theory=float(arr[0]) if arr is not None else None, quantile=quantile),
+                               theory=float(arr[0]) if arr is not None else None, dof=dof_used),
         "slope": parameter(float(coef[1]), float(sd[1]), confidence, method,
-                           theory=float(arr[1]) if arr is not None else None, quantile=quantile),
+                           theory=float(arr[1]) if arr is not None else None, dof=dof_used),
     }
     lo, hi = params["slope"]["interval"]
     params["slope"]["theory_powerlaw"] = float(pw[1]) if pw is not None else None

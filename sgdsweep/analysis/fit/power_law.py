@@ -34,7 +34,6 @@ from sgdsweep.analysis.fit.common import (
     boot_sd,
     parameter,
     resampled_means,
-    t_quantile,
     wls,
     wls_many,
 )
@@ -111,7 +110,6 @@ def fit_power_law(lr: np.ndarray, batch_size: np.ndarray, value: np.ndarray, se:
     cov = np.linalg.inv(design.T @ (design * weights[:, None]))
     if dof > 0 and chi2_red > 1:
         cov *= chi2_red
-    tq = t_quantile(0.5 + confidence / 2, dof) if dof > 0 else math.inf
     theory_coef = wls(design, np.log(theory[ok]), weights)[0] if theory is not None else None
     boot = None
     if replicas is not None and bootstrap > 0:
@@ -125,7 +123,7 @@ def fit_power_law(lr: np.ndarray, batch_size: np.ndarray, value: np.ndarray, se:
     for i, name in enumerate(names):
         th = float(theory_coef[i]) if theory_coef is not None else None
         analytic = parameter(float(coef[i]), float(np.sqrt(cov[i, i])), confidence, "analytic",
-                             theory=th, leading_order=leading.get(name), quantile=tq)
+                             theory=th, leading_order=leading.get(name), dof=dof)
         if boot is not None:
             params[name] = parameter(float(coef[i]), float(boot[i]), confidence, "bootstrap",
                                      theory=th, leading_order=leading.get(name))

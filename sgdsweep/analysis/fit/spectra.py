@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from sgdsweep.analysis.fit.common import boot_sd, groups, parameter, resample_indices, t_quantile
+from sgdsweep.analysis.fit.common import boot_sd, groups, parameter, resample_indices
 from sgdsweep.analysis.fit.power_law import fit_power_law
 
 
@@ -186,9 +186,8 @@ def flatness_exponent(variance: np.ndarray, curvature: np.ndarray, confidence: f
             tok = ok if np.all(tok[ok]) else np.zeros_like(ok)
         if tok.sum() >= 3 and np.ptp(np.log(tc[tok])) > 0:
             th = 2 * _line(np.log(tc[tok]), np.log(tv[tok]))[0]
-    tq = t_quantile(0.5 + confidence / 2, dof) if dof > 0 else math.inf
     res["params"] = {"psi": parameter(2 * slope, 2 * stderr, confidence, "analytic",
-                                      theory=th, leading_order=leading_order, quantile=tq)}
+                                      theory=th, leading_order=leading_order, dof=dof)}
     res["r_squared"] = float(r**2)
     res["curvature_spread"] = float(np.exp(np.ptp(lc)))
     res["variance_spread"] = float(np.exp(np.ptp(lv)))

@@ -90,7 +90,7 @@ def parameter_sentence(name: str, q: dict[str, Any]) -> str:
     lo, hi = q["interval"]
     text = f"{SYMBOLS.get(name, name)} = {num(q['estimate'])} [{num(lo)}, {num(hi)}]"
     if q.get("theory") is not None:
-        text += f"; exact theory {num(q['theory'])} ({'inside' if q['theory_inside'] else 'OUTSIDE'})"
+        text += f"; exact theory {num(q['theory'])} ({_theory_word(q)})"
     lead = q.get("leading_order")
     if lead is not None and lo is not None and hi is not None:
         if lo <= lead <= hi:
@@ -101,6 +101,25 @@ def parameter_sentence(name: str, q: dict[str, Any]) -> str:
         else:
             text += f"; leading order {num(lead)} (outside)"
     return text
+
+
+def disagrees(q: dict[str, Any]) -> bool | None:
+    """Whether a compared quantity disagrees with its exact theory: the report-wide (Holm) decision
+    of :mod:`sgdsweep.analysis.fit.family` where the fits carry one, else its own interval."""
+    if "disagrees" in q:
+        return bool(q["disagrees"])
+    return None if q.get("theory_inside") is None else not q["theory_inside"]
+
+
+def _theory_word(q: dict[str, Any]) -> str:
+    """inside; DISAGREES (p-values); or outside its own interval but not rejected over the report."""
+    if q.get("theory_inside"):
+        return "inside"
+    if not disagrees(q):
+        return (f"outside the interval, {pvalue(q['pvalue'])}; not a disagreement over the report's comparisons "
+                f"(Holm-adjusted {pvalue(q['pvalue_holm'])})" if q.get("pvalue_holm") is not None else "outside")
+    adjusted = f", Holm-adjusted {pvalue(q['pvalue_holm'])}" if q.get("pvalue_holm") is not None else ""
+    return f"DISAGREES: {pvalue(q['pvalue'])}{adjusted}" if q.get("pvalue") is not None else "OUTSIDE"
 
 
 def _numbers(q: dict[str, Any]) -> list[str]:
@@ -121,16 +140,16 @@ def _power_law_fit(res: dict[str, Any], law: str = "a pure power law") -> tuple[
         return (f"{law} is rejected ({stat}): the exponents are those of the best-fitting power law, "
                 + "not of an exact law", "neutral")
     agreement = f"measured vs exact theory χ²/n = {num(res['agreement_chi2_reduced'], 3)}, {pvalue(agree)}"
-    if agree >= _alpha(res):
+    if not res.get("agreement_disagrees", agree < _alpha(res)):
         return (f"{law} is rejected ({stat}): the deviations are those of the exact theory ({agreement})", "good")
     return f"{law} is rejected ({stat}) and the measurements deviate from the exact theory ({agreement})", "bad"
 
 
 def _status(qs: list[dict[str, Any]], fit_status: str = "good") -> str:
-    inside = [q.get("theory_inside") for q in qs if q.get("theory_inside") is not None]
-    if fit_status == "bad" or False in inside:
+    decided = [disagrees(q) for q in qs if disagrees(q) is not None]
+    if fit_status == "bad" or True in decided:
         return "bad"
-    return "good" if inside and fit_status == "good" else "neutral"
+    return "good" if decided and fit_status == "good" else "neutral"
 
 
 def judge(kind: str, res: dict[str, Any]) -> Verdict:
@@ -162,9 +181,10 @@ def judge(kind: str, res: dict[str, Any]) -> Verdict:
         sentences.append("supported: " + ", ".join(laws) if laws else "neither escape law's slope is inside")
         fit_status = "good" if laws else "bad"
     elif kind == "wigner":
-        sentences.append(f"Wigner surmise {'consistent' if res['wigner_consistent'] else 'REJECTED'} "
+        consistent = not res["ks_disagrees"] if "ks_disagrees" in res else res["wigner_consistent"]
+        sentences.append(f"Wigner surmise {'consistent' if consistent else 'REJECTED'} "
                          f"(KS {pvalue(res['ks_pvalue'])})")
-        fit_status = "good" if res["wigner_consistent"] else "bad"
+        fit_status = "good" if consistent else "bad"
     elif kind == "flatness":
         sentences.append(f"r² = {num(res['r_squared'], 3)} over {res['n_modes']} modes, curvature spread "
                          f"{num(res['curvature_spread'], 3)}×")
