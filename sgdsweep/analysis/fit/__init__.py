@@ -97,6 +97,7 @@ def fit_ensemble(ds: xr.Dataset, fit_config: dict[str, Any]) -> dict[str, Any]:
                 ds["lr"].values[i], ds["batch_size"].values[i], ds["weight_var"].values[i],
                 ds["weight_var_se"].values[i], ds["weight_var_theory"].values[i] if "weight_var_theory" in ds else None,
                 replicas=wv_rep[i] if wv_rep is not None else None, rng=rng(), **common))
+    counts = np.isfinite(wv_rep).sum(axis=1) if wv_rep is not None else None
     mom = axis_values(ds, "momentum", 0.0)
     for name, fitted, variable in (("linear_scaling", ("lr", "batch_size"), "lr/batch_size"),
                                    ("momentum_scaling", ("lr", "batch_size", "momentum"),
@@ -113,7 +114,7 @@ def fit_ensemble(ds: xr.Dataset, fit_config: dict[str, Any]) -> dict[str, Any]:
         run_groups(name, fitted, lambda i, x=x, variable=variable: fit_collapse(
             x[i], ds["weight_var"].values[i], ds["weight_var_se"].values[i],
             ds["weight_var_theory"].values[i] if "weight_var_theory" in ds else None,
-            conf, variable=variable))
+            conf, variable=variable, replicas=counts[i] if counts is not None else None))
     if enabled["escape"]:
         if not _has(ds, "escape_time"):
             skipped["escape"] = "no escape times in the ensemble (no landscape model, or no replica escaped)"
