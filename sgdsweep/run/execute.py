@@ -4,18 +4,22 @@ The shard's points that already have a complete store are skipped (that is what 
 axis value cost only the new points). The rest are grouped into tasks of up to
 ``execution.points_per_task`` points that share batch_size and steps (one vectorised kernel
 call each) and submitted to the cluster from :func:`sgdsweep.run.cluster.dask_client`. Progress
-(points and replica-steps done, rate, time left) goes to the terminal and the log as tasks finish
-(:mod:`sgdsweep.run.progress`). The receipt
-written at the end records what was simulated and how long it took.
+(points and replica-steps done, rate, time left) goes to the terminal and the log
+(:mod:`sgdsweep.run.progress`) as tasks finish and, in between, as the running tasks report the
+share of their steps done: each task logs a Dask event (``Worker.log_event``) on the shard's topic
+at most every :data:`TASK_REPORT_S` seconds, which the job receives through
+``Client.subscribe_topic``. The receipt written at the end records what was simulated and how
+long it took.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from itertools import groupby
 from pathlib import Path
 from typing import Any
@@ -23,7 +27,7 @@ from typing import Any
 from sgdsweep.errors import SgdsweepError
 from sgdsweep.run.cluster import dask_client
 from sgdsweep.run.gpus import check_gpu_workers, task_resources
-from sgdsweep.run.progress import HEARTBEAT_S, ShardProgress, verbosity
+from sgdsweep.run.progress import REDRAW_S, ShardProgress, verbosity
 from sgdsweep.store.points import (
     complete_points,
     failed_marker,
@@ -38,16 +42,44 @@ log = logging.getLogger("sgdsweep.run.execute")
 #: Parameters that may differ between the points of one engine call (one lane each).
 BATCH_VARYING = ("lr", "momentum", "replicas")
 
+#: Shortest interval, in seconds, between two progress reports of one running task.
+TASK_REPORT_S = 1.0
 
-def simulate_task(points: Sequence[Mapping[str, Any]], points_dir: str) -> dict[str, Any]:
+
+def simulate_task(points: Sequence[Mapping[str, Any]], points_dir: str, topic: str | None = None,
+                  task: int = 0) -> dict[str, Any]:
     """The Dask task: :func:`sgdsweep.sim.simulate.simulate_points`, imported on the worker (the
     shard job that submits it then needs neither the models nor the theory: it starts in a
-    fraction of the time)."""
+    fraction of the time). With a ``topic``, on a Dask worker, it reports ``{"task": task,
+    "fraction": share of its steps done}`` as events on that topic while it runs."""
     from sgdsweep.run.gpus import refuse_gpu_batch
     from sgdsweep.sim.simulate import simulate_points
 
     refuse_gpu_batch(points)  # a GPU point is never simulated on the CPU under the GPU's name
-    return simulate_points(points, points_dir)
+    return simulate_points(points, points_dir, progress=_task_reporter(topic, task))
+
+
+def _task_reporter(topic: str | None, task: int) -> Callable[[float], None] | None:
+    """A progress callback that logs the fraction done as a Dask event on ``topic``, at most
+    every :data:`TASK_REPORT_S` seconds; None without a topic or outside a Dask worker."""
+    if topic is None:
+        return None
+    from distributed import get_worker
+
+    try:
+        worker = get_worker()
+    except ValueError:  # called in this process, not on a worker: nobody listens
+        return None
+    last = time.monotonic()
+
+    def report(fraction: float) -> None:
+        nonlocal last
+        now = time.monotonic()
+        if now - last >= TASK_REPORT_S:
+            last = now
+            worker.log_event(topic, {"task": task, "fraction": float(fraction)})
+
+    return report
 
 
 def make_batches(points: Sequence[Mapping[str, Any]], points_per_task: int) -> list[list[Mapping[str, Any]]]:
@@ -110,26 +142,40 @@ def run_shard(spec_path: Path, receipt_path: Path, execution: Mapping[str, Any])
 
         with dask_client(execution) as client:
             check_gpu_workers(client, batches)
+            topic = f"sgdsweep-progress-{shard}-{uuid.uuid4().hex[:8]}"
+            running: dict[int, float] = {}  # task → fraction of its steps done, as last reported
+            finished: set[int] = set()  # a report may arrive after its task's result
+
+            def on_report(event: tuple[float, Mapping[str, Any]]) -> None:  # on the client's event loop
+                running[int(event[1]["task"])] = float(event[1]["fraction"])
+
+            client.subscribe_topic(topic, on_report)
             futures = {}
             for i, batch in enumerate(batches):
-                fut = client.submit(simulate_task, batch, points_dir, retries=2, pure=False,
+                fut = client.submit(simulate_task, batch, points_dir, topic, i, retries=2, pure=False,
                                     key=f"simulate-{shard}-{i}-{uuid.uuid4().hex[:8]}",
                                     resources=task_resources(batch))  # {"GPU": 1}: only GPU workers
-                futures[fut] = batch
+                futures[fut] = i
             progress = ShardProgress(shard, len(points), n_cached, total, verbosity=verbosity())
             pending = set(futures)
             try:
                 while pending:
                     try:
-                        done, pending = wait(pending, timeout=HEARTBEAT_S, return_when="FIRST_COMPLETED")
-                    except TimeoutError:  # none finished: say that the shard still runs
-                        progress.heartbeat()
-                        continue
+                        done, pending = wait(pending, timeout=REDRAW_S, return_when="FIRST_COMPLETED")
+                    except TimeoutError:  # none finished: show how far the running ones are
+                        done = set()
                     for fut in done:
-                        _collect(fut, futures[fut], points_dir)
-                        progress.advance(len(futures[fut]), _cost(futures[fut]))
+                        i = futures[fut]
+                        _collect(fut, batches[i], points_dir)
+                        finished.add(i)
+                        progress.advance(len(batches[i]), _cost(batches[i]))
+                    progress.running(sum(f * _cost(batches[i]) for i, f in list(running.items())
+                                         if i not in finished))
+                    progress.tick()
             finally:
                 progress.close()
+                with contextlib.suppress(Exception):  # a lost scheduler must not hide the error above
+                    client.unsubscribe_topic(topic)
     done = complete_points(points_dir, (p["hash"] for p in points))
     missing = [p["hash"] for p in points if p["hash"] not in done]
     if missing:

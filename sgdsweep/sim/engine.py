@@ -24,6 +24,7 @@ kernel.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,7 +65,8 @@ def run_lanes(problem: Problem, *, noise: str, batch_size: int, steps: int, lr: 
               momentum: np.ndarray, burn_in: np.ndarray, bound: np.ndarray, w0: np.ndarray,
               streams: list[tuple[np.random.Generator, np.random.Generator]],
               observe: obs.ObserveSpec, dynamics: Dynamics = Dynamics(),
-              loss_stride: np.ndarray | None = None) -> dict[str, np.ndarray]:
+              loss_stride: np.ndarray | None = None,
+              progress: Callable[[int], None] | None = None) -> dict[str, np.ndarray]:
     """Advance L lanes for ``steps`` integrator steps and return their accumulators.
 
     Args:
@@ -81,6 +83,8 @@ def run_lanes(problem: Problem, *, noise: str, batch_size: int, steps: int, lr: 
         loss_stride: per lane, integrator steps between loss samples (default
             ``observe.autocorr_stride``); per lane, so that a lane's results do not depend on
             the other lanes of the call.
+        progress: called after each block of steps (at most :data:`BLOCK_STEPS`) with the
+            integrator steps done so far, out of ``steps``.
 
     Returns:
         name → full-size (L, …) arrays: the accumulators of :mod:`sgdsweep.sim.observables`,
@@ -169,6 +173,8 @@ def run_lanes(problem: Problem, *, noise: str, batch_size: int, steps: int, lr: 
         if lanes.stopped.any():
             stop(lanes.stopped)
         t0 += nb
+        if progress is not None:
+            progress(t0)
     while t0 < steps and ids.size:
         n_work = ids.size
         nb = int(max(1, min(steps - t0, BLOCK_STEPS, BLOCK_RANDOM_NUMBERS // (n_work * per_step))))
@@ -234,6 +240,8 @@ def run_lanes(problem: Problem, *, noise: str, batch_size: int, steps: int, lr: 
                 if not ids.size:
                     break
         t0 += nb
+        if progress is not None:
+            progress(t0)
     if ids.size or out is None:
         stop(np.ones(ids.size, dtype=bool))
     if "sum_dd" in out:

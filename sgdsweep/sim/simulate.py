@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -59,7 +59,8 @@ def observe_spec(params: Mapping[str, Any]) -> ObserveSpec:
                        escape=bool(o["escape"]))
 
 
-def simulate_points(points: Sequence[Mapping[str, Any]], points_dir: str) -> dict[str, Any]:
+def simulate_points(points: Sequence[Mapping[str, Any]], points_dir: str,
+                    progress: Callable[[float], None] | None = None) -> dict[str, Any]:
     """Simulate ``points`` together and write one store per point.
 
     Args:
@@ -70,6 +71,8 @@ def simulate_points(points: Sequence[Mapping[str, Any]], points_dir: str) -> dic
             back, only the others are simulated and stored, and the point's store is computed
             from all of them.
         points_dir: directory of the point stores.
+        progress: called while the replicas are simulated, after each block of steps, with the
+            fraction (0 to 1) of the call's steps done.
 
     Returns:
         ``{"points": [hashes written or found], "replica_steps": int (simulated by this call),
@@ -110,10 +113,12 @@ def simulate_points(points: Sequence[Mapping[str, Any]], points_dir: str) -> dic
     bound = first["divergence_threshold"] * problem.divergence_scale()
     lanes = {}
     if streams:
+        total = int(first["steps"]) * sub
         lanes = run_lanes(problem, noise=first["noise"], batch_size=int(first["batch_size"]),
                           steps=int(first["steps"]) * sub, lr=np.array(lr), momentum=np.array(mom),
                           burn_in=np.array(burn), bound=np.full(len(streams), bound), w0=np.array(w0),
-                          streams=streams, observe=observe, dynamics=dyn, loss_stride=np.array(strides))
+                          streams=streams, observe=observe, dynamics=dyn, loss_stride=np.array(strides),
+                          progress=None if progress is None else (lambda t: progress(t / total)))
     elapsed_sim = time.perf_counter() - t_start
     replica_steps = 0
     for spec, sl, kept in zip(points, slices, stored):
