@@ -151,8 +151,8 @@ def test_two_runs_at_once_second_refuses(tmp_path):
     out, _ = first.communicate(timeout=300)
     assert first.returncode == 0, out[-3000:]  # the first run was not disturbed
     assert len(_stores(sweep)) == 8
-    cli = run_cli("run", str(cfg), "--cores", "1", cwd=tmp_path)  # and afterwards a run works
-    assert cli.returncode == 0 and "Nothing to be done" in cli.stdout + cli.stderr
+    cli = run_cli("run", str(cfg), "--cores", "1", "-v", cwd=tmp_path)  # and afterwards a run works
+    assert cli.returncode == 0 and "Nothing to be done" in cli.stdout + cli.stderr  # -v: Snakemake's output
 
 
 def test_corrupted_point_store_is_recomputed(tmp_path):

@@ -186,13 +186,34 @@ def test_progress_without_a_terminal_is_plain_lines_with_a_heartbeat(monkeypatch
     monkeypatch.setattr(progress, "HEARTBEAT_S", 0.0)
     with caplog.at_level("INFO", logger="sgdsweep.run.execute"):
         p = progress.ShardProgress("0123456789abcdef", points=4, cached=1, total_steps=300)
-        assert p.bar is None
+        assert not p.bar
         p.advance(1, 100)
-        p.heartbeat()  # no task finished: still a line
+        p.tick()  # no task finished: still a line
         p.close()
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 2 and all("2/4 points done (1 stored before)" in line for line in lines)
-    assert "100/300 replica-steps" in lines[0]
+    assert "100/300 replica-steps (33%)" in lines[0]
+
+
+def test_progress_says_nothing_of_a_rate_before_one_is_measurable(monkeypatch, caplog):
+    """Before any replica-step is done there is no rate: no 'nan replica-steps/s', no '? left'."""
+    monkeypatch.setattr(progress, "HEARTBEAT_S", 0.0)
+    monkeypatch.setattr(progress, "LINE_EVERY_S", 0.0)
+    with caplog.at_level("INFO", logger="sgdsweep.run.execute"):
+        p = progress.ShardProgress("0123456789abcdef", points=4, cached=0, total_steps=4000)
+        p.tick()
+        p.running(1000.0)  # the running tasks reported a quarter of their steps
+        p.tick()
+    first, second = (r.getMessage() for r in caplog.records)
+    assert re.fullmatch(r"shard 0123456789abcdef: 0/4 points done \(0 stored before\) \| 0/4k replica-steps "
+                        r"\(0%\) \| \d+:\d\d:\d\d elapsed", first), first
+    assert "1k/4k replica-steps (25%)" in second and "replica-steps/s" in second and " left" in second
+    for text in (first, second, p.bar_text()):
+        assert "nan" not in text and "?" not in text
+
+
+def test_progress_counts_print_four_significant_digits():
+    assert [progress.count(x) for x in (0, 999, 96000, 1234567, 2.5e9)] == ["0", "999", "96k", "1.235M", "2.5G"]
 
 
 def test_a_job_with_nothing_to_say_still_says_it_runs(caplog):
@@ -202,17 +223,19 @@ def test_a_job_with_nothing_to_say_still_says_it_runs(caplog):
     assert len(beats) >= 2 and all(re.fullmatch(r"report: drawing: still running \(\d+ s\)", b) for b in beats)
 
 
-def test_progress_on_a_terminal_is_a_bar():
+def _progress_on_a_terminal(env: dict[str, str]) -> bytes:
+    """What two shards' progress writes to a terminal (a pty 120 columns wide) in one process."""
     import pty
 
     parent, child = pty.openpty()
     os.set_blocking(parent, False)
-    code = ("import os, sys; os.set_inheritable(2, True)\n"
+    code = ("from sgdsweep.run.cli import _setup_logging\n"
             "from sgdsweep.run.progress import ShardProgress\n"
-            "p = ShardProgress('0123456789abcdef', 4, 0, 400)\n"
-            "assert p.bar is not None\n"
-            "p.advance(4, 400); p.close()\n")
-    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "120"}
+            "_setup_logging(None)\n"
+            "a = ShardProgress('0123456789abcdef', 4, 0, 400)\n"
+            "b = ShardProgress('fedcba9876543210', 2, 0, 200)\n"
+            "a.advance(2, 200); b.advance(2, 200); a.advance(2, 200); a.close(); b.close()\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "120", **env}
     subprocess.run(["stty", "cols", "120", "rows", "0"], stdin=child, check=True)  # rows unknown, as under `script`
     proc = subprocess.run([sys.executable, "-c", code], stderr=child, env=env, timeout=120, check=False)
     os.close(child)
@@ -223,8 +246,24 @@ def test_progress_on_a_terminal_is_a_bar():
     except (BlockingIOError, OSError):
         pass
     os.close(parent)
-    assert proc.returncode == 0
-    assert b"4/4 points" in out and b"100%" in out
+    assert proc.returncode == 0, out.decode(errors="replace")
+    return out
+
+
+def test_progress_on_a_terminal_is_a_bar():
+    out = _progress_on_a_terminal({progress.PROGRESS_ENV: "bar"})
+    assert b"\r" in out and b"4/4 points" in out and b"100%" in out
+    assert b"\x1b[" not in out  # no escape sequences, colour or cursor
+
+
+def test_two_shards_on_one_terminal_write_lines_that_name_them():
+    """When ``sgdsweep run`` may run two shard jobs at once it asks for plain lines: no carriage
+    return rewrites one shard's line over the other's, and each line names its shard."""
+    out = _progress_on_a_terminal({progress.PROGRESS_ENV: "lines"}).decode()
+    assert "\r" not in out.replace("\r\n", "\n")  # the pty turns \n into \r\n
+    lines = [line for line in out.splitlines() if "points done" in line]
+    assert [line.split("shard ")[1][:16] for line in lines] == ["0123456789abcdef", "fedcba9876543210",
+                                                               "0123456789abcdef"], lines
 
 
 # --- the command line's conventions ------------------------------------------------------------
@@ -345,18 +384,31 @@ def test_default_sweep_from_a_cold_numba_cache_on_a_saturated_machine(tmp_path):
     print(f"cold, saturated first run: {seconds:.0f} s")
 
 
+#: Snakemake's banner, job tables and per-job messages: not shown by `sgdsweep run` without -v.
+SNAKEMAKE_CHATTER = ("SNAKEMAKE", "Building DAG of jobs", "Using shell:", "Provided cores", "Job stats:",
+                     "Select jobs to execute", "localrule", "Finished jobid", "steps (100%) done", "Complete log(s)")
+
+
 @pytest.mark.workflow
 def test_quiet_run_prints_the_summary_only(tmp_path):
+    """A run shows sgdsweep's own lines, not Snakemake's banner; -q only the summary; -v Snakemake's
+    output too."""
     cfg = write_yaml(tmp_path / "t.yaml", tiny_config())
-    assert run_cli("run", str(cfg), "--cores", "2", cwd=tmp_path).returncode == 0
+    first = run_cli("run", str(cfg), "--cores", "2", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    text = first.stdout + first.stderr
+    assert "sweep 'tiny': 4 points, 0 stored, 4 to simulate" in text and "points: 4 of 4 stored" in text
+    for chatter in SNAKEMAKE_CHATTER:
+        assert chatter not in text, chatter
     (tmp_path / "results" / "tiny" / "report.html").unlink()  # one job to run, quietly
     quiet = run_cli("run", str(cfg), "--cores", "2", "-q", cwd=tmp_path)
     assert quiet.returncode == 0
     text = quiet.stdout + quiet.stderr
-    assert "sgdsweep: sweep 'tiny' finished" in text and "points: 4 of 4 stored, 0 simulated" in text
-    for chatter in ("sweep 'tiny': 4 points", "sgdsweep plan for sweep", "localrule", "Finished jobid",
-                    "report written to"):
-        assert chatter not in text, chatter
+    assert text.startswith("sgdsweep: sweep 'tiny' finished"), text[:3000]  # nothing before the summary
+    assert "points: 4 of 4 stored, 0 simulated" in text and "report written to" not in text
+    verbose = run_cli("run", str(cfg), "--cores", "2", "-v", cwd=tmp_path)
+    assert verbose.returncode == 0
+    assert "Building DAG of jobs" in verbose.stderr and "Nothing to be done" in verbose.stderr
 
 
 def test_an_unwritable_working_directory_is_named(tmp_path):
@@ -448,8 +500,12 @@ def test_ctrl_c_stops_the_run_and_its_cluster_and_the_next_run_resumes(tmp_path)
     os.killpg(proc.pid, signal.SIGINT)
     proc.wait(timeout=300)
     out = (tmp_path / "run.log").read_text()
-    assert proc.returncode != 0, out[-3000:]
-    assert "sgdsweep: interrupted (run the same command again to resume)" in out, out[-3000:]
+    assert proc.returncode == 130, out[-3000:]
+    # one line says it: not the jobs too, and none of Snakemake's errors about the jobs it cancelled
+    assert out.count("interrupted") == 1, out[-3000:]
+    assert out.rstrip().endswith("sgdsweep: interrupted (run the same command again to resume)"), out[-3000:]
+    for fallout in ("Traceback", "RuleException", "WorkflowError", "Error in rule", "Terminating processes"):
+        assert fallout not in out, out[-3000:]
     assert cluster_daemons(tmp_path) == 0
     assert not (sweep / ".cluster" / "scheduler.json").exists() and not (sweep / ".cluster" / "status.json").exists()
     stored = len(list((sweep / "points").glob("*.npz")))

@@ -312,8 +312,8 @@ def test_cli_run_starts_the_cluster_while_snakemake_starts(tmp_path):
     assert xr.open_zarr(sweep / "ensemble.zarr").sizes["point"] == 2
     assert sorted(p.name for p in (sweep / ".cluster").iterdir()) == ["daemon.log"]  # no scheduler file left
     assert cluster_daemons(tmp_path) == 0
-    again = run_cli("run", str(path), "--cores", "2", cwd=tmp_path)
-    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
+    again = run_cli("run", str(path), "--cores", "2", "-v", cwd=tmp_path)
+    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr  # -v: Snakemake's output
     assert "starting a local Dask cluster" not in again.stdout + again.stderr
 
 

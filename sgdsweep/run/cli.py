@@ -6,18 +6,22 @@ sharing verbs ``export``, ``verify``, ``import``, ``merge``. Workflow verbs (cal
 ``report``; ``cluster-daemon`` runs the local Dask cluster that ``sgdsweep run`` owns for its run.
 
 Exit codes: :data:`EXIT_CODES`.
+
+Terminal output: ``-q`` leaves errors, warnings and the result; ``-v`` adds debugging detail and,
+for ``run``, Snakemake's own output (:mod:`sgdsweep.run.runner`). After Ctrl-C only ``sgdsweep
+run`` says so (its jobs exit 130 silently). A reader that closes the output early (``sgdsweep plan
+CONFIG | head``) ends the command quietly with exit status 141, as it ends Unix tools.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import logging
 import os
-import subprocess
+import signal
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +37,15 @@ EXIT_CODES = {
     2: "bad input: the config, an argument, a file or the environment (the message names it)",
     3: "the sweep is in use by another sgdsweep run (wait for it or stop it)",
     130: "interrupted (Ctrl-C); the same command resumes",
+    141: "the output's reader closed it early (e.g. '| head'); the command stopped quietly",
 }
+
+#: Exit status when the output's reader went away: 128 + SIGPIPE, as for a Unix tool that SIGPIPE ended.
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
+
+#: The verbs the workflow's rules run (not listed in the top-level help).
+WORKFLOW_VERBS = ("simulate-shard", "aggregate", "fit", "report", "cluster-daemon")
+
 
 def _verbosity(args: argparse.Namespace) -> int:
     """-1, 0 or 1 from ``-q``/``-v``; without either, what the parent ``sgdsweep run`` passed on."""
@@ -104,160 +116,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _snakefile() -> Path:
-    from sgdsweep.sweep.paths import workflow_root
-
-    return workflow_root() / "Snakefile"
-
-
 def cmd_run(args: argparse.Namespace) -> int:
-    import time
+    from sgdsweep.run.runner import run_sweep
 
-    from sgdsweep.run import locking
-    from sgdsweep.run.cluster import scheduler_address
-    from sgdsweep.store.points import complete_points
-    from sgdsweep.sweep.config import load_sweep
-    from sgdsweep.sweep.device import device_override, snakemake_config
-    from sgdsweep.sweep.paths import write_if_changed
-    from sgdsweep.sweep.plan import PlanFiles, explain, format_explanation, plan_texts
-
-    t0 = time.monotonic()
-    device = device_override(args.config, args.device, args.snakemake_args)  # --device: execution.device
-    sweep = load_sweep(args.config, device)  # fail fast, with our message, before Snakemake starts
-    scheduler_address(sweep.config["execution"])
-    locking.ensure_writable(Path.cwd(), "the working directory, where Snakemake keeps its state (.snakemake),",
-                            "or run sgdsweep from a writable directory")
-    locking.ensure_writable(sweep.directory)
-    # the sweep's lock before anything starts: a second run is refused here, before it starts
-    # a Dask cluster; Snakemake inherits the lock (locking.acquire_or_inherit)
-    lock = locking.acquire(sweep.directory)
-    hashes = [p.hash for p in sweep.points]
-    stored_before = complete_points(PlanFiles(sweep.directory).points_dir, hashes)
-    todo = len(hashes) - len(stored_before)
-    # the sweep lock excludes every other run of this sweep, so Snakemake's own directory lock is
-    # not needed, and what a killed run left incomplete is rerun: no manual --unlock after kill -9
-    cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(_snakefile()), "--configfile",
-           str(args.config), *snakemake_config(args.device), "--cores", str(args.cores), "--nolock",
-           "--rerun-incomplete"]
-    if args.dry_run:
-        cmd.append("--dry-run")
-    verbosity = _verbosity(args)
-    if verbosity < 0:
-        cmd += ["--quiet", "progress", "rules", "host", "reason"]  # not "all": that hides errors too
-    elif verbosity > 0:
-        cmd.append("--printshellcmds")
-    cmd += args.snakemake_args
-    log.info("sweep '%s': %d points, %d stored, %d to simulate; results in %s/", sweep.name, len(hashes),
-             len(stored_before), todo, sweep.directory)
-    reasons = explain(sweep)  # before the plan is rewritten: it compares with the previous one
-    plan = {} if args.dry_run else plan_texts(sweep)  # a sweep beyond max_memory fails here
-    log.debug("running %s", " ".join(cmd))
-    env = {**os.environ, locking.LOCK_FD_ENV: str(lock.fileno()), VERBOSITY_ENV: str(verbosity)}
-    env.update(_job_environment())
-    # only for a plain local run: extra Snakemake arguments (a profile, an executor, a dry run, a
-    # target) may mean jobs elsewhere or none; then each shard job uses a cluster of its own
-    plain = not args.dry_run and not args.snakemake_args and not os.environ.get("SNAKEMAKE_PROFILE")
-    with lock, _run_cluster(sweep, env, start=bool(todo) and plain):
-        # a sweep with precision targets or an edge search runs one Snakemake per round, until
-        # a round leaves nothing to simulate and the report shows the last round (no plan file
-        # changes); any other sweep runs once
-        for _ in range(_max_rounds(sweep) + 2):
-            if verbosity >= 0:
-                print(format_explanation(sweep, reasons, max_lines=20), file=sys.stderr)
-            # the plan on disk is this config's whatever Snakemake's records hold (none in another
-            # working directory); the plan rules then rewrite a file only when its content changed
-            for path, text in plan.items():
-                write_if_changed(path, text)
-            code = _snakemake(cmd, lock, env, sweep)
-            if code != 0 or args.dry_run or not sweep.rounds:
-                break
-            sweep = load_sweep(args.config, device)  # the next round, decided from what this one stored
-            reasons = explain(sweep)
-            plan = plan_texts(sweep)
-            if not any(_differs(path, text) for path, text in plan.items()):
-                break
-    if code < 0:  # Snakemake was killed: a run of the same command resumes where it stopped
-        raise SgdsweepError(f"Snakemake was killed by signal {-code}; run the same command again to resume "
-                            f"(stored points are kept, and only what is missing is computed)")
-    if code == 0 and not args.dry_run:
-        from sgdsweep.run.summary import run_summary
-
-        print(run_summary(sweep, stored_before, time.monotonic() - t0), file=sys.stderr)
-    return code
-
-
-def _snakemake(cmd: list[str], lock: Any, env: dict[str, str], sweep: Any) -> int:
-    """Run Snakemake (``cmd``) under the sweep's ``lock`` and return its exit status."""
-    from sgdsweep.run import locking
-
-    with subprocess.Popen(cmd, pass_fds=(lock.fileno(),), env=env) as proc:
-        locking.record_holder(Path(sweep.directory) / locking.LOCK_NAME, proc.pid)
-        try:
-            return proc.wait()
-        except KeyboardInterrupt:  # Snakemake got the same Ctrl-C: let it stop its jobs first
-            proc.wait()
-            raise
-
-
-def _max_rounds(sweep: Any) -> int:
-    """Most rounds a sweep may run (0 without precision or search)."""
-    cfg = sweep.config
-    if "precision" in cfg:
-        return int(cfg["precision"]["budget"]["max_rounds"])
-    if "search" in cfg:
-        return int(cfg["search"]["max_rounds"])
-    return 0
-
-
-def _differs(path: Path, text: str) -> bool:
-    try:
-        return path.read_text() != text
-    except OSError:
-        return True
-
-
-def _job_environment() -> dict[str, str]:
-    """PATH and PYTHONPATH for the Snakemake process of ``sgdsweep run`` and its jobs: ``python``
-    is this interpreter, and ``sgdsweep`` this package, installed or not."""
-    package_root = str(Path(__file__).resolve().parents[2])
-    return {"PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
-            "PYTHONPATH": package_root + os.pathsep + os.environ.get("PYTHONPATH", "")}
-
-
-@contextlib.contextmanager
-def _run_cluster(sweep: Any, env: dict[str, str], start: bool) -> Iterator[None]:
-    """The run's local Dask cluster for the block, when ``start`` and the sweep's shard jobs would
-    use a local one (:mod:`sgdsweep.run.cluster`): started first (its workers boot while Snakemake
-    builds the DAG), named to the jobs through the scheduler file's path in ``env``, and stopped
-    when the block ends in any way."""
-    from sgdsweep.run.cluster import (
-        SCHEDULER_FILE,
-        SCHEDULER_FILE_ENV,
-        start_run_cluster,
-        stop_run_cluster,
-        uses_local_cluster,
-        worker_count,
-    )
-    from sgdsweep.sweep.plan import PlanFiles
-
-    execution = sweep.config["execution"]
-    env.pop(SCHEDULER_FILE_ENV, None)  # a scheduler file of an enclosing run is not this run's
-    if not (start and uses_local_cluster(execution)):
-        yield
-        return
-    from sgdsweep.run.gpus import local_cpu_workers, local_gpus
-
-    cluster_dir = PlanFiles(sweep.directory).cluster_dir
-    workers, gpus = local_cpu_workers(execution, worker_count(execution)), local_gpus(execution)
-    log.info("starting a local Dask cluster of %d workers; it first compiles the simulation kernels "
-             "(the first run of an installation: 1-3 min on a busy 2-core machine; later runs load them "
-             "from numba's cache in seconds)", workers + gpus)
-    proc = start_run_cluster(cluster_dir, workers, execution.get("host", "127.0.0.1"), gpus)
-    env[SCHEDULER_FILE_ENV] = str(cluster_dir / SCHEDULER_FILE)
-    try:
-        yield
-    finally:
-        stop_run_cluster(proc, cluster_dir)
+    return run_sweep(args, _verbosity(args))
 
 
 def cmd_simulate_shard(args: argparse.Namespace) -> int:
@@ -298,18 +160,27 @@ def cmd_fit(args: argparse.Namespace) -> int:
         Path(args.archive).mkdir(parents=True, exist_ok=True)
         atomic_write_text(Path(args.archive) / fit_archive_name(fits["settings"]), json.dumps(fits) + "\n")
     for kind, results in fits.items():
-        if kind in ("skipped", "settings"):
+        if not isinstance(results, list):  # "skipped", "settings" and other records, not fits
             continue
         for res in results:
             for name, q in (res.get("params") or {}).items():
                 if q and q.get("estimate") is not None:
-                    lo, hi = (f"{v:.5g}" if v is not None else "?" for v in q["interval"])
-                    log.info("fit %s %s%s = %.5g [%s, %s] (%s; theory %s, inside: %s)", kind, name,
-                             f" at {res['group']}" if res["group"] else "", q["estimate"], lo, hi,
-                             q["interval_method"], q["theory"], q["theory_inside"])
+                    log.info("%s", fit_line(kind, name, res.get("group"), q))
     for kind, why in fits.get("skipped", {}).items():
         log.info("fit %s not run: %s", kind, why)
     return 0
+
+
+def fit_line(kind: str, name: str, group: dict[str, Any] | None, q: dict[str, Any]) -> str:
+    """One fitted parameter as ``sgdsweep fit`` logs it, numbers to 5 significant digits:
+    ``fit power_law a at hidden_width = 2 = 1.0986 [1.05, 1.1472] (bootstrap; theory 1.0896, inside)``."""
+    from sgdsweep.analysis.fit.verdict import num, where
+
+    lo, hi = (num(v, 5) for v in q["interval"])
+    theory = (f"theory {num(q['theory'], 5)}, {'inside' if q.get('theory_inside') else 'outside'}"
+              if q.get("theory") is not None else "no theory")
+    at = f" at {where(group)}" if group else ""
+    return f"fit {kind} {name}{at} = {num(q['estimate'], 5)} [{lo}, {hi}] ({q['interval_method']}; {theory})"
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -407,12 +278,18 @@ def _version() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     """The command-line parser; the workflow's own verbs are hidden from the top-level help."""
-    output = argparse.ArgumentParser(add_help=False)
-    group = output.add_argument_group("output")
-    group.add_argument("-q", "--quiet", action="count", default=0,
-                       help="print only warnings and errors (run: and its closing summary)")
-    group.add_argument("-v", "--verbose", action="count", default=0,
-                       help="print debugging detail (run: and Snakemake's shell commands)")
+    def output(run: bool) -> argparse.ArgumentParser:
+        """The -q/-v options, told for ``run`` or for the other verbs."""
+        parent = argparse.ArgumentParser(add_help=False)
+        group = parent.add_argument_group("output")
+        group.add_argument("-q", "--quiet", action="count", default=0,
+                           help="print only errors, warnings and the closing summary" if run
+                           else "print only errors, warnings and the result")
+        group.add_argument("-v", "--verbose", action="count", default=0,
+                           help="also print debugging detail, Snakemake's own output and its shell commands" if run
+                           else "also print debugging detail")
+        return parent
+
     fmt = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(prog="sgdsweep", description=_DESCRIPTION, epilog=_epilog(),
                                      formatter_class=fmt)
@@ -422,8 +299,9 @@ def build_parser() -> argparse.ArgumentParser:
     def verb(name: str, help: str | None, usage: str | None = None) -> argparse.ArgumentParser:
         """A subcommand; without ``help`` it is not listed in the top-level help."""
         kwargs = {"help": help} if help else {}
-        codes = tuple(EXIT_CODES) if name == "run" else (0, 1, 2)  # only a run takes the sweep's lock
-        return sub.add_parser(name, description=help, usage=usage, parents=[output], epilog=_epilog(codes),
+        codes = tuple(EXIT_CODES) if name == "run" else (0, 1, 2, EXIT_BROKEN_PIPE)  # only a run takes the lock
+        return sub.add_parser(name, description=help, usage=usage, parents=[output(name == "run")],
+                              epilog=_epilog(codes),
                               formatter_class=fmt, **kwargs)
 
     p = verb("run", "validate a config and run its sweep through Snakemake",
@@ -522,10 +400,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.snakemake_args = extra
     _setup_logging(getattr(args, "log", None), _verbosity(args))
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # here, not at exit: a reader that went away (| head) is met below
+        return code
     except SgdsweepError as exc:
         print(f"sgdsweep: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
+        if args.command in WORKFLOW_VERBS and VERBOSITY_ENV in os.environ:
+            return 130  # a job of `sgdsweep run`, which says it once for the whole run
         print("sgdsweep: interrupted (run the same command again to resume)", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        _discard_stdout()
+        return EXIT_BROKEN_PIPE
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null: what is still buffered for a reader that went away is dropped at
+    exit instead of raising BrokenPipeError again (Python's advice for SIGPIPE)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # not a file descriptor (a test's capture)
+        pass
