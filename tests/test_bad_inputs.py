@@ -58,6 +58,10 @@ OTHER_BAD_INPUTS = [
     ("config_is_a_directory", lambda t: ["validate", str(t)], {}, ["existing YAML file"]),
     ("config_not_yaml", lambda t: ["validate", str(_text(t / "c.yaml", "grid: {lr: [0.1"))], {}, ["YAML parse error"]),
     ("config_not_a_mapping", lambda t: ["validate", str(_text(t / "c.yaml", "- 1\n- 2\n"))], {}, ["mapping"]),
+    ("config_empty", lambda t: ["validate", str(_text(t / "c.yaml", ""))], {},
+     ["c.yaml is empty", "needs at least `grid`", "lr, batch_size, samples_per_param"]),
+    ("config_only_comments", lambda t: ["run", str(_text(t / "c.yaml", "# a sweep\n\n# to be written\n"))], {},
+     ["c.yaml is empty", "nothing but blank lines or comments", "config/config.yaml is a complete example"]),
     ("config_python_tag", lambda t: ["validate", str(_text(t / "c.yaml", "sweep: !!python/name:os.system\n"))], {},
      ["YAML parse error"]),
     ("scheduler_env_not_an_address", lambda t: ["run", str(write_yaml(t / "c.yaml", tiny_config()))],
@@ -91,6 +95,18 @@ OTHER_BAD_INPUTS = [
                                           str(_text(t / "f.json", "{}")), "--spec", str(_text(t / "s.json", "{}")),
                                           "--out", str(t / "r.html")], {}, ["e.txt is not an ensemble"]),
 ]
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n", "\n\n"])
+def test_an_empty_config_names_what_a_sweep_needs(tmp_path, capsys, monkeypatch, text):
+    monkeypatch.chdir(tmp_path)
+    path = _text(tmp_path / "config.yaml", text)
+    for verb in ("validate", "plan", "run"):
+        code, out = _run(capsys, verb, str(path))
+        assert code == 2, (verb, out)
+        assert f"{path} is empty" in out and "A sweep needs at least `grid`" in out, out
+        assert "Traceback" not in out and "got None" not in out
+    assert not (tmp_path / "results").exists()
 
 
 def _text(path, text):

@@ -179,6 +179,8 @@ def build_sweep(raw: Mapping[str, Any], rounds: bool = True) -> Sweep:
     """
     if not isinstance(raw, Mapping):
         raise ConfigError("<config>", raw, "a YAML mapping of keys to values")
+    if not raw:
+        raise empty_config_error("the config")
     raw_grid = raw.get("grid") if isinstance(raw.get("grid"), Mapping) else {}
     for section in ("model", "dynamics"):
         sec = raw.get(section)
@@ -304,10 +306,30 @@ def _check_dynamics(params: Mapping[str, Any], model, where: str) -> None:
     hook(model, "check_dynamics")(params, where)
 
 
+def empty_config_error(name: str) -> ConfigError:
+    """The error for a config without a single key (``name``: the file, or "the config"): what a
+    sweep needs at least — a grid of its model's required axes; every other key has a default."""
+    kind = load_schema()["properties"]["model"]["properties"]["kind"]["default"]
+    axes = [a for a in REQUIRED_AXES if a in get_model(kind).AXES]
+    return ConfigError("<config file>", name, "a config with at least a grid of the model's axes",
+                       f"{name} is empty (no keys: nothing but blank lines or comments). A sweep needs at least "
+                       f"`grid` with the axes of its model; for the default model (model.kind {kind}) "
+                       f"{', '.join(axes)}, e.g. `grid: {{lr: [0.1, 0.2], batch_size: 4, samples_per_param: 10}}`. "
+                       "Every other key (sweep, model, dynamics, fit, …) has a default; the repository's "
+                       "config/config.yaml is a complete example (docs/configuration.md)")
+
+
 def load_sweep(path: str | Path, overrides: Mapping[str, Any] | None = None) -> Sweep:
     """Read a YAML config file (safely), apply top-level ``overrides`` and build the sweep, which
-    must fit in memory (:func:`check_fits`)."""
+    must fit in memory (:func:`check_fits`).
+
+    Raises:
+        ConfigError: as :func:`build_sweep`; for a file without a single key,
+            :func:`empty_config_error` naming it.
+    """
     raw = read_yaml(path)
+    if not raw:
+        raise empty_config_error(str(path))
     if overrides:
         raw.update(overrides)
     sweep = build_sweep(raw)
