@@ -19,6 +19,7 @@ code that runs the stages without Snakemake.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,6 +82,11 @@ class PlanFiles:
     @property
     def fits(self) -> Path:
         return self.root / "fits.json"
+
+    @property
+    def edge(self) -> Path:
+        """With ``search:``: the search's result (:func:`sgdsweep.sweep.search.edge_summary`)."""
+        return self.root / "edge.json"
 
     @property
     def fit_archive(self) -> Path:
@@ -231,9 +237,34 @@ def _param_diff(points_dir: Path, old_hash: str, point: Point) -> str:
         old = read_attrs(point_path(points_dir, old_hash))["params"]
     except StoreError:
         return ""
-    diffs = [f"{k} {old.get(k)!r} → {point.params.get(k)!r}" for k in sorted(set(old) | set(point.params))
-             if old.get(k) != point.params.get(k)]
+    diffs = [f"{k} {' → '.join(show_values(old.get(k), point.params.get(k)))}"
+             for k in sorted(set(old) | set(point.params)) if old.get(k) != point.params.get(k)]
     return f": {', '.join(diffs)}" if diffs else ""
+
+
+def show_value(value: Any, digits: int = 5) -> str:
+    """A parameter value as the plan prints it: a float to ``digits`` significant digits (``0.1``,
+    not ``0.10000000000000002``), a mapping as ``{key: value, …}``, a list as ``[…]``, None as
+    ``none``, anything else as its text."""
+    if isinstance(value, bool) or value is None:
+        return str(value).lower()
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k}: {show_value(v, digits)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(show_value(v, digits) for v in value) + "]"
+    return str(value)
+
+
+def show_values(old: Any, new: Any) -> tuple[str, str]:
+    """Two different values as :func:`show_value` prints them, with more digits where 5 would
+    print them alike (up to 17, which tell any two floats apart)."""
+    for digits in (5, 9, 17):
+        shown = show_value(old, digits), show_value(new, digits)
+        if shown[0] != shown[1]:
+            break
+    return shown
 
 
 def format_explanation(sweep: Sweep, reasons: dict[str, str], verbose: bool = True,
@@ -260,7 +291,7 @@ def format_explanation(sweep: Sweep, reasons: dict[str, str], verbose: bool = Tr
                 lines.append(f"  … and {len(reasons) - max_lines} more (sgdsweep plan CONFIG lists all)")
                 break
             p = by_hash[h]
-            coords = ", ".join(f"{c}={p.params[c]}" for c in sweep.coords if c in p.params)
+            coords = ", ".join(f"{c}={show_value(p.params[c])}" for c in sweep.coords if c in p.params)
             lines.append(f"  {h}  {coords}: {reason}")
     if cost:
         lines += describe(sweep, reasons)
