@@ -18,10 +18,11 @@ estimate's variance depends on the true spread θ itself::
 
 (``C_c`` centres class c, ``Σ_c = diag(s_i²)``, ``s̄_c²`` the class's mean ``s_i²``; the second
 term counts θ only where θ > 0). The interval is every θ that the estimate does not reject at
-the confidence level, ``|Δ̂² − θ| ≤ z·√Var(Δ̂² | θ)``, and the theory's p-value uses the variance
-at the theory's θ: a score test, like Wilson's interval for a proportion. An interval built from
-the variance at the estimate instead is too narrow exactly when the estimate falls low, and
-missed the exact theory in 13 % of data sets at a nominal 5 % (benchmarks/calibration.py).
+the confidence level, ``|Δ̂² − θ| ≤ q·√Var(Δ̂² | θ)`` (q Student's t quantile on the fewest
+replicas less one: the SEs are estimated): a score interval, like Wilson's for a proportion. An
+interval built from the variance at the estimate instead is too narrow exactly when the estimate
+falls low, and missed the exact theory in 13 % of data sets at a nominal 5 %
+(benchmarks/calibration.py).
 
 The theory's p-value is exact rather than normal: Δ̂² is a quadratic form whose upper tail is
 heavier than a normal one, and a report's family-wise decision reads p-values far in the tail
@@ -37,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from sgdsweep.analysis.fit.common import parameter, z_quantile
+from sgdsweep.analysis.fit.common import parameter, t_quantile, z_quantile
 
 
 def collapse_classes(x: np.ndarray) -> list[np.ndarray]:
@@ -160,7 +161,10 @@ def fit_collapse(x: np.ndarray, value: np.ndarray, se: np.ndarray, theory: np.nd
         return math.sqrt(a + b * max(theta, 0.0)) / dof
 
     q = parameter(est, sd(est), confidence, "score", theory=th, leading_order=0.0)
-    lo, hi = score_interval(est, a, b, dof, z_quantile(confidence))
+    # with estimated SEs the deviations are Student's t on the replicas less one, not normal
+    quantile = (t_quantile(0.5 + confidence / 2, int(np.min(np.asarray(replicas)[keep])) - 1)
+                if replicas is not None and np.min(np.asarray(replicas)[keep]) > 2 else z_quantile(confidence))
+    lo, hi = score_interval(est, a, b, dof, quantile)
     q["interval"] = [lo, hi]
     if th is not None:
         q["theory_inside"] = bool(lo <= th <= hi)

@@ -100,20 +100,23 @@ def follows_sentence(ranges: list[dict[str, Any]]) -> str:
             f"{100 * FOLLOW_TOLERANCE:.0f} %) — " + "; ".join(parts)) if parts else ""
 
 
-def resampled_escape_times(times: np.ndarray, escaped: np.ndarray, n_boot: int,
-                           rng: np.random.Generator) -> np.ndarray:
+def resampled_escape_times(times: np.ndarray, escaped: np.ndarray, n_boot: int, rng: np.random.Generator,
+                           with_counts: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """Censored MLE τ = Σ times / Σ escaped over bootstrap resamples of each point's replicas.
 
     ``times`` (n, R): per-replica escape time (censored ones at the cap), finite values first;
-    ``escaped`` (n, R): whether the replica escaped. Returns (n_boot, n), inf without escapes.
+    ``escaped`` (n, R): whether the replica escaped. Returns (n_boot, n), inf without escapes;
+    with ``with_counts``, also each resample's number of escapes (n_boot, n).
     """
     counts = np.isfinite(times).sum(axis=1)
     idx = resample_indices(counts, times.shape[1], n_boot, rng)
     used = np.arange(times.shape[1])[None, None, :] < counts[None, :, None]
     t = np.take_along_axis(np.broadcast_to(np.nan_to_num(times), (n_boot,) + times.shape), idx, axis=2)
     e = np.take_along_axis(np.broadcast_to(escaped, (n_boot,) + times.shape), idx, axis=2)
+    count = np.where(used, e, 0).sum(axis=2)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(used, t, 0).sum(axis=2) / np.where(used, e, 0).sum(axis=2)
+        taus = np.where(used, t, 0).sum(axis=2) / count
+    return (taus, count) if with_counts else taus
 
 
 def fit_escape(lr: np.ndarray, tau: np.ndarray, tau_se: np.ndarray, *, theory_arrhenius: np.ndarray | None = None,
@@ -136,7 +139,9 @@ def fit_escape(lr: np.ndarray, tau: np.ndarray, tau_se: np.ndarray, *, theory_ar
 
     Returns:
         JSON-ready dict: ``params`` slope and intercept (theory = Arrhenius fit; the slope also
-        has ``theory_powerlaw`` and ``theory_powerlaw_inside``), ``supported_laws``,
+        has ``theory_powerlaw`` and ``theory_powerlaw_inside``) and, where the exact discrete-chain
+        τ exists at every fitted point, ``slope_exact`` (the same slope, its theory the exact
+        chain's: the only exact comparison; the laws are approximations), ``supported_laws``,
         ``n_points``, ``excluded_points`` (no escape, or no finite SE), ``chi2_reduced``.
     """
     lr, tau, tau_se = (np.asarray(a, float) for a in (lr, tau, tau_se))
@@ -176,13 +181,14 @@ def fit_escape(lr: np.ndarray, tau: np.ndarray, tau_se: np.ndarray, *, theory_ar
     arr, pw = theory_fit(theory_arrhenius), theory_fit(theory_powerlaw)
     sd, method = np.sqrt(np.diag(cov)), "analytic"
     if times is not None and escaped is not None and bootstrap > 0:
-        taus = resampled_escape_times(np.asarray(times, float)[keep], np.asarray(escaped, bool)[keep], bootstrap,
-                                      rng if rng is not None else np.random.default_rng(0))
+        taus, counts = resampled_escape_times(np.asarray(times, float)[keep], np.asarray(escaped, bool)[keep],
+                                              bootstrap, rng if rng is not None else np.random.default_rng(0),
+                                              with_counts=True)
         with np.errstate(divide="ignore", invalid="ignore"):
             ys = np.log(lr[keep][None, :] * taus)
-        good = np.all(np.isfinite(ys), axis=1)
-        if good.sum() >= 10:
-            sd, method = boot_sd(wls_many(design, ys[good], weights)), "bootstrap"
+        good = np.all(np.isfinite(ys) & (counts > 0), axis=1)
+        if good.sum() >= 10:  # each resample weighted by its own escape counts, as the estimate is
+            sd, method = boot_sd(wls_many(design, ys[good], counts[good].astype(float))), "bootstrap"
     dof_used = dof if method == "analytic" else None
     params = {
         "intercept": parameter(float(coef[0]), float(sd[0]), confidence, method,
@@ -190,6 +196,10 @@ def fit_escape(lr: np.ndarray, tau: np.ndarray, tau_se: np.ndarray, *, theory_ar
         "slope": parameter(float(coef[1]), float(sd[1]), confidence, method,
                            theory=float(arr[1]) if arr is not None else None, dof=dof_used),
     }
+    exact = theory_fit(theory_exact)
+    if exact is not None:  # the exact discrete chain's slope: the comparison the report's verdicts decide
+        params["slope_exact"] = parameter(float(coef[1]), float(sd[1]), confidence, method, theory=float(exact[1]),
+                                          dof=dof_used)
     lo, hi = params["slope"]["interval"]
     params["slope"]["theory_powerlaw"] = float(pw[1]) if pw is not None else None
     params["slope"]["theory_powerlaw_inside"] = (bool(lo <= pw[1] <= hi) if pw is not None and lo is not None
