@@ -76,6 +76,9 @@ def test_model_lands_in_ensemble_fit_and_report(kind, tmp_path):
         assert np.isnan(back["weight_var_theory"].values[back["noise"].values == "epoch"]).all()
         assert np.isfinite(back["weight_var_theory"].values[back["noise"].values == "label"]).all()
         assert "epoch" in back["weight_var_theory"].attrs["missing_because"]
+        why = back["missing_because"].sel(theory_column="weight_var_theory").values  # one reason per point
+        assert all("epoch" in w for w in why[back["noise"].values == "epoch"])
+        assert all(w == "" for w in why[back["noise"].values == "label"])
     fits = fit_ensemble(back, sweep.config["fit"])
     spec = json.loads(files.report_spec.read_text())
     ran = {"quadratic": ["power_law", "linear_scaling"], "linear": [], "two_layer": [],

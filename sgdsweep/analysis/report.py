@@ -35,7 +35,7 @@ import xarray as xr
 
 from sgdsweep.analysis import figures, plotting, rounds
 from sgdsweep.analysis.fit import family
-from sgdsweep.analysis.fit.escape import follows_sentence
+from sgdsweep.analysis.fit.escape import LAW_NAMES, follows_sentence
 from sgdsweep.analysis.fit.verdict import MAX_LISTED, NAMES, Verdict, assess, judge
 
 _STYLE = ("body{font-family:sans-serif;max-width:1200px;margin:0.8em auto;padding:0 1em;color:#222;font-size:15px}"
@@ -277,7 +277,9 @@ def _fit_sections(ds: xr.Dataset, fits: dict[str, Any], figs: _Figures) -> list[
                                 [[r["lr"], r["lr_h"], r["tau"], r["tau_se"], r["exact"], r["exact_matched"],
                                   r["arrhenius"], r["powerlaw"]] for r in res["table"]], "fit"))
             if res.get("exact_follows"):
-                parts.append(f"<p>{html.escape(follows_sentence(res['exact_follows']))}.</p>")
+                parts.append(f"<p>{html.escape(follows_sentence(res['exact_follows'], res.get('laws_absent')))}.</p>")
+        for law, why in (res.get("laws_absent") or {}).items():  # a law that does not hold here: no comparison
+            parts.append(f"<p>{html.escape(LAW_NAMES[law])} not compared: {html.escape(why)}.</p>")
         if res.get("error"):
             parts.append(f"<p>{html.escape(res['error'])}</p>")
             continue
@@ -340,6 +342,15 @@ def _status_line(ds: xr.Dataset) -> str:
         why = ds["weight_var_theory"].attrs.get("missing_because", "no theory for this model")
         text += f"No exact weight-variance theory for these points ({html.escape(why)})."
     return text + "</p>"
+
+
+def _missing_because(ds: xr.Dataset, column: str) -> str:
+    """Why the theory ``column`` is missing, each distinct reason with the number of points it
+    applies to (the ensemble's ``missing_because``; its attribute for an ensemble without it)."""
+    if "missing_because" not in ds or column not in ds["theory_column"].values:
+        return ds[column].attrs.get("missing_because", "")
+    reasons = [str(r) for r in ds["missing_because"].sel(theory_column=column).values]
+    return "; ".join(f"{r} ({reasons.count(r)} of {len(reasons)} points)" for r in sorted(set(reasons)) if r)
 
 
 def _answer(fits: dict[str, Any]) -> str:
@@ -424,7 +435,7 @@ def _build(ds: xr.Dataset, fits: dict[str, Any], report_spec: dict[str, Any], fi
                      "(units in each variable's attributes).</p>")
         header = ["point"] + [f"{v} [{ds[v].attrs.get('units', '')}]" for v in others]
         parts.append(_table(header, _rows(ds, ["point", *others]), "points"))
-    theory_rows = [[v, ds[v].attrs.get("formula", ""), ds[v].attrs.get("missing_because", "")]
+    theory_rows = [[v, ds[v].attrs.get("formula", ""), _missing_because(ds, v)]
                    for v in ds.data_vars if "_theory" in v]
     if theory_rows:
         parts.append("<h2>Theory columns</h2>")

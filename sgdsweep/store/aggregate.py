@@ -3,8 +3,10 @@
 Layout: dimension ``point`` (coordinate = point hash) with one coordinate per axis of the
 sweep (``lr``, ``batch_size``, ``momentum``, ``samples_per_param``, ``noise``, …) along it,
 and dimension ``replica`` for per-replica values. Measured values sit next to their theory
-(``<name>``, ``<name>_se``, ``<name>_theory``). Every variable and coordinate carries
-``long_name``, ``units`` and ``description``. The dataset attributes hold the provenance.
+(``<name>``, ``<name>_se``, ``<name>_theory``); ``missing_because`` (point, theory_column)
+says why a point has no value of a theory column (empty where it has one). Every variable and
+coordinate carries ``long_name``, ``units`` and ``description``. The dataset attributes hold
+the provenance.
 
 Points are read one at a time through :class:`sgdsweep.store.points.PointStore` (only scalars,
 per-replica and per-mode vectors are kept in memory); which arrays are copied, along which
@@ -58,6 +60,22 @@ def _pad(rows: list[np.ndarray], fill: float) -> np.ndarray:
     return out
 
 
+#: why a point's theory column is empty when its point recorded no reason
+NO_FINITE_VALUE = "the formula gives no finite value here (see 'formula'), e.g. beyond the float range"
+
+
+def _missing_because(columns: list[str], data_vars: dict[str, Any],
+                     reasons: list[dict[str, str]]) -> np.ndarray:
+    """(point, column) strings: why the point has no finite value of the theory column (its
+    recorded reason, or :data:`NO_FINITE_VALUE`); empty where it has one."""
+    out = np.full((len(reasons), len(columns)), "", dtype=object)
+    for j, k in enumerate(columns):
+        values = np.asarray(data_vars[k][1], float).reshape(len(reasons), -1)
+        for i in np.flatnonzero(~np.isfinite(values).any(axis=1)):
+            out[i, j] = reasons[i].get(THEORY_SOURCES[k]) or NO_FINITE_VALUE
+    return out
+
+
 def build_ensemble(sweep_spec: dict[str, Any]) -> xr.Dataset:
     """The ensemble dataset of the points listed in ``sweep_spec`` (``plan/sweep.json``).
 
@@ -73,7 +91,7 @@ def build_ensemble(sweep_spec: dict[str, Any]) -> xr.Dataset:
     coords: dict[str, list[Any]] = {c: [] for c in sweep_spec["coords"]}
     seconds: list[float] = []
     formulas: dict[str, set[str]] = {}
-    reasons: dict[str, set[str]] = {}
+    reasons: list[dict[str, str]] = []
     per_replica: dict[str, list[np.ndarray]] = {}
     vectors: dict[str, list[np.ndarray]] = {}
     sv_dims: dict[str, str] = {}
@@ -87,8 +105,7 @@ def build_ensemble(sweep_spec: dict[str, Any]) -> xr.Dataset:
         summaries.append(summary)
         for k, v in summary.get("theory_formulas", {}).items():
             formulas.setdefault(k, set()).add(v)
-        for k, v in summary.get("theory_reasons", {}).items():
-            reasons.setdefault(k, set()).add(v)
+        reasons.append(summary.get("theory_reasons", {}))
         for c, values in coords.items():
             values.append(attrs["params"].get(c))
         seconds.append(attrs.get("simulation_seconds", np.nan))
@@ -138,13 +155,17 @@ def build_ensemble(sweep_spec: dict[str, Any]) -> xr.Dataset:
             pad = [(0, 0)] * arr.ndim
             pad[dims.index("replica")] = (0, n_rep - arr.shape[dims.index("replica")])
             data_vars[name] = (dims, np.pad(arr, pad, constant_values=-1 if arr.dtype.kind == "i" else np.nan), attrs)
-    for k, source in THEORY_SOURCES.items():
-        if k in data_vars:
-            attrs = data_vars[k][2]
-            if source in formulas:
-                attrs["formula"] = " | ".join(sorted(formulas[source]))
-            if source in reasons:
-                attrs["missing_because"] = " | ".join(sorted(reasons[source]))
+    columns = [k for k in THEORY_SOURCES if k in data_vars]
+    why = _missing_because(columns, data_vars, reasons)
+    for j, k in enumerate(columns):
+        attrs = data_vars[k][2]
+        if THEORY_SOURCES[k] in formulas:
+            attrs["formula"] = " | ".join(sorted(formulas[THEORY_SOURCES[k]]))
+        distinct = sorted({r for r in why[:, j] if r})
+        if distinct:
+            attrs["missing_because"] = " | ".join(distinct)
+    if columns:
+        data_vars["missing_because"] = (("point", "theory_column"), why, describe("missing_because"))
 
     coord_vars: dict[str, Any] = {
         "point": ("point", np.array([e["hash"] for e in entries], dtype=object), describe("point", COORDS)),
@@ -156,6 +177,9 @@ def build_ensemble(sweep_spec: dict[str, Any]) -> xr.Dataset:
         if arr.dtype.kind in "OU":
             arr = arr.astype(object)  # variable-length UTF-8 strings in Zarr 3
         coord_vars[c] = ("point", arr, describe(c, COORDS))
+    if columns:
+        coord_vars["theory_column"] = ("theory_column", np.array(columns, dtype=object),
+                                       describe("theory_column", COORDS))
     ds = xr.Dataset(data_vars=data_vars, coords=coord_vars)
     for dim in ("mode", "q_mode"):
         if dim in ds.dims:

@@ -56,6 +56,9 @@ VARIABLES: dict[str, tuple[str, str, str]] = {
     "joint_anisotropy": ("joint anisotropy", "1",
                          ("per replica std/mean of the covariance eigenvalues on the range of Γ, averaged "
                           "(0 = isotropic)")),
+    "missing_because": ("why a theory value is missing", "1",
+                        ("per point and theory column (coordinate theory_column): why the point has no value of "
+                         "that column (the theory does not apply, or its solver failed); empty where it has one")),
     "escape_time": ("mean escape time", "steps",
                     "exponential maximum-likelihood estimate with censoring: Σ times / number escaped"),
     "escape_time_se": ("standard error of escape_time", "steps", "escape_time/√(number escaped)"),
@@ -138,6 +141,7 @@ COORDS: dict[str, tuple[str, str, str]] = {
     "replica": ("replica index", "1", "index of the independent replica"),
     "mode": ("mode index", "1", "covariance eigenmode, largest eigenvalue first"),
     "lag": ("lag m", "steps", "lag of the gradient-noise covariance D(m)"),
+    "theory_column": ("theory column", "1", "name of a theory column of the ensemble (*_theory*)"),
     "q_mode": ("Q mode index", "1", "singular value of the antisymmetric matrix Q, largest first (they come in pairs)"),
     "shard": ("shard id", "1", "the shard (group of points sharing data) that simulated the point"),
     "lr": ("learning rate λ", "1", "SGD step size"),
@@ -224,6 +228,8 @@ def ensemble_dims(name: str) -> tuple[str, ...] | None:
     (the names of :data:`VARIABLES` not listed here) lie along ``("point",)``."""
     if name in REPLICA_ARRAYS:
         return ("point", "replica")
+    if name == "missing_because":  # written by aggregation itself, from the points' theory reasons
+        return ("point", "theory_column")
     if name.startswith("singular_values_"):
         return ("point", "replica", "sv_" + name[len("singular_values_"):])
     if name in VECTOR_ARRAYS:

@@ -27,12 +27,18 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 #: One-line description of every formula, for the ``attrs`` of theory columns.
 FORMULA: dict[str, str] = {
     "kramers_time": (
         "Kramers mean escape time tau = 2 pi/sqrt(k_min |k_saddle|) exp(barrier/T) in continuous "
         "time t = lr*steps for overdamped Langevin dx=-U'dt+sqrt(2T)dW; time to reach the other "
         "basin (twice the time to reach the saddle); leading order in T/barrier"
+    ),
+    "eyring_kramers_time": (
+        "Eyring-Kramers mean escape time tau = 2 pi/|k_unstable| sqrt(|det H_saddle|/det H_min) "
+        "exp(barrier/T) for dx=-grad U dt+sqrt(2T)dW with isotropic state-independent T; d = 1: kramers_time"
     ),
     "sgd_temperature": (
         "SGD temperature T = lr*noise_var/(2*batch_size) = lr*(per-step gradient-noise variance)/2 "
@@ -82,6 +88,31 @@ def kramers_time(barrier: float, k_min: float, k_saddle: float, temperature: flo
     if exponent > 700.0:  # exp overflows near 709.8
         return math.inf
     return prefactor * math.exp(exponent)
+
+
+def eyring_kramers_time(barrier: float, curvatures_min, curvatures_saddle, temperature: float) -> float:
+    """Eyring–Kramers mean escape time in d dimensions under isotropic noise:
+    ``τ = 2π/|κ_b| · √(|det H_b|/det H_a) · exp(barrier/temperature)``.
+
+    ``curvatures_min``: the d Hessian eigenvalues at the minimum (all > 0, loss/x²);
+    ``curvatures_saddle``: the d eigenvalues at the saddle, exactly one negative (κ_b, the
+    escape direction). Dynamics ``dx = −∇U dt + √(2T) dW`` with the same T along every axis
+    (isotropic, state-independent noise); for d = 1 this is :func:`kramers_time`. Same time as
+    :func:`kramers_time` (into the other basin; half of it to first reach the saddle's
+    separatrix), leading order in T/ΔL; ``inf`` if the exponential overflows.
+    """
+    k_a = np.asarray(curvatures_min, float).ravel()
+    k_b = np.asarray(curvatures_saddle, float).ravel()
+    if k_a.size != k_b.size or k_a.size == 0:
+        raise ValueError(f"curvatures at the minimum ({k_a.size}) and at the saddle ({k_b.size}) must be "
+                         "the same number (one per dimension), at least one")
+    if not (np.all(np.isfinite(k_a)) and np.all(k_a > 0)):
+        raise ValueError(f"every curvature at the minimum must be finite and > 0, got {k_a.tolist()}")
+    if not np.all(np.isfinite(k_b)) or np.sum(k_b < 0) != 1 or np.any(k_b == 0):
+        raise ValueError(f"the saddle needs exactly one negative curvature and no zero one, got {k_b.tolist()}")
+    unstable = float(-k_b[k_b < 0][0])
+    ratio = float(np.prod(np.abs(k_b) / k_a))  # |det H_b|/det H_a as a product of ratios: no overflow
+    return kramers_time(barrier, unstable, -unstable, temperature) * math.sqrt(ratio)
 
 
 def sgd_temperature(lr: float, noise_var: float, batch_size: float) -> float:

@@ -122,28 +122,82 @@ def _approximations(params: Mapping[str, Any], pred: Prediction) -> None:
         "(Gross 2024 Eq. 2.31); measured as (HM - MH)(1-momentum)/lr")
 
 
+#: noise types Mori's power law is for: the state-dependent minibatch covariance C(w), each step
+#: independent, with a Gaussian diffusion limit (sampled batches, or Gaussian noise drawn with C(w))
+POWERLAW_NOISE = ("minibatch", "minibatch_replace", "gaussian_matched")
+#: why Kramers' law does not hold for a noise type (it needs additive Gaussian noise of constant covariance)
+_NOT_KRAMERS = {
+    "student_t": "heavy-tailed (Student-t, nu = 4): it escapes by rare large jumps, at a rate the variance "
+                 "alone does not set",
+    "gaussian_matched": "Gaussian but with the state-dependent covariance C(w), which changes the exponent "
+                        "(Mori's power law is the law for it)",
+    "minibatch": "sampled from the data set: not Gaussian, with the state-dependent covariance C(w)",
+    "minibatch_replace": "sampled from the data set: not Gaussian, with the state-dependent covariance C(w)",
+    "epoch": "sampled from the data set in epoch order: not Gaussian, not independent from step to step",
+}
+
+
+def escape_laws_apply(problem, params: Mapping[str, Any]) -> dict[str, str]:
+    """Why each escape law does not hold at this point: ``{"escape_time_arrhenius": reason,
+    "escape_time_powerlaw": reason}``, a key absent where the law holds.
+
+    Kramers' law holds for SGD without momentum under additive Gaussian noise of constant
+    covariance (noise ``gaussian``); Mori's power law for SGD without momentum under the
+    state-dependent minibatch noise (:data:`POWERLAW_NOISE`) at a minimum with L_min > 0 (the
+    thesis landscape). Both are continuous-time, leading-order laws (λh ≪ 1, T ≪ ΔL): that
+    caveat is stated in their ``formula``, not here.
+    """
+    noise, mu = params["noise"], float(params["momentum"])
+    out: dict[str, str] = {}
+    if mu != 0:
+        why = (f"is for SGD without momentum; with momentum {mu:g} the chain is second order (w and its "
+               "velocity) and its escape rate is not this formula (no prediction)")
+        out["escape_time_arrhenius"] = "Kramers' law " + why
+        out["escape_time_powerlaw"] = "Mori's law " + why
+    if noise != "gaussian" and "escape_time_arrhenius" not in out:
+        out["escape_time_arrhenius"] = ("Kramers' law needs additive Gaussian noise of constant covariance "
+                                        f"(noise gaussian); {noise} is "
+                                        + _NOT_KRAMERS.get(noise, "not such noise"))
+    if not (getattr(problem, "loss_saddle", None) and problem.loss_min > 0):
+        out["escape_time_powerlaw"] = ("the state-dependent law needs SGD's own noise at a minimum with L_min > 0 "
+                                       "(the thesis landscape); this landscape has additive noise")
+    elif noise not in POWERLAW_NOISE and "escape_time_powerlaw" not in out:
+        out["escape_time_powerlaw"] = ("Mori's law is for the state-dependent minibatch noise covariance with "
+                                       "independent steps and a Gaussian diffusion limit "
+                                       f"({', '.join(POWERLAW_NOISE)}); {noise} is not")
+    return out
+
+
 def _escape(problem, params: Mapping[str, Any], pred: Prediction) -> None:
-    """Kramers (Arrhenius) and state-dependent power-law escape times in SGD steps."""
+    """Kramers (Arrhenius) and state-dependent power-law escape times in SGD steps, each where it
+    holds (:func:`escape_laws_apply`; elsewhere the reason is recorded), and the exact chain's."""
     lr, s = params["lr"], params["batch_size"]
-    var = problem.step_noise_var(s)
-    if var is not None:
-        pred.escape_arrhenius = escape_theory.kramers_steps(problem.barrier, problem.k_min, problem.k_saddle,
-                                                            lr, var)
-        pred.formulas["escape_time_arrhenius"] = (
-            escape_theory.FORMULA["kramers_steps"] + " with the per-step gradient-noise variance at the "
-            "minimum along the escape direction")
-    else:
-        pred.reasons["escape_time_arrhenius"] = "no constant noise temperature for this landscape"
-    if getattr(problem, "loss_saddle", None) and problem.loss_min > 0:
+    absent = escape_laws_apply(problem, params)
+    pred.reasons.update(absent)
+    if "escape_time_arrhenius" not in absent:
+        if problem.n_samples is None:  # the double well: 1-D, escape = reaching the other minimum
+            pred.escape_arrhenius = escape_theory.kramers_steps(problem.barrier, problem.k_min, problem.k_saddle,
+                                                                lr, problem.step_noise_var(s))
+            pred.formulas["escape_time_arrhenius"] = (
+                escape_theory.FORMULA["kramers_steps"] + " with the per-step noise variance sigma^2/S; valid "
+                "for lr*curvature << 1 and T << barrier")
+        else:  # isotropic gaussian noise on a 2-D landscape, escape = crossing the saddle's separatrix
+            temp = escape_theory.sgd_temperature(lr, problem.gaussian_noise_var(s), 1.0)
+            tau = escape_theory.eyring_kramers_time(problem.barrier, np.linalg.eigvalsh(problem.hessian(problem.w_min)),
+                                                    np.linalg.eigvalsh(problem.hessian(problem.saddle_point)), temp)
+            pred.escape_arrhenius = 0.5 * tau / lr
+            pred.formulas["escape_time_arrhenius"] = (
+                "half the " + escape_theory.FORMULA["eyring_kramers_time"] + ", at T = lr*v/2 with v the "
+                "per-coordinate variance of the isotropic noise, in steps (tau/lr): the escape criterion "
+                "(crossing the saddle's linearised separatrix) is met in half the time into the other basin; "
+                "valid for lr*curvature << 1 and T << barrier")
+    if "escape_time_powerlaw" not in absent:
         slope = escape_theory.powerlaw_slope(problem.k_min, problem.loss_min, problem.loss_saddle)
         exponent = slope * s / lr
         pred.escape_powerlaw = math.exp(exponent) / lr if exponent < 700.0 else math.inf  # beyond float range
         pred.formulas["escape_time_powerlaw"] = (
             "Mori's state-dependent law τ_t ∝ exp((S/(λ h*)) ln(L_saddle/L_min)) with unit prefactor, "
             "τ_steps = τ_t/λ; only the slope of ln τ against S/λ is predicted")
-    else:
-        pred.reasons["escape_time_powerlaw"] = ("the state-dependent law needs SGD's own noise at a minimum with "
-                                                "L_min > 0 (the thesis landscape); this landscape has additive noise")
     if params["observe"]["escape"]:  # seconds per point: only where escape is measured
         _escape_exact(problem, params, pred)
 

@@ -128,6 +128,20 @@ def fit_ensemble(ds: xr.Dataset, fit_config: dict[str, Any]) -> dict[str, Any]:
             def theory(name: str, i: np.ndarray) -> np.ndarray | None:
                 return ds[name].values[i] if name in ds else None
 
+            def missing(i: np.ndarray) -> dict[str, str]:
+                """law → why its column is absent at these points (``missing_because``)."""
+                if "missing_because" not in ds:
+                    return {}
+                why = ds["missing_because"]
+                out = {}
+                for law in ("arrhenius", "powerlaw"):
+                    column = f"escape_time_theory_{law}"
+                    if column in why["theory_column"].values:
+                        reasons = sorted({str(r) for r in why.sel(theory_column=column).values[i] if r})
+                        if reasons:
+                            out[law] = " | ".join(reasons)
+                return out
+
             # a sweep at fixed temperature zips batch_size with lr: one fit over both
             fitted = ("lr", "batch_size") if all(np.unique(ds["lr"].values[m]).size < 2 for _, m in groups(
                 ds, ("lr",))) and np.unique(ds["lr"].values).size > 1 else ("lr",)
@@ -137,7 +151,7 @@ def fit_ensemble(ds: xr.Dataset, fit_config: dict[str, Any]) -> dict[str, Any]:
                 theory_powerlaw=theory("escape_time_theory_powerlaw", i),
                 theory_exact=theory("escape_time_theory_exact", i),
                 theory_exact_matched=theory("escape_time_theory_exact_matched", i),
-                lr_h=theory("lr_curvature", i),
+                lr_h=theory("lr_curvature", i), theory_missing=missing(i),
                 times=times[i] if times is not None else None, escaped=esc[i] if esc is not None else None,
                 rng=rng(), **common))
     if enabled["wigner"]:

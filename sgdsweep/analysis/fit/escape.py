@@ -9,7 +9,9 @@ So the fit is weighted least squares of ``ln(λ τ)`` on ``(1, 1/λ)``, τ the c
 maximum-likelihood mean escape time in steps, with weights ``(τ/se)²`` = number escaped.
 Points where no replica escaped carry no finite estimate and are excluded (and counted). The
 theory slopes are the same fit applied to each law's per-point prediction; a law is supported
-when its slope lies inside the interval.
+when its slope lies inside the interval. A law whose column is absent at a fitted point (it does
+not hold there — momentum, or noise it is not a law for; the ensemble's ``missing_because`` says
+why) is not compared at all, and ``laws_absent`` carries the reason.
 
 Beside the fit, :func:`escape_table` lists for each λ the measured τ, the exact discrete-chain τ
 (theory/escape_exact.py) and each law's prediction, and :func:`exact_follows` says which law the
@@ -20,6 +22,7 @@ of ``ln(λτ_exact)`` in ``1/λ`` against the power law's, and τ itself against
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -88,8 +91,9 @@ def exact_follows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def follows_sentence(ranges: list[dict[str, Any]]) -> str:
-    """The ranges of :func:`exact_follows` in words."""
+def follows_sentence(ranges: list[dict[str, Any]], absent: Mapping[str, str] | None = None) -> str:
+    """The ranges of :func:`exact_follows` in words; ``absent`` (law → why, the fit's
+    ``laws_absent``) names the laws that were not compared."""
     parts = []
     for r in ranges:
         lo, hi = r["lr_h"]
@@ -97,7 +101,22 @@ def follows_sentence(ranges: list[dict[str, Any]]) -> str:
         parts.append(f"{where}: {' and '.join(LAW_NAMES[k] for k in r['laws']) or 'neither law'}")
     return ("the exact discrete-chain τ follows (Kramers: τ within "
             f"{100 * FOLLOW_TOLERANCE:.0f} %; power law: local slope of ln λτ in 1/λ within "
-            f"{100 * FOLLOW_TOLERANCE:.0f} %) — " + "; ".join(parts)) if parts else ""
+            f"{100 * FOLLOW_TOLERANCE:.0f} %) — " + "; ".join(parts)
+            + (f" ({' and '.join(LAW_NAMES[k] for k in absent)}: not compared, "
+               f"{'it does' if len(absent) == 1 else 'they do'} not hold here)" if absent else "")) if parts else ""
+
+
+def absent_laws(laws: Mapping[str, np.ndarray | None], keep: np.ndarray,
+                missing: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Law → why it is not compared: Kramers' or the power law's per-point values (``laws``)
+    are not finite and positive at every fitted point ``keep``; the reason is ``missing[law]``
+    (from the ensemble's ``missing_because``) or a generic one."""
+    out = {}
+    for law in LAW_NAMES:
+        values = laws.get(law)
+        if values is None or not np.all(np.isfinite(values[keep]) & (values[keep] > 0)):
+            out[law] = (missing or {}).get(law) or "no finite prediction at every fitted point"
+    return out
 
 
 def resampled_escape_times(times: np.ndarray, escaped: np.ndarray, n_boot: int, rng: np.random.Generator,
@@ -124,7 +143,7 @@ def fit_escape(lr: np.ndarray, tau: np.ndarray, tau_se: np.ndarray, *, theory_ar
                times: np.ndarray | None = None, escaped: np.ndarray | None = None, bootstrap: int = 0,
                rng: np.random.Generator | None = None, theory_exact: np.ndarray | None = None,
                theory_exact_matched: np.ndarray | None = None,
-               lr_h: np.ndarray | None = None) -> dict[str, Any]:
+               lr_h: np.ndarray | None = None, theory_missing: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Fit ``ln(λτ) = intercept + slope/λ`` (module docstring).
 
     Args:
@@ -136,13 +155,16 @@ def fit_escape(lr: np.ndarray, tau: np.ndarray, tau_se: np.ndarray, *, theory_ar
             (:func:`exact_follows`) and ``exact_agreement``: the largest |τ − τ_exact|/SE.
         times, escaped: per-replica escape times in steps (censored at the cap, finite first)
             and escape flags, shape (n, R), for bootstrap intervals.
+        theory_missing: law (``arrhenius``, ``powerlaw``) → why its column is absent at some of
+            these points (the ensemble's ``missing_because``), for ``laws_absent``.
 
     Returns:
         JSON-ready dict: ``params`` slope and intercept (theory = Arrhenius fit; the slope also
         has ``theory_powerlaw`` and ``theory_powerlaw_inside``) and, where the exact discrete-chain
         τ exists at every fitted point, ``slope_exact`` (the same slope, its theory the exact
         chain's: the only exact comparison; the laws are approximations), ``supported_laws``,
-        ``n_points``, ``excluded_points`` (no escape, or no finite SE), ``chi2_reduced``.
+        ``n_points``, ``excluded_points`` (no escape, or no finite SE), ``chi2_reduced``,
+        ``laws_absent`` (law → why it was not compared: :func:`absent_laws`).
     """
     lr, tau, tau_se = (np.asarray(a, float) for a in (lr, tau, tau_se))
     ok = np.isfinite(tau) & (tau > 0) & np.isfinite(tau_se) & (tau_se > 0) & (lr > 0)
@@ -152,6 +174,7 @@ def fit_escape(lr: np.ndarray, tau: np.ndarray, tau_se: np.ndarray, *, theory_ar
     laws = {"exact": theory_exact, "exact_matched": theory_exact_matched, "arrhenius": theory_arrhenius,
             "powerlaw": theory_powerlaw}
     laws = {k: (np.asarray(v, float) if v is not None and np.any(np.isfinite(v)) else None) for k, v in laws.items()}
+    result["laws_absent"] = absent_laws(laws, keep, theory_missing)
     if any(v is not None for v in (laws["exact"], laws["exact_matched"])):
         result["table"] = escape_table(lr, tau, tau_se, None if lr_h is None else np.asarray(lr_h, float), laws)
         result["exact_follows"] = exact_follows(result["table"])

@@ -178,8 +178,16 @@ def judge(kind: str, res: dict[str, Any]) -> Verdict:
         if slope.get("theory_powerlaw") is not None:
             sentences.append(f"power-law escape slope {num(slope['theory_powerlaw'])} "
                              f"({'inside' if slope['theory_powerlaw_inside'] else 'outside'})")
-        sentences.append("supported: " + ", ".join(laws) if laws else "neither escape law's slope is inside")
-        fit_status = "good" if laws else "bad"
+        # a law that does not hold at these points (fit_escape's laws_absent) is not compared
+        absent = res.get("laws_absent") or {}
+        compared = [law for law in ("arrhenius", "powerlaw") if law not in absent]
+        if absent:
+            sentences.append(f"{' and '.join(absent)} not compared (no prediction here)")
+        if compared:
+            sentences.append("supported: " + ", ".join(laws) if laws else
+                             "neither escape law's slope is inside" if len(compared) > 1 else
+                             f"{compared[0]}'s slope is not inside")
+        fit_status = "good" if laws else "bad" if compared else "neutral"
     elif kind == "wigner":
         consistent = not res["ks_disagrees"] if "ks_disagrees" in res else res["wigner_consistent"]
         sentences.append(f"Wigner surmise {'consistent' if consistent else 'REJECTED'} "
