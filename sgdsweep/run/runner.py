@@ -183,7 +183,7 @@ def _job_environment() -> dict[str, str]:
     here = Path(__file__).resolve()
     package_root, plugins = str(here.parents[2]), str(here.parent / "snakemake_plugins")
     return {"PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
-            "PYTHONPATH": os.pathsep.join([package_root, plugins, os.environ.get("PYTHONPATH", "")])}
+            "PYTHONPATH": os.pathsep.join(p for p in (package_root, plugins, os.environ.get("PYTHONPATH")) if p)}
 
 
 @contextlib.contextmanager
