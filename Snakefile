@@ -18,6 +18,7 @@ include: "workflow/rules/simulate.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/fit.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/edge.smk"
 
 
 # Every result, not only the report: a deleted ensemble or fits file is rebuilt from what
@@ -27,4 +28,5 @@ rule all:
         str(PLAN.ensemble_receipt),
         str(PLAN.fits),
         str(PLAN.report),
+        EDGE_TARGETS,
     default_target: True

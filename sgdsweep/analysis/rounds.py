@@ -12,12 +12,14 @@ report, the ensemble (its ``point`` coordinate holds each point's hash) and the 
   round) and measured relative standard error of every targeted observable against its target,
   with the reasons of each extension; then, per target, where it was met and where the budget
   stopped it. For ``search``, the section "Stability edge": per combination of the other axes
-  the measured bracket (largest value with no diverged replica, smallest with one), the exact
-  theory's edge (:func:`sgdsweep.theory.edge.stability_edge`), their ratio and the status; and,
-  with more than one combination, the figure :func:`edge_figure`.
+  the measured bracket of the almost-sure edge (:mod:`sgdsweep.sweep.search`: its stable and
+  unstable ends, each decided from the replicas' Lyapunov exponents), the exact theory's
+  mean-square edge (:func:`sgdsweep.theory.edge.stability_edge`), the ratio of the bracket's
+  midpoint to it and the status; the criterion; and, with more than one combination, the figure
+  :func:`edge_figure`.
 
 Status classes follow the report's verdicts: ``good`` (met, found), ``bad`` (budget, stopped,
-diverges everywhere), ``neutral`` (pending: the current round still simulates it).
+unstable everywhere, undecided), ``neutral`` (pending: the current round still simulates it).
 """
 
 from __future__ import annotations
@@ -38,11 +40,15 @@ from sgdsweep.analysis.plotting import format_value, plt
 #: escaped, or a list of such lines (joined by line breaks).
 Cell = Any
 
-#: The sentence that says which edge the theory gives (sgdsweep/theory/edge.py).
-EDGE_NOTE = ("The exact theory's edge is where the second moment of the weights diverges (the spectral radius of "
-             "the second-moment map reaches 1); a single replica runs off only at or above it (the almost-sure "
-             "edge), so the measured edge, the largest value at which no replica diverged, may lie above the "
-             "theory's, and it carries the sampling noise of a finite number of replicas and steps.")
+#: What the measured edge is, and how it relates to the theory's (sgdsweep/sweep/search.py,
+#: sgdsweep/theory/edge.py).
+EDGE_NOTE = ("The measured edge is the almost-sure one: where the top Lyapunov exponent of SGD linearised about "
+             "the minimum crosses zero, each value decided from the replicas' exponents (criterion below), not from "
+             "whether a replica crossed the divergence threshold (near the edge replicas cross any fixed bound and "
+             "come back). The exact theory's edge is the mean-square one, where the second moment of the weights "
+             "diverges (the spectral radius of the second-moment map reaches 1). The almost-sure edge lies at or "
+             "above it: the two coincide when the linearised dynamics is not random (additive noise), and with "
+             "sampled batches the almost-sure edge lies above, so measured / mean-square exceeds 1 there.")
 
 
 def _fmt(x: Any, digits: int = 4) -> str:
@@ -219,8 +225,9 @@ def _swept(ds: xr.Dataset) -> list[str]:
 
 
 def theory_edge(params: Mapping[str, Any], axis: str) -> dict[str, Any] | None:
-    """The exact theory's edge along ``axis`` for a combination's resolved point ``params``
-    (:func:`sgdsweep.theory.edge.stability_edge`), or None where the model has no such theory."""
+    """The exact theory's (mean-square) edge along ``axis`` for a combination's resolved point
+    ``params`` (:func:`sgdsweep.theory.edge.stability_edge`), or None where the model has no such
+    theory."""
     from sgdsweep.models import get_model
     from sgdsweep.theory.edge import stability_edge
 
@@ -240,22 +247,28 @@ def _search(info: Mapping[str, Any], img: Callable[..., str]) -> list[str]:
         value = (theory.get("lower") if g.get("stable_side") == "above" else theory["value"]) if theory else None
         if theory:
             methods.add(theory["method"])
-        measured = g["stable"]
-        ratio = measured / value if measured is not None and value and math.isfinite(value) else None
+        s, u = g["stable"], g["unstable"]
+        mid = (s + u) / 2 if s is not None and u is not None else None
+        ratio = mid / value if mid is not None and value and math.isfinite(value) else None
         key = tuple(g["axes"][a] for a in varying)
-        rows.append([*key, g["stable"], g["diverged"], value, ratio, (g["status"], status_class(g["status"])),
-                     g["rounds"], len(g["evaluated"])])
-        drawn.append({"key": key, "stable": g["stable"], "diverged": g["diverged"], "theory": value})
-    header = [*varying, f"stable {sym} (no replica diverged)", f"diverged {sym} (a replica diverged)",
-              f"exact theory's edge {sym}", "measured / theory", "status", "rounds", "values evaluated"]
+        values = {r["value"] for r in g["evaluated"]}
+        rows.append([*key, s, u, value, ratio, (g["status"], status_class(g["status"])), g["rounds"],
+                     f"{len(values)} ({len(g['evaluated'])} evaluations)"])
+        drawn.append({"key": key, "stable": s, "unstable": u, "theory": value})
+    header = [*varying, f"stable {sym} (exponent < 0)", f"unstable {sym} (exponent > 0)",
+              f"exact mean-square edge {sym}", "bracket midpoint / mean-square", "status", "rounds",
+              "values evaluated"]
+    tol = _percent(groups[0]["tolerance"]) if groups else "—"
     parts = ["<h2 id='stability-edge'>Stability edge</h2>",
              (f"<p>For each combination of the other axes, bisection on {html.escape(axis)} between the largest value "
-             f"at which no replica diverged and the smallest at which one did, until the bracket is narrower than "
-             f"the tolerance ({_percent(groups[0]['tolerance']) if groups else '—'} of the edge). "
-             f"{html.escape(EDGE_NOTE)}</p>"),
-             _table(header, rows, "edge")]
+              f"decided stable and the smallest decided unstable, until the bracket is narrower than the tolerance "
+              f"({tol} of the edge); a value whose exponent's interval holds 0 is undecided, and is evaluated "
+              f"again with more replicas once the bracket has closed in on it. {html.escape(EDGE_NOTE)}</p>"),
+             _table(header, rows, "edge"),
+             (f"<p>Criterion: {html.escape(str(info.get('criterion', '—')))}. Each decision is wrong with "
+              f"probability at most {_percent((1 - float(info.get('confidence', 0.99))) / 2)}.</p>")]
     if methods:
-        parts.append(f"<p>Theory: {html.escape('; '.join(sorted(methods)))}.</p>")
+        parts.append(f"<p>Theory (mean-square edge): {html.escape('; '.join(sorted(methods)))}.</p>")
     else:
         parts.append("<p>No exact edge theory for this model (its stability_edge hook gives none).</p>")
     if len(groups) > 1:
@@ -264,11 +277,11 @@ def _search(info: Mapping[str, Any], img: Callable[..., str]) -> list[str]:
 
 
 def edge_figure(rows: list[dict[str, Any]], axis: str, others: list[str]) -> plt.Figure | None:
-    """The measured edge along ``axis`` (bracket: stable to diverged value, as an error bar;
-    open brackets as triangles) and the exact theory's edge (line with markers) against the first
-    of ``others``, one colour per combination of the rest; None with fewer than two rows or no
-    other axis. ``rows``: ``{"key": values of others, "stable", "diverged", "theory"}`` (None
-    where unknown)."""
+    """The measured almost-sure edge along ``axis`` (bracket: stable to unstable value, as an
+    error bar; open brackets as triangles) and the exact theory's mean-square edge (line with
+    markers) against the first of ``others``, one colour per combination of the rest; None with
+    fewer than two rows or no other axis. ``rows``: ``{"key": values of others, "stable",
+    "unstable", "theory"}`` (None where unknown)."""
     if len(rows) < 2 or not others:
         return None
     x_axis, rest = others[0], others[1:]
@@ -285,7 +298,7 @@ def edge_figure(rows: list[dict[str, Any]], axis: str, others: list[str]) -> plt
         members = sorted(members, key=lambda r: r["key"][0] if numeric else labels.index(r["key"][0]))
         x = np.array([r["key"][0] if numeric else labels.index(r["key"][0]) for r in members], float)
         for xi, r in zip(x, members):
-            s, d = r["stable"], r["diverged"]
+            s, d = r["stable"], r["unstable"]
             if s is not None and d is not None:
                 lo, hi = min(s, d), max(s, d)
                 ax.errorbar([xi], [(lo + hi) / 2], yerr=[[(hi - lo) / 2], [(hi - lo) / 2]], fmt="o", ms=3,
@@ -296,8 +309,8 @@ def edge_figure(rows: list[dict[str, Any]], axis: str, others: list[str]) -> plt
         finite = np.isfinite(theory)
         if finite.any():
             ax.plot(x[finite], theory[finite], "--x", color=colour, alpha=0.8,
-                    label="exact theory (second moment)" + (f", {name}" if name else ""))
-        ax.plot([], [], "o", color=colour, label="measured bracket" + (f", {name}" if name else ""))
+                    label="exact mean-square edge" + (f", {name}" if name else ""))
+        ax.plot([], [], "o", color=colour, label="measured almost-sure edge" + (f", {name}" if name else ""))
     if numeric:
         xs = np.array([r["key"][0] for r in rows], float)
         if (xs > 0).all() and xs.max() / xs.min() > 4:
@@ -306,7 +319,7 @@ def edge_figure(rows: list[dict[str, Any]], axis: str, others: list[str]) -> plt
         ax.set_xticks(range(len(labels)), [str(v) for v in labels])
     ax.set_xlabel(SYMBOL.get(x_axis, x_axis) if x_axis in SYMBOL else x_axis)
     ax.set_ylabel(f"edge {sym}")
-    ax.set_title(f"Stability edge in {sym}: measured bracket and exact theory")
+    ax.set_title(f"Stability edge in {sym}: measured (almost-sure) and exact mean-square")
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig

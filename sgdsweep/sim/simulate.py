@@ -7,6 +7,11 @@ replica])`` (:func:`sgdsweep.sweep.identity.replica_stream_key`, :func:`sgdsweep
 so results do not depend on how points are batched or which worker runs them, nor on the
 simulation version that decides whether they rerun; and for an extensible point (a sweep with
 ``precision:``) replica r is the same whatever the point's number of replicas.
+
+A point with ``lyapunov: true`` (every point of an edge search) also stores each replica's
+estimate of the top Lyapunov exponent of SGD linearised about the minimum
+(:mod:`sgdsweep.sim.tangent`): ``lyapunov_replica``, and ``lyapunov``, ``lyapunov_se`` in its
+summary.
 """
 
 from __future__ import annotations
@@ -20,10 +25,11 @@ import numpy as np
 
 from sgdsweep.errors import StoreError
 from sgdsweep.models import get_model
+from sgdsweep.sim import tangent
 from sgdsweep.sim.engine import Dynamics, run_lanes
 from sgdsweep.sim.noise import lane_streams
 from sgdsweep.sim.observables import ObserveSpec
-from sgdsweep.sim.results import array_attrs, point_result
+from sgdsweep.sim.results import array_attrs, finite_or_none, point_result
 from sgdsweep.store import lanes as lanes_store
 from sgdsweep.store import points as point_store
 from sgdsweep.store.provenance import code_version
@@ -119,6 +125,7 @@ def simulate_points(points: Sequence[Mapping[str, Any]], points_dir: str,
                           burn_in=np.array(burn), bound=np.full(len(streams), bound), w0=np.array(w0),
                           streams=streams, observe=observe, dynamics=dyn, loss_stride=np.array(strides),
                           progress=None if progress is None else (lambda t: progress(t / total)))
+    exponents = _exponents(problem, points, first, dyn) if first.get(tangent.PARAM) else None
     elapsed_sim = time.perf_counter() - t_start
     replica_steps = 0
     for spec, sl, kept in zip(points, slices, stored):
@@ -138,7 +145,37 @@ def simulate_points(points: Sequence[Mapping[str, Any]], points_dir: str,
         attrs = {"point_hash": spec["hash"], "params": dict(spec["params"]), "summary": summary,
                  "code_version": code_version(),
                  "simulation_seconds": elapsed_sim * (sl.stop - sl.start) / max(1, len(streams))}
+        if exponents is not None:
+            gammas = exponents[spec["hash"]]
+            arrays["lyapunov_replica"] = (("replica",), gammas)
+            mean, se = tangent.exponent_summary(gammas)
+            summary.update(lyapunov=finite_or_none(mean), lyapunov_se=finite_or_none(se))
         described = {k: (*v, array_attrs(k)) for k, v in arrays.items()}
         point_store.write_point(point_store.point_path(points_dir, spec["hash"]), described, attrs)
     return {"points": [s["hash"] for s in points], "replica_steps": replica_steps,
             "seconds": time.perf_counter() - t_start}
+
+
+def _exponents(problem, points: Sequence[Mapping[str, Any]], first: Mapping[str, Any],
+               dyn: Dynamics) -> dict[str, np.ndarray]:
+    """Point hash → its replicas' Lyapunov exponents (:func:`sgdsweep.sim.tangent.lyapunov_exponents`,
+    every replica of every point of the batch in one call)."""
+    sub = dyn.substeps
+    steps = int(first["steps"]) * sub
+    lr, mom, burn, streams, sizes = [], [], [], [], []
+    for spec in points:
+        p = spec["params"]
+        r = int(p["replicas"])
+        streams += tangent.tangent_streams(int(p["seed"]), replica_stream_key(p), r)
+        lr += [p["lr"]] * r
+        mom += [p["momentum"]] * r
+        burn += [tangent.tangent_burn_in(spec["burn_in"] * sub, steps)] * r
+        sizes.append(r)
+    gammas = tangent.lyapunov_exponents(problem, noise=first["noise"], batch_size=int(first["batch_size"]),
+                                        steps=steps, lr=np.array(lr), momentum=np.array(mom),
+                                        burn_in=np.array(burn, dtype=np.int64), streams=streams, dynamics=dyn)
+    out, start = {}, 0
+    for spec, r in zip(points, sizes):
+        out[spec["hash"]] = gammas[start:start + r]
+        start += r
+    return out

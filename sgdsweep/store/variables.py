@@ -77,10 +77,18 @@ VARIABLES: dict[str, tuple[str, str, str]] = {
     "diverged": ("diverged", "1", ("True if any replica of the point diverged (|w−w*|² beyond the bound "
                  "or not finite); such replicas are excluded from every average")),
     "diverged_replicas": ("diverged replicas", "1", "number of replicas that diverged"),
+    "lyapunov": ("top Lyapunov exponent", "1/step",
+                 ("mean over replicas of each replica's growth rate of log‖z‖, z a tangent vector of SGD linearised "
+                  "about the minimum, renormalised every step, after the burn-in (points of an edge search; "
+                  "sgdsweep.sim.tangent)")),
+    "lyapunov_se": ("standard error of lyapunov", "1/step", "spread of the replicas' exponents over √replicas"),
     "burn_in": ("burn-in", "steps", "updates discarded before measuring"),
     "measured_steps": ("measured steps", "steps", "updates averaged per replica after burn-in"),
     "simulation_seconds": ("simulation time", "s", "wall-clock seconds spent simulating the point"),
     # per replica
+    "lyapunov_replica": ("top Lyapunov exponent per replica", "1/step",
+                         ("each replica's estimate of the exponent (sgdsweep.sim.tangent); −inf where its tangent "
+                          "vanished")),
     "weight_var_replica": ("weight variance per replica", "weight²",
                            "per-replica time average of |w−w*|²/d; NaN for diverged or absent replicas"),
     "loss_replica": ("training loss per replica", "loss", "per-replica time average; NaN for diverged replicas"),
@@ -126,7 +134,7 @@ VARIABLES: dict[str, tuple[str, str, str]] = {
 }
 #: Per-replica arrays copied from the point stores (padded with NaN or −1).
 REPLICA_ARRAYS = ("weight_var_replica", "loss_replica", "test_loss_replica", "loss_autocorr_time_replica",
-                  "diverged_step", "escape_step", "escape_time_replica")
+                  "diverged_step", "escape_step", "escape_time_replica", "lyapunov_replica")
 #: Per-point vectors copied when present (dimension name, padded with NaN).
 VECTOR_ARRAYS = {"weight_cov_eigenvalues": "mode", "weight_cov_eigenvalues_theory": "mode",
                  "weight_cov_eigenvalues_theory_continuous": "mode",

@@ -23,7 +23,7 @@ from sgdsweep.models.noise_types import SAMPLING_NOISE, SDE_NOISE, describe
 from sgdsweep.sweep import grid as gridmod
 from sgdsweep.sweep.cost import Footprint, footprint
 from sgdsweep.sweep.device import router as device_router
-from sgdsweep.sweep.identity import content_hash
+from sgdsweep.sweep.identity import LYAPUNOV, content_hash
 from sgdsweep.sweep.paths import nested_sweep, sweep_dir
 from sgdsweep.sweep.schema import load_schema, read_yaml, validate_and_fill
 
@@ -207,6 +207,8 @@ def build_sweep(raw: Mapping[str, Any], rounds: bool = True) -> Sweep:
     base.update({k: v for k, v in cfg["dynamics"].items() if k != "observe"})
     base["observe"] = _observe(cfg["dynamics"]["observe"], model)
     base.setdefault("noise", allowed_noise(model, options)[0])
+    if "search" in cfg:  # an edge search decides from each replica's Lyapunov exponent (sgdsweep.sweep.search)
+        base[LYAPUNOV] = True
     route = device_router(cfg["execution"])  # each point's backend (execution.device); CPU points unchanged
     points: list[Point] = []
     seen: dict[str, int] = {}

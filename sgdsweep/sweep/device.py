@@ -88,8 +88,9 @@ GPU_SUPPORT = kernel_support()
 def required_measurements(params: Mapping[str, Any]) -> tuple[str, ...]:
     """What a point's store needs from the backend that simulates it: the streaming first and
     second moments of the weights (``weight_moments``), the step each replica diverged at
-    (``divergence``), the final weights, and what ``dynamics.observe`` switches on (``loss``,
-    ``loss_autocorr``, ``test_loss``, ``gradient_noise``, ``escape``)."""
+    (``divergence``), the final weights, what ``dynamics.observe`` switches on (``loss``,
+    ``loss_autocorr``, ``test_loss``, ``gradient_noise``, ``escape``), and the replicas'
+    Lyapunov exponents on the points of an edge search (``lyapunov``)."""
     observe = params.get("observe", {})
     need = ["weight_moments", "divergence", "final_weights"]
     if observe.get("loss"):
@@ -101,6 +102,8 @@ def required_measurements(params: Mapping[str, Any]) -> tuple[str, ...]:
     for key in ("gradient_noise", "escape"):
         if observe.get(key):
             need.append(key)
+    if params.get("lyapunov"):
+        need.append("lyapunov")
     return tuple(need)
 
 

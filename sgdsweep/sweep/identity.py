@@ -97,6 +97,9 @@ SIZE_KEYS = ("replicas", "steps")
 #: Parameter that marks a point as extensible (its value True); part of its identity, so an
 #: extensible point and a plain one of the same size never share a store.
 EXTENSIBLE = "extensible"
+#: Parameter that asks a point's simulation for each replica's Lyapunov exponent
+#: (:mod:`sgdsweep.sim.tangent`; value True, on every point of an edge search): part of its identity.
+LYAPUNOV = "lyapunov"
 
 
 def replica_stream_key(params: Mapping[str, Any], length: int = HASH_LENGTH) -> str:

@@ -34,11 +34,14 @@ Noise types (:mod:`sgdsweep.models.noise_types`):
 
 ``epoch`` noise (batches correlated within an epoch) has no such one-step map and no edge here.
 
-This is the edge of the second moment. A single trajectory grows at the top Lyapunov exponent γ
-of the random products of T_t, and γ <= ½ log ρ, so the almost-sure edge (where replicas run
-off) lies at or above this one; between the two the stationary law exists but has tails too
-heavy for a second moment. The two meet when the batch noise vanishes (S = P without
-replacement, or ``gaussian`` noise).
+This is the edge of the second moment (the mean-square edge). A single trajectory grows at the
+top Lyapunov exponent γ of the random products of T_t, and γ <= ½ log ρ (Jensen), so the
+almost-sure edge, where γ crosses 0, lies at or above this one; between the two the stationary
+law exists but has tails too heavy for a second moment, and near the almost-sure edge so heavy
+that a replica crosses any fixed divergence bound and comes back. The two meet when T_t is not
+random (S = P without replacement, or additive ``gaussian`` noise). This module does not compute
+the almost-sure edge where they differ; the edge search measures it from the replicas'
+exponents (:mod:`sgdsweep.sim.tangent`, :mod:`sgdsweep.sweep.search`).
 
 Units: λ in the units of ``lr`` (w²/loss; for linear regression with σ_x² = 1/N, λ‖x‖² is
 dimensionless), μ dimensionless in [0, 1); ρ is dimensionless (per step).

@@ -1,0 +1,23 @@
+# An edge search's result: results/<sweep>/edge.json, per combination of the other axes the
+# measured bracket of the almost-sure edge beside the exact mean-square edge
+# (sgdsweep.sweep.search.edge_summary), from the rounds recorded in plan/report.json.
+EDGE_TARGETS = [str(PLAN.edge)] if "search" in SWEEP.config else []
+
+
+localrules:
+    edge,
+
+
+rule edge:
+    input:
+        spec=str(PLAN.report_spec),
+    output:
+        str(PLAN.edge),
+    log:
+        str(PLAN.root / "logs" / "edge.log"),
+    run:
+        from sgdsweep.sweep.search import write_edge_summary
+
+        summary = write_edge_summary(input.spec, output[0])
+        found = sum(g["status"] == "found" for g in summary["groups"])
+        atomic_write_text(log[0], f"wrote {output[0]}: {found} of {len(summary['groups'])} combinations found\n")
