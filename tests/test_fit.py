@@ -294,6 +294,62 @@ def test_flatness_exponent_recovers_psi_and_flags_a_wrong_theory():
     assert "need 3" in flatness_exponent(np.ones(2), np.ones(2))["error"]
 
 
+def test_flatness_leaves_out_modes_below_the_numerical_floor_and_says_so():
+    """Clean modes with variance ∝ curvature (ψ = 2) plus one round-off mode (variance 1e-18,
+    curvature 1e-6, as a direction projected out of a covariance leaves): the mode is excluded
+    and counted, ψ is the clean modes' ψ, and the verdict says so; when fewer than three modes
+    remain the fit is not made and its verdict is not good."""
+    from sgdsweep.analysis.fit.spectra import flatness_exponent
+    from sgdsweep.analysis.fit.verdict import judge
+
+    rng = np.random.default_rng(3)
+    curv = np.geomspace(0.05, 1.0, 5)
+    var = 2e-4 * curv * np.exp(0.05 * rng.standard_normal(5))
+    clean = flatness_exponent(var, curv, leading_order=2.0)
+    res = flatness_exponent(np.append(var, 1e-18), np.append(curv, 1e-6), leading_order=2.0)
+    assert res["excluded_modes"] == 1 and res["n_modes"] == 5 and clean["excluded_modes"] == 0
+    assert res["params"]["psi"] == clean["params"]["psi"]  # the round-off mode has no weight at all
+    assert abs(res["params"]["psi"]["estimate"] - 2) < 4 * res["params"]["psi"]["stderr"]
+    verdict = judge("flatness", {**res, "group": {}})
+    assert "1 mode(s) below the numerical floor" in " ".join(verdict.sentences), verdict
+    few = flatness_exponent(np.array([2e-4, 1e-4, 1e-18, 1e-19]), np.array([1.0, 0.5, 1e-6, 1e-7]))
+    assert "params" not in few and "2 more below the numerical floor" in few["error"], few
+    assert judge("flatness", {**few, "group": {}}).status == "neutral"
+
+
+def test_two_layer_flatness_at_hidden_width_6_leaves_out_the_projected_mode(tmp_path):
+    """config/models/two_layer.yaml at N_h = 6 (> its 4 inputs), λ = 0.04, shortened: W2's
+    covariance, projected on the Hessian's range, has a mode at variance ~1e-19 (curvature
+    ~1e-6) that alone pulled ψ to ~5.8; without it ψ is near the exact theory's."""
+    import json
+    from pathlib import Path
+
+    import yaml
+
+    from sgdsweep.analysis.fit.spectra import fit_flatness
+    from sgdsweep.run.execute import make_batches
+    from sgdsweep.sim.simulate import simulate_points
+    from sgdsweep.store.aggregate import build_ensemble
+    from sgdsweep.sweep.config import build_sweep
+    from sgdsweep.sweep.plan import write_plan
+
+    with open(Path(__file__).parents[1] / "config" / "models" / "two_layer.yaml") as fh:
+        cfg = yaml.safe_load(fh)
+    cfg["results_dir"] = str(tmp_path)
+    cfg["grid"].update(hidden_width=6, lr=0.04)
+    cfg["dynamics"].update(steps=12000, replicas=8)
+    sweep = build_sweep(cfg)
+    files = write_plan(sweep)
+    for batch in make_batches([p.spec() for p in sweep.points], 4):
+        simulate_points(batch, str(files.points_dir))
+    ds = build_ensemble(json.loads(files.sweep_spec.read_text()))
+    assert np.nanmin(np.abs(ds["layer_cov_eigenvalues_W2"].values)) < 1e-15  # the round-off mode is there
+    (res,) = fit_flatness(ds, {}, np.zeros(1, bool), 0.95)
+    psi = res["params"]["psi"]
+    assert res["excluded_modes"] == 1 and res["n_modes"] == 4, res
+    assert psi["estimate"] < 3 and abs(psi["estimate"] - psi["theory"]) < 4 * psi["stderr"], psi
+
+
 def test_flatness_theory_uses_its_own_curvatures():
     """A single layer: the theory ψ is fitted along the theory's own modes (its curvatures), not at
     the measured modes' curvatures."""

@@ -319,6 +319,12 @@ def _fit_sections(ds: xr.Dataset, fits: dict[str, Any], figs: _Figures) -> list[
         rows = [r for res in fits["flatness"] for r in (_param_rows(res, ("psi",)) if "params" in res else [
             [_where(res["group"]), "psi", res.get("error"), None, None, None, None, None]])]
         parts.append(_table(_PARAM_HEADER, rows, "fit"))
+        excluded = [res for res in fits["flatness"] if res.get("excluded_modes")]
+        if excluded:  # round-off modes left out of the fits (sgdsweep.analysis.fit.spectra.NUMERICAL_FLOOR)
+            parts.append(f"<p>At {len(excluded)} of {len(fits['flatness'])} points, "
+                         f"{', '.join(str(r['excluded_modes']) for r in excluded)} mode(s) with variance or "
+                         f"curvature below the numerical floor ({excluded[0].get('numerical_floor', 1e-10):g} × the "
+                         "largest mode's) were excluded from the fit: round-off, not physics.</p>")
         parts.append(_verdict_html("flatness", fits["flatness"]))
         parts.append(figs.img("flatness", "variance against curvature", figures.flatness, ds, fits["flatness"]))
     return parts

@@ -13,7 +13,10 @@ flatness (per point): along the eigenvectors vᵢ of one layer's weight covarian
 ``ln σᵢ² = const + (ψ/2) ln cᵢ`` over modes (ordinary least squares, t interval over modes). Two
 layers: ψ = 2 for W2 at leading order (σᵢ² ∝ D1ᵢ/(D1ᵢ + D2), cᵢ ∝ D1ᵢ); a single layer has no such
 relation (no theory value). The theory value is the same fit of the per-point within-layer
-theory eigenvalues, when the ensemble has them.
+theory eigenvalues, when the ensemble has them. Modes below the numerical floor
+(:data:`NUMERICAL_FLOOR`: variance or curvature below 1e-10 times the largest mode's) are
+round-off, not physics — e.g. a direction projected out of the covariance, at variance 1e-18 —
+and are left out of both fits and counted (``excluded_modes``).
 """
 
 from __future__ import annotations
@@ -27,6 +30,23 @@ import xarray as xr
 
 from sgdsweep.analysis.fit.common import boot_sd, groups, parameter, resample_indices
 from sgdsweep.analysis.fit.power_law import fit_power_law
+
+#: Modes whose variance (or curvature) is below this times the largest mode's are excluded from
+#: the flatness fit: a variance is a sum over many steps of squared deviations and a curvature
+#: vᵀHv a sum of products, each with float64 round-off of ~1e-16 relative to its largest terms,
+#: growing at most in proportion to the number of terms: 1e-10 is above it up to 10⁶ terms.
+NUMERICAL_FLOOR = 1e-10
+
+
+def _above_floor(variance: np.ndarray, curvature: np.ndarray) -> tuple[np.ndarray, int]:
+    """(modes with finite positive variance and curvature at or above :data:`NUMERICAL_FLOOR`
+    times the largest of each, how many finite positive ones fell below it)."""
+    ok = np.isfinite(variance) & np.isfinite(curvature) & (variance > 0) & (curvature > 0)
+    if not ok.any():
+        return ok, 0
+    above = (ok & (variance >= NUMERICAL_FLOOR * variance[ok].max())
+             & (curvature >= NUMERICAL_FLOOR * curvature[ok].max()))
+    return above, int(ok.sum() - above.sum())
 
 
 def _point_groups(ds: xr.Dataset) -> list[dict[str, Any]]:
@@ -160,19 +180,25 @@ def _line(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
 def flatness_exponent(variance: np.ndarray, curvature: np.ndarray, confidence: float = 0.95,
                       theory_variance: np.ndarray | None = None, leading_order: float | None = None,
                       theory_curvature: np.ndarray | None = None) -> dict[str, Any]:
-    """ψ from ``ln variance = c + (ψ/2) ln curvature`` over modes with both positive (module docstring).
+    """ψ from ``ln variance = c + (ψ/2) ln curvature`` over modes with both positive and above
+    the numerical floor (module docstring; :data:`NUMERICAL_FLOOR` relative to the largest mode's
+    variance and curvature).
 
     The theory ψ is the same fit of ``theory_variance`` against ``theory_curvature`` (default: the
-    measured curvature, mode by mode). ``curvature_spread`` = max/min curvature over the modes
-    used: a single layer has ψ ≈ 0 because the curvature barely varies (Gross et al. Fig. 6).
+    measured curvature, mode by mode; the same floor applies to the theory spectrum).
+    ``curvature_spread`` = max/min curvature over the modes used: a single layer has ψ ≈ 0
+    because the curvature barely varies (Gross et al. Fig. 6). ``n_modes``: the modes fitted;
+    ``excluded_modes``: those with positive variance and curvature below the floor.
     """
     v, c = np.asarray(variance, float), np.asarray(curvature, float)
-    ok = np.isfinite(v) & np.isfinite(c) & (v > 0) & (c > 0)
+    ok, excluded = _above_floor(v, c)
     res: dict[str, Any] = {"model": "variance ∝ flatness^-psi, flatness ∝ curvature^-1/2", "n_modes": int(ok.sum()),
-                           "confidence": confidence}
+                           "excluded_modes": excluded, "numerical_floor": NUMERICAL_FLOOR, "confidence": confidence}
     if ok.sum() < 3 or np.ptp(np.log(c[ok])) == 0:
-        res["error"] = (f"{int(ok.sum())} modes with positive variance and curvature: need 3 with distinct "
-                        "curvatures (per-mode spectra need d ≤ observe.cov_max_dim)")
+        below = (f" ({excluded} more below the numerical floor, {NUMERICAL_FLOOR:g} × the largest mode's "
+                 "variance or curvature, left out)" if excluded else "")
+        res["error"] = (f"{int(ok.sum())} modes with positive variance and curvature{below}: need 3 with "
+                        "distinct curvatures (per-mode spectra need d ≤ observe.cov_max_dim)")
         return res
     lc, lv = np.log(c[ok]), np.log(v[ok])
     slope, stderr, r = _line(lc, lv)
@@ -181,7 +207,7 @@ def flatness_exponent(variance: np.ndarray, curvature: np.ndarray, confidence: f
     if theory_variance is not None:
         tv = np.asarray(theory_variance, float)
         tc = c if theory_curvature is None else np.asarray(theory_curvature, float)
-        tok = np.isfinite(tv) & np.isfinite(tc) & (tv > 0) & (tc > 0)
+        tok = _above_floor(tv, tc)[0]
         if theory_curvature is None:
             tok = ok if np.all(tok[ok]) else np.zeros_like(ok)
         if tok.sum() >= 3 and np.ptp(np.log(tc[tok])) > 0:

@@ -196,6 +196,9 @@ def judge(kind: str, res: dict[str, Any]) -> Verdict:
     elif kind == "flatness":
         sentences.append(f"r² = {num(res['r_squared'], 3)} over {res['n_modes']} modes, curvature spread "
                          f"{num(res['curvature_spread'], 3)}×")
+        if res.get("excluded_modes"):  # round-off modes: left out of the fit, said here
+            sentences.append(f"{res['excluded_modes']} mode(s) below the numerical floor "
+                             f"({num(res.get('numerical_floor', 1e-10))} × the largest variance or curvature) excluded")
     return Verdict(kind, here, sentences, _status([q for _, q in qs], fit_status), numbers)
 
 
