@@ -117,3 +117,20 @@ def test_missing_because_is_per_point_and_the_fit_compares_only_where_a_law_hold
     assert res["laws_absent"]["arrhenius"] == absent and "powerlaw" in res["laws_absent"]
     verdict = judge("escape", {**res, "group": {"momentum": 0.3}})
     assert verdict.status == "neutral" and "not compared" in " ".join(verdict.sentences), verdict
+
+
+def test_eyring_kramers_reduces_to_kramers_and_refuses_a_saddle_without_one_unstable_direction():
+    """d = 1: Kramers' 2π/√(k_a k_b)·e^(ΔL/T); a second, stable direction with the same curvature
+    at the minimum and the saddle changes nothing; the saddle needs exactly one negative curvature."""
+    import pytest
+
+    from sgdsweep.theory.escape import eyring_kramers_time, kramers_time
+
+    assert eyring_kramers_time(1.0, [2.0], [-0.5], 0.2) == pytest.approx(kramers_time(1.0, 2.0, -0.5, 0.2))
+    assert eyring_kramers_time(1.0, [2.0, 7.0], [-0.5, 7.0], 0.2) == pytest.approx(kramers_time(1.0, 2.0, -0.5, 0.2))
+    # a softer stable direction at the saddle: a wider channel, faster escape by √(k_s/k_m)
+    assert eyring_kramers_time(1.0, [2.0, 4.0], [-0.5, 1.0], 0.2) == pytest.approx(
+        kramers_time(1.0, 2.0, -0.5, 0.2) * math.sqrt(1.0 / 4.0))
+    for saddle in ([0.5, 1.0], [-0.5, -1.0]):
+        with pytest.raises(ValueError, match="exactly one negative"):
+            eyring_kramers_time(1.0, [2.0, 4.0], saddle, 0.2)

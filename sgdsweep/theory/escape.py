@@ -18,6 +18,11 @@ Two laws are provided:
   ``v = Var ξ`` (``v = σ²/S`` for per-sample variance σ² and batch size S) is, with
   ``t = λ·steps``, this Langevin dynamics at ``T = λv/2 = λσ²/(2S)``.
 
+  Where it holds: additive Gaussian noise of constant covariance, no momentum, λk ≪ 1 and
+  T ≪ ΔL; in d dimensions with isotropic noise the prefactor is Eyring–Kramers'
+  (:func:`eyring_kramers_time`). :func:`sgdsweep.theory.predict.escape_laws_apply` decides per
+  point whether a column is computed, and records why not.
+
 - **Mori's power law** (state-dependent SGD noise, ``C ≈ 2L(θ)H/S`` near a minimum):
   ``ln τ ≈ const + (S/(λh*)) ln(L_saddle/L_min)``, linear in S/λ with slope
   ``ln(L_saddle/L_min)/h*`` rather than Arrhenius' ``2SΔL/σ²`` in 1/λ.
