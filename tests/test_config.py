@@ -209,6 +209,10 @@ BAD_CONFIGS = [
                                                 "fit.power_law": {"enabled": False}},
      ["precision.fits.power_law.a", "fit.power_law.enabled is false"]),
     ("search_of_an_unknown_axis", {"search": {"edge": "batch_size"}}, ["search.edge", "'batch_size'", "lr"]),
+    ("report_lead_unknown", {"report.lead": "weight_variance"},
+     ["report.lead", "'weight_variance'", "one of", "'weight_var'", "'momentum'", "'escape'"]),
+    ("report_lead_not_drawable", {"report.lead": "momentum"},
+     ["report.lead", "'momentum'", "needs momentum swept", "auto picks one"]),
 ]
 
 

@@ -10,6 +10,7 @@ from html.parser import HTMLParser
 import numpy as np
 import xarray as xr
 
+from sgdsweep.analysis import plotting
 from sgdsweep.analysis.fit import fit_ensemble
 from sgdsweep.analysis.fit.verdict import num, pvalue
 from sgdsweep.analysis.report import build_report
@@ -85,7 +86,8 @@ def test_report_says_when_theory_is_outside(tmp_path):
     fits, page, _ = _report(_ensemble(1.3), tmp_path)
     a = fits["power_law"][0]["params"]["a"]
     assert a["theory_inside"] is False and abs(a["theory"] - 1.3) < 1e-9
-    answer = page[page.index("<section id='answer'>"):page.index("</section>")]
+    start = page.index("<section id='answer'>")
+    answer = page[start:page.index("</section>", start)]
     assert a["disagrees"] and a["pvalue_holm"] <= 0.05
     assert f"exact theory {num(a['theory'])} (DISAGREES: " in answer and "DISAGREES with the exact theory" in answer
     assert "class='bad'" in answer and "correction over all" in answer
@@ -171,7 +173,7 @@ def _savefig_tight(fig) -> bytes:
     import io
 
     out = io.BytesIO()
-    fig.savefig(out, format="png", dpi=100, bbox_inches="tight")
+    fig.savefig(out, format="png", dpi=plotting.DPI, bbox_inches="tight")
     return out.getvalue()
 
 
@@ -211,7 +213,7 @@ def test_png_holds_a_legend_outside_the_figure():
         pixels = _pixels(png(fig))
         box = fig.get_tightbbox()  # inches
         assert box.x1 > 6  # the case: the legend reaches beyond the figure's right edge
-        assert abs(pixels.shape[1] - (box.width + 2 * 0.1) * 100) <= 1  # and it is in the PNG
+        assert abs(pixels.shape[1] - (box.width + 2 * 0.1) * plotting.DPI) <= 1  # and it is in the PNG
         assert np.array_equal(pixels, _pixels(_savefig_tight(fig)))
     finally:
         plt.close(fig)
@@ -302,14 +304,14 @@ def test_two_layer_figures_name_every_swept_axis_and_have_no_empty_panel():
     """hidden_width × lr without an exact theory: no "(no theory)" panel, spectrum panels with
     distinct titles naming hidden_width, legends naming the other axis, no pseudo-unit on
     hidden_width, integer ticks for it, and no overlapping tick labels in any figure."""
-    from sgdsweep.analysis import figures
+    from sgdsweep.analysis import figures, spectra_figures
     from sgdsweep.analysis.plotting import overlapping_tick_labels, png
 
     ds = _two_layer_like()
-    drawn = {"weight_var": figures.weight_var_against_ratio(ds), "spectra": figures.spectra(ds),
+    drawn = {"weight_var": figures.weight_var_against_ratio(ds), "spectra": spectra_figures.spectra(ds),
              "against_lr": figures.against_axis(ds, "lr"),
              "against_hidden_width": figures.against_axis(ds, "hidden_width"),
-             "spectrum_hw": figures.spectrum_against_axis(ds, "hidden_width")}
+             "spectrum_hw": spectra_figures.spectrum_against_axis(ds, "hidden_width")}
     try:
         assert all(fig is not None for fig in drawn.values()), drawn
         for name, fig in drawn.items():
@@ -324,7 +326,7 @@ def test_two_layer_figures_name_every_swept_axis_and_have_no_empty_panel():
         titles = [ax.get_title() for ax in drawn["spectra"].axes]
         assert len(set(titles)) == len(titles) and all("hidden_width = " in t for t in titles), titles
         legend = " ".join(_texts(drawn["spectrum_hw"]))
-        assert all(f"λ = {v:g}" in legend for v in (0.01, 0.02, 0.04)), legend
+        assert all(f"$\\lambda$ = {v:g}" in legend for v in (0.01, 0.02, 0.04)), legend
         ax = drawn["against_hidden_width"].axes[0]
         assert [t.get_text() for t in ax.get_xticklabels()] == ["2", "3", "6"]
     finally:

@@ -1,6 +1,7 @@
-"""Matplotlib plumbing shared by the report's figures: a figure's PNG in matplotlib's tight box
-with no overlapping tick labels, and axis labels from a variable's attributes; and the text of a
-value in the report's tables.
+"""Matplotlib plumbing shared by the report's figures: a figure's PNG (at :data:`DPI`) and SVG in
+matplotlib's tight box with no overlapping tick labels, the legend entries a figure draws, axis
+labels from a variable's attributes (real units only, Greek symbols in mathtext); and the text of
+a value in the report's tables.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import matplotlib
 import numpy as np
 
 matplotlib.use("Agg")
+matplotlib.rcParams["svg.fonttype"] = "none"  # SVG text stays text: searchable and editable
+matplotlib.rcParams["svg.hashsalt"] = "sgdsweep"  # the same figure gives the same SVG (its clip-path ids)
 
 import matplotlib.pyplot as plt
 from matplotlib import ticker
@@ -33,21 +36,55 @@ def format_value(x: object, digits: int = 4, infinity: bool = False) -> str:
     return str(x)
 
 
-def png(fig: plt.Figure, dpi: float = 100.0, pad_inches: float = 0.1) -> bytes:
+#: Pixels per inch of the report's PNGs: sharp on high-density screens (a figure is shown at
+#: half its pixel size, :data:`SHOWN_DPI`).
+DPI = 200.0
+#: Pixels per inch at which the report's page shows a figure (CSS pixels).
+SHOWN_DPI = 100.0
+
+
+def _tight_box(fig: plt.Figure, dpi: float, pad_inches: float) -> Bbox:
+    """Lay ``fig`` out at ``dpi``, drop overlapping tick labels (:func:`thin_tick_labels`) and
+    return its tight box (inches) padded by ``pad_inches``."""
+    fig.set_dpi(dpi)
+    fig.draw_without_rendering()
+    if thin_tick_labels(fig):  # rare: laid out again without the labels that overlapped
+        fig.draw_without_rendering()
+    return fig.get_tightbbox(fig.canvas.get_renderer()).padded(pad_inches)
+
+
+def png(fig: plt.Figure, dpi: float = DPI, pad_inches: float = 0.1) -> bytes:
     """The PNG of ``fig`` at ``dpi`` (pixels per inch) in its tight box (every drawn artist) with
     ``pad_inches`` (inches) around: what ``fig.savefig(…, bbox_inches="tight")`` gives, after
     :func:`thin_tick_labels` has dropped the tick labels that would overlap.
 
     The figure is laid out once to find the overlaps and its box; ``savefig`` is given that box
     (a figure without a layout engine is then laid out only once more, as it is rendered)."""
-    fig.set_dpi(dpi)
-    fig.draw_without_rendering()
-    if thin_tick_labels(fig):  # rare: laid out again without the labels that overlapped
-        fig.draw_without_rendering()
-    box = fig.get_tightbbox(fig.canvas.get_renderer()).padded(pad_inches)
+    return render(fig, dpi, pad_inches, svg=False)[0]
+
+
+def render(fig: plt.Figure, dpi: float = DPI, pad_inches: float = 0.1, svg: bool = True) -> tuple[bytes, bytes | None]:
+    """(PNG, SVG or None) of ``fig`` in one tight box (:func:`png`); the SVG, when ``svg``, holds
+    the same drawing with its text as text."""
+    box = _tight_box(fig, dpi, pad_inches)
     out = io.BytesIO()
     fig.savefig(out, format="png", dpi=dpi, bbox_inches=box)
-    return out.getvalue()
+    if not svg:
+        return out.getvalue(), None
+    vector = io.BytesIO()
+    fig.savefig(vector, format="svg", bbox_inches=box, metadata={"Date": None})
+    return out.getvalue(), vector.getvalue()
+
+
+def legend_entries(fig: plt.Figure) -> dict[str, list[str]]:
+    """What the legends of ``fig`` say: ``{"entries": every legend text (axes' and figure's),
+    "unlisted": labels of labelled artists (matplotlib's legend handles of each axes) that no
+    legend shows}``. A figure that names each plotted group in its legend has nothing unlisted."""
+    legends = [ax.get_legend() for ax in fig.axes] + list(fig.legends)
+    entries = [t.get_text() for leg in legends if leg is not None for t in leg.get_texts()]
+    shown = set(entries)
+    labels = [label for ax in fig.axes for label in ax.get_legend_handles_labels()[1]]
+    return {"entries": entries, "unlisted": [label for label in dict.fromkeys(labels) if label not in shown]}
 
 
 class _Only(ticker.Formatter):
@@ -120,18 +157,36 @@ def thin_tick_labels(fig: plt.Figure) -> bool:
     return changed
 
 
-#: Units that say nothing: a dimensionless integer (a width, a count) is labelled without them.
-_NO_UNIT = {"", "units", "count"}
+#: Units a label or table header shows: physical ones. The others of the ensemble ("1", "weight²",
+#: "loss", "gradient²", "units", …) only restate what the quantity is, so they are left out.
+REAL_UNITS = frozenset({"s", "steps"})
+
+#: Unicode symbols of the ensemble's long names and their mathtext (longest first).
+_MATH = (("σ_ε²", r"$\sigma_\varepsilon^2$"), ("σ_ε", r"$\sigma_\varepsilon$"), ("σ²", r"$\sigma^2$"),
+         ("N_h", "$N_h$"), ("P/N", "$P/N$"), ("λ", r"$\lambda$"), ("μ", r"$\mu$"), ("σ", r"$\sigma$"),
+         ("ψ", r"$\psi$"), ("τ", r"$\tau$"), ("Δ²", r"$\Delta^2$"))
+
+
+def math_text(text: str) -> str:
+    """``text`` with its Greek symbols and subscripts (λ, μ, σ², σ_ε, N_h, P/N, ψ, τ) in mathtext;
+    a text that already holds mathtext (a ``$``) is returned as it is."""
+    if "$" in text:
+        return text
+    for plain, math in _MATH:
+        text = text.replace(plain, math)
+    return text.replace("$$", "")  # adjacent symbols in one math run
+
+
+def unit_suffix(units: object) -> str:
+    """`` [units]`` for a unit of :data:`REAL_UNITS`, else nothing."""
+    return f" [{units}]" if str(units) in REAL_UNITS else ""
 
 
 def axis_label(attrs: dict, name: str, dtype_kind: str = "f") -> str:
-    """``long name [units]`` of a variable from its attributes; without brackets where the unit is
-    empty or a pseudo-unit, or is "1" for an integer quantity (``dtype_kind`` "i" or "u")."""
-    units = str(attrs.get("units", ""))
-    long_name = attrs.get("long_name", name)
-    if units in _NO_UNIT or (units == "1" and dtype_kind in "iu"):
-        return long_name
-    return f"{long_name} [{units}]"
+    """``long name [units]`` of a variable from its attributes, the long name in mathtext
+    (:func:`math_text`), with the units only when they are real (:data:`REAL_UNITS`).
+    ``dtype_kind`` is kept for callers that pass it; every quantity follows the same rule."""
+    return math_text(str(attrs.get("long_name", name))) + unit_suffix(attrs.get("units", ""))
 
 
 def integer_ticks(ax, values: np.ndarray, max_ticks: int = 12) -> None:

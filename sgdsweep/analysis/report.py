@@ -1,16 +1,20 @@
 """The self-contained HTML report: figures embedded as base64 PNG, tables, provenance.
 
-The page leads with the answer: one line on the points (done, diverged, agreement with the exact
-theory), then every fit's verdict in words with its headline numbers (estimate [interval], exact
-theory, leading order, goodness of fit: :mod:`sgdsweep.analysis.fit.verdict`), for a sweep run in
-rounds (``precision:`` or ``search:``) one line on what they spent and reached, then the main figure
-(measured against theory). Then: the coverage map of the grid (only when the grid has gaps or
-diverged points), the rounds' section (:mod:`sgdsweep.analysis.rounds`: per point spend and
+The page leads with the sweep's question (``report.lead``, :mod:`sgdsweep.analysis.lead`): a
+headline with the measured value, the theory value and their agreement, above the figure that
+answers it (:mod:`sgdsweep.analysis.headline`); then one line on the points (done, diverged,
+agreement with the exact theory), every fit's verdict in words with its headline numbers
+(estimate [interval], exact theory, leading order, goodness of fit:
+:mod:`sgdsweep.analysis.fit.verdict`), and for a sweep run in rounds (``precision:`` or
+``search:``) one line on what they spent and reached. Then: the coverage map of the grid (only
+when the grid has gaps or diverged points), the rounds' section (:mod:`sgdsweep.analysis.rounds`: per point spend and
 targets, or the stability edge against the exact theory), one section per fit (table of estimate
 ± interval, theory, leading order, inside or not; figure with a residual panel), measured vs
-theory and spectra, the table of points, theory formulas, run time per shard, provenance. With
-``figures_dir`` every figure is also written there as ``<name>.png``
-(the workflow marks them for ``snakemake --report``).
+theory (the weight variance against λ/S unless it leads) and spectra, the table of points,
+theory formulas, run time per shard, provenance. With ``figures_dir`` every figure is also
+written there as ``<name>.png`` (:data:`~sgdsweep.analysis.plotting.DPI`) and ``<name>.svg`` (the
+workflow marks the PNGs for ``snakemake --report``). Nothing is wider than the window: wide
+tables and the configuration scroll inside their own box.
 
 A fit with more groups than :data:`MAX_GROUP_FIGURES` keeps every group's table, but only that
 many groups get a figure of their own; one overview figure shows every group's estimates, and the
@@ -33,7 +37,8 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from sgdsweep.analysis import figures, plotting, rounds
+from sgdsweep.analysis import figures, plotting, rounds, spectra_figures
+from sgdsweep.analysis import headline as headlines
 from sgdsweep.analysis.fit import family
 from sgdsweep.analysis.fit.escape import LAW_NAMES, follows_sentence
 from sgdsweep.analysis.fit.verdict import MAX_LISTED, NAMES, Verdict, assess, judge
@@ -46,7 +51,13 @@ _STYLE = ("body{font-family:sans-serif;max-width:1200px;margin:0.8em auto;paddin
           ".verdict{border-left:5px solid #999;padding:2px 10px;margin:6px 0}"
           ".verdict.good{border-color:#2e8b2e}.verdict.bad{border-color:#c0392b}.verdict.neutral{border-color:#d4a017}"
           ".verdict ul{margin:2px 0;padding-left:1.2em;color:#222}.verdict li{margin:1px 0}"
-          ".status{margin:0.3em 0;color:#333}.notrun{margin:0.3em 0;color:#555;font-size:13px}")
+          ".status{margin:0.3em 0;color:#333}.notrun{margin:0.3em 0;color:#555;font-size:13px}"
+          ".scroll{overflow-x:auto;max-width:100%}.scroll table{margin:0.5em 0}pre{overflow-x:auto}"
+          "figure{margin:0.6em 0}img{height:auto}"
+          "#lead{margin:0.2em 0 0.6em}#lead figure{margin:0.3em 0}#lead img{max-height:440px;width:auto}"
+          ".headline{border-left:6px solid #999;padding:4px 10px;margin:0.3em 0;font-size:15px;line-height:1.35}"
+          ".headline.good{border-color:#2e8b2e}.headline.bad{border-color:#c0392b}"
+          ".headline.neutral{border-color:#d4a017}.headline span{color:#222}")
 
 
 def _fmt(x: Any, digits: int = 4) -> str:
@@ -59,13 +70,31 @@ def _table(header: list[str], rows: list[list[Any]], cls: str = "") -> str:
     return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
-def _png(make: Callable[..., Any], args: tuple[Any, ...]) -> bytes | None:
-    """The PNG of the figure ``make(*args)`` (None when it returns None: nothing to draw)."""
+def _scroll(part: str) -> str:
+    """A table of the page (``part`` starting with ``<table``) in a box of the page's width that
+    scrolls sideways when the table is wider; any other part as it is."""
+    return f"<div class='scroll'>{part}</div>" if part.startswith("<table") else part
+
+
+def _png_size(data: bytes) -> tuple[int, int]:
+    """(width, height) in pixels of a PNG, from its header."""
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+#: A drawn figure: its PNG, its SVG (None unless asked for) and its legends
+#: (:func:`sgdsweep.analysis.plotting.legend_entries`); None when there was nothing to draw.
+Drawn = tuple[bytes, bytes | None, dict[str, list[str]]] | None
+
+
+def _png(make: Callable[..., Any], args: tuple[Any, ...], svg: bool = False) -> Drawn:
+    """The figure ``make(*args)`` drawn (:data:`Drawn`; None when it returns None)."""
     fig = make(*args)
     if fig is None:
         return None
     try:
-        return plotting.png(fig, dpi=100)
+        legends = plotting.legend_entries(fig)
+        png, vector = plotting.render(fig, plotting.DPI, svg=svg)
+        return png, vector, legends
     finally:
         figures.plt.close(fig)
 
@@ -97,48 +126,64 @@ def figure_pool(jobs: int) -> ProcessPoolExecutor | None:
 
 
 def _render(todo: list[tuple[Callable[..., Any], tuple[Any, ...]]],
-            pool: ProcessPoolExecutor | None) -> list[bytes | None]:
-    """:func:`_png` of every (make, args), in order; in ``pool``'s processes when given (the
-    arguments travel pickled)."""
+            pool: ProcessPoolExecutor | None, svg: bool = False) -> list[Drawn]:
+    """:func:`_png` of every (make, args), in order, with SVGs when ``svg``; in ``pool``'s
+    processes when given (the arguments travel pickled)."""
     if pool is None or len(todo) <= 1:
-        return [_png(make, args) for make, args in todo]
-    return list(pool.map(_png, *zip(*todo)))
+        return [_png(make, args, svg) for make, args in todo]
+    return list(pool.map(_png, *zip(*todo), [svg] * len(todo)))
 
 
 class _Figures:
     """Collects the report's figures, draws them all at once (:func:`_render`) and embeds each
-    as a data URI; with a directory, also writes each there as ``<name>.png``."""
+    as a data URI shown at :data:`~sgdsweep.analysis.plotting.SHOWN_DPI`; with a directory, also
+    writes each there as ``<name>.png`` and ``<name>.svg``. ``legends`` keeps each drawn figure's
+    legend entries by name."""
 
     def __init__(self, directory: Path | None, pool: ProcessPoolExecutor | None = None) -> None:
         self.directory = directory
         self.pool = pool
         self.names: list[str] = []
+        self.legends: dict[str, dict[str, list[str]]] = {}
+        #: the name of the figure that leads the report (drawn once, at the top)
+        self.lead: str | None = None
         self._todo: list[tuple[str, str, Callable[..., Any], tuple[Any, ...]]] = []
         if directory is not None:
             directory.mkdir(parents=True, exist_ok=True)
 
     def img(self, name: str, alt: str, make: Callable[..., Any], *args: Any) -> str:
         """A placeholder (one element of the report's parts) for the figure ``make(*args)``;
-        :meth:`fill` replaces it by the figure, or by nothing when ``make`` returns None."""
+        :meth:`fill` replaces it by the figure, or by nothing when ``make`` returns None. The
+        lead figure (:attr:`lead`) is drawn once: later, a link to it."""
+        if name == self.lead:
+            return (f"<p class='notrun'>This section's figure leads the report (<a href='#fig-{html.escape(name)}'>"
+                    "at the top</a>).</p>")
         self._todo.append((name, alt, make, args))
         return f"<!--figure {len(self._todo) - 1}-->"
 
     def fill(self, parts: list[str]) -> list[str]:
         """``parts`` with every placeholder replaced by its drawn figure (in document order)."""
-        pngs = _render([(make, args) for _, _, make, args in self._todo], self.pool)
+        drawn = _render([(make, args) for _, _, make, args in self._todo], self.pool, self.directory is not None)
         html_of = {f"<!--figure {i}-->": self._embed(name, alt, data)
-                   for i, ((name, alt, _, _), data) in enumerate(zip(self._todo, pngs))}
+                   for i, ((name, alt, _, _), data) in enumerate(zip(self._todo, drawn))}
         self._todo = []
         return [html_of.get(p, p) for p in parts]
 
-    def _embed(self, name: str, alt: str, data: bytes | None) -> str:
+    def _embed(self, name: str, alt: str, data: Drawn) -> str:
         if data is None:
             return ""
+        png, svg, legends = data
         if self.directory is not None:
-            (self.directory / f"{name}.png").write_bytes(data)
+            (self.directory / f"{name}.png").write_bytes(png)
+            if svg is not None:
+                (self.directory / f"{name}.svg").write_bytes(svg)
         self.names.append(name)
-        uri = "data:image/png;base64," + base64.b64encode(data).decode()
-        return f'<figure id="fig-{html.escape(name)}"><img alt="{html.escape(alt)}" src="{uri}"></figure>'
+        self.legends[name] = legends
+        width, height = _png_size(png)
+        shown = plotting.SHOWN_DPI / plotting.DPI
+        uri = "data:image/png;base64," + base64.b64encode(png).decode()
+        return (f'<figure id="fig-{html.escape(name)}"><img alt="{html.escape(alt)}" width="{round(width * shown)}" '
+                f'height="{round(height * shown)}" src="{uri}"></figure>')
 
 
 def _where(group: dict[str, Any]) -> str:
@@ -304,12 +349,13 @@ def _fit_sections(ds: xr.Dataset, fits: dict[str, Any], figs: _Figures) -> list[
                          f"{_fmt(b['interval'][1])}]"), b["theory_inside"], s["estimate"], res["ks_statistic"],
                          res["ks_pvalue"], res["wigner_consistent"]])
         parts.append(f"<h3>{NAMES['wigner']}</h3>")
-        parts.append(_table(["point", f"Binder cumulant [{conf:.0%}]", "−4/27 inside", "σ [weight²]",
+        parts.append(_table(["point", f"Binder cumulant [{conf:.0%}]", "−4/27 inside", "σ",
                              "KS statistic vs Wigner surmise", "KS p-value (approximate)",
                              "consistent with the surmise"], rows, "fit"))
         parts.append(_verdict_html("wigner", fits["wigner"]))
-        parts.append(figs.img("wigner", "pair statistics", figures.wigner, ds, fits["wigner"]))
-        parts.append(figs.img("wigner_width", "pair width against √(λ/S)", figures.wigner_width, ds, fits["wigner"]))
+        parts.append(figs.img("wigner", "pair statistics", spectra_figures.wigner, ds, fits["wigner"]))
+        parts.append(figs.img("wigner_width", "pair width against √(λ/S)", spectra_figures.wigner_width, ds,
+                              fits["wigner"]))
         for res in fits.get("wigner_width", []):
             if "params" in res:
                 parts.append(f"<h4>{NAMES['wigner_width']} at {html.escape(_where(res['group']))}</h4>")
@@ -326,7 +372,8 @@ def _fit_sections(ds: xr.Dataset, fits: dict[str, Any], figs: _Figures) -> list[
                          f"curvature below the numerical floor ({excluded[0].get('numerical_floor', 1e-10):g} × the "
                          "largest mode's) were excluded from the fit: round-off, not physics.</p>")
         parts.append(_verdict_html("flatness", fits["flatness"]))
-        parts.append(figs.img("flatness", "variance against curvature", figures.flatness, ds, fits["flatness"]))
+        parts.append(figs.img("flatness", "variance against curvature", spectra_figures.flatness, ds,
+                              fits["flatness"]))
     return parts
 
 
@@ -388,32 +435,57 @@ def _points_table(ds: xr.Dataset) -> str:
     z = ((ds["weight_var"] - ds["weight_var_theory"]) / ds["weight_var_se"]).values if {
         "weight_var", "weight_var_theory", "weight_var_se"} <= set(ds.data_vars) else None
     rows = _rows(ds, ["point", *axes, *cols], [z] if z is not None else [])
-    header = ["point"] + axes + [f"{c} [{ds[c].attrs.get('units', '')}]" for c in cols]
+    header = ["point"] + axes + [c + plotting.unit_suffix(ds[c].attrs.get("units", "")) for c in cols]
     return _table(header + (["(meas−theory)/SE"] if z is not None else []), rows, "points")
 
 
 def build_report(ds: xr.Dataset, fits: dict[str, Any], report_spec: dict[str, Any],
                  figures_dir: str | Path | None = None, jobs: int = 1,
-                 pool: ProcessPoolExecutor | None = None) -> str:
+                 pool: ProcessPoolExecutor | None = None,
+                 legends: dict[str, dict[str, list[str]]] | None = None) -> str:
     """The report as one HTML string (no external resources); figures also go to ``figures_dir``.
     ``jobs`` processes draw the figures — those of ``pool`` (:func:`figure_pool`) when given,
-    else a pool started here and shut down after. The report is the same for any number."""
+    else a pool started here and shut down after. The report is the same for any number.
+    ``legends``, when given, is filled with every drawn figure's legend entries by name
+    (:func:`sgdsweep.analysis.plotting.legend_entries`)."""
     own = pool is None
     pool = figure_pool(jobs) if own else pool
     try:
-        return _build(ds, fits, report_spec, _Figures(Path(figures_dir) if figures_dir is not None else None, pool))
+        figs = _Figures(Path(figures_dir) if figures_dir is not None else None, pool)
+        page = _build(ds, fits, report_spec, figs)
+        if legends is not None:
+            legends.update(figs.legends)
+        return page
     finally:
         if own and pool is not None:
             pool.shutdown()
 
 
+def _lead(ds: xr.Dataset, fits: dict[str, Any], report_spec: dict[str, Any], figs: _Figures) -> list[str]:
+    """The first screen's section (parts of the page): the headline on the sweep's question
+    (``report.lead``) in words with its numbers, above the figure that answers it
+    (:mod:`sgdsweep.analysis.headline`)."""
+    conf = float(fits.get("settings", {}).get("confidence", 0.95))
+    head = headlines.headline(report_spec["report"].get("lead"), ds, fits, report_spec.get("config", {}), conf)
+    badge = {"good": "Agrees with the exact theory.", "bad": "DISAGREES with the exact theory.",
+             "neutral": "Measured; nothing exact to judge by."}[head.status]
+    text = " ".join(html.escape(s[:1].upper() + s[1:]) + "." for s in head.sentences)
+    notes = "".join(f"<p class='notrun'>{html.escape(n)}.</p>" for n in head.notes)
+    figure = ""
+    if head.figure is not None:
+        name, alt, make, args = head.figure
+        figure = figs.img(name, alt, make, *args)
+        figs.lead = name
+    return [(f"<section id='lead'><p class='headline {head.status}'><b class='{head.status}'>{badge}</b> "
+            f"<span>{text}</span></p>{notes}"), figure, "</section>"]
+
+
 def _build(ds: xr.Dataset, fits: dict[str, Any], report_spec: dict[str, Any], figs: _Figures) -> str:
     title = report_spec["report"]["title"]
-    parts = [f"<h1>{html.escape(title)}</h1>", _status_line(ds), _answer(fits)]
+    parts = [f"<h1>{html.escape(title)}</h1>", *_lead(ds, fits, report_spec, figs), _status_line(ds), _answer(fits)]
     info = report_spec.get("rounds")  # precision or search: what the rounds spent and found
     if info:
         parts.append(rounds.status_line(info))
-    parts.append(figs.img("weight_var", "weight variance against lr/batch_size", figures.weight_var_against_ratio, ds))
     if figures.coverage_worth_showing(ds):
         parts.append("<h2>Coverage of the grid</h2>")
         parts.append(figs.img("coverage", "coverage map", figures.coverage, ds))
@@ -422,15 +494,16 @@ def _build(ds: xr.Dataset, fits: dict[str, Any], report_spec: dict[str, Any], fi
     parts.append("<h2>Fits</h2>")
     parts.extend(_fit_sections(ds, fits, figs))
     parts.append("<h2>Measured vs theory</h2>")
-    parts.append(figs.img("spectra", "covariance spectra", figures.spectra, ds))
-    parts.append(figs.img("fdr_fourier", "Fourier profiles of the FDR", figures.fdr_fourier, ds))
+    parts.append(figs.img("weight_var", "weight variance against lr/batch_size", figures.weight_var_against_ratio, ds))
+    parts.append(figs.img("spectra", "covariance spectra", spectra_figures.spectra, ds))
+    parts.append(figs.img("fdr_fourier", "Fourier profiles of the FDR", spectra_figures.fdr_fourier, ds))
     swept = json.loads(ds.attrs.get("swept_axes", "[]"))
     for axis in swept:
         parts.append(figs.img(f"against_{axis}", f"observables against {axis}", figures.against_axis, ds, axis))
         if axis not in ("lr", "batch_size"):
             for name in ("weight_cov_eigenvalues", "q_eigenvalues"):
                 parts.append(figs.img(f"{name}_against_{axis}", f"{name} against {axis}",
-                                      figures.spectrum_against_axis, ds, axis, name))
+                                      spectra_figures.spectrum_against_axis, ds, axis, name))
     parts.append("<h2>Points</h2>")
     parts.append(_points_table(ds))
     shown = {"weight_var", "weight_var_se", "weight_var_theory", "loss", "loss_theory", "diverged", "burn_in",
@@ -439,7 +512,7 @@ def _build(ds: xr.Dataset, fits: dict[str, Any], report_spec: dict[str, Any], fi
     if others:
         parts.append("<h2>Other observables</h2><p>Per point, as stored in <code>ensemble.zarr</code> "
                      "(units in each variable's attributes).</p>")
-        header = ["point"] + [f"{v} [{ds[v].attrs.get('units', '')}]" for v in others]
+        header = ["point"] + [v + plotting.unit_suffix(ds[v].attrs.get("units", "")) for v in others]
         parts.append(_table(header, _rows(ds, ["point", *others]), "points"))
     theory_rows = [[v, ds[v].attrs.get("formula", ""), _missing_because(ds, v)]
                    for v in ds.data_vars if "_theory" in v]
@@ -463,4 +536,4 @@ def _build(ds: xr.Dataset, fits: dict[str, Any], report_spec: dict[str, Any], fi
                  + html.escape(json.dumps(report_spec["config"], indent=2, sort_keys=True)) + "</pre></details>")
     return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
             f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>"
-            + "\n".join(p for p in figs.fill(parts) if p) + "</body></html>\n")
+            + "\n".join(_scroll(p) for p in figs.fill(parts) if p) + "</body></html>\n")

@@ -1,7 +1,8 @@
 """From a YAML config to a frozen :class:`Sweep`: validation, defaults, points, identity.
 
 Every check runs here, before any job starts: the schema (types, ranges, unknown keys), the
-grid (duplicates, zip groups), and per point the model's own constraints (its hooks in
+grid (duplicates, zip groups), the report's lead (:func:`sgdsweep.analysis.lead.check`), and per
+point the model's own constraints (its hooks in
 :mod:`sgdsweep.models`: noise types, observables, ``check_point``, ``check_dynamics``) and the
 burn-in (resolved from the problem's slowest relaxation time when ``auto``, and required to be
 shorter than ``steps``). No model is named here: what differs between models is theirs.
@@ -17,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from sgdsweep.analysis import lead as report_lead
 from sgdsweep.errors import ConfigError
 from sgdsweep.models import allowed_noise, get_model, hook, observing
 from sgdsweep.models.noise_types import SAMPLING_NOISE, SDE_NOISE, describe
@@ -231,6 +233,7 @@ def build_sweep(raw: Mapping[str, Any], rounds: bool = True) -> Sweep:
         seen[point.hash] = i
         points.append(point)
 
+    report_lead.check(cfg, kind, base["observe"], {"momentum": {p.params.get("momentum", 0.0) for p in points}})
     coords = tuple(a for a in gridmod.AXES if a in model.AXES) + tuple(
         k for k in gridmod.EXTRA_GRID_KEYS if any(k in gp for gp in expanded))
     sweep = Sweep(config=cfg, points=tuple(points), coords=coords, footprints=footprints)
