@@ -170,7 +170,8 @@ def wls_many(design: np.ndarray, ys: np.ndarray, weights: np.ndarray) -> np.ndar
         return np.linalg.solve(a, (design * weights[:, None]).T @ ys.T).T
     a = np.einsum("ni,bn,nj->bij", design, weights, design)
     rhs = np.einsum("ni,bn,bn->bi", design, weights, ys)
-    return np.linalg.solve(a, rhs[..., None])[..., 0]
+    # a resample can weight one point so heavily that its system is singular: least squares there
+    return (np.linalg.pinv(a) @ rhs[..., None])[..., 0]
 
 
 def t_as_normal(z: np.ndarray, dof: np.ndarray) -> np.ndarray:
