@@ -163,7 +163,7 @@ def test_perfect_collapse_has_spread_consistent_with_zero_and_a_broken_one_does_
 
     inside, estimates = 0, []
     for seed in range(40):
-        lr, s, y, se, truth, reps = _replica_data(a=1.0, b=-1.0, seed=seed)  # a function of λ/S only
+        lr, s, y, se, truth, _reps = _replica_data(a=1.0, b=-1.0, seed=seed)  # a function of λ/S only
         res = fit_collapse(lr / s, y, se, truth)
         p = res["params"]["spread2"]
         assert res["n_classes"] == 5 and abs(p["theory"]) < 1e-20 and p["leading_order"] == 0.0
@@ -175,7 +175,7 @@ def test_perfect_collapse_has_spread_consistent_with_zero_and_a_broken_one_does_
     estimates = np.array(estimates)
     assert abs(estimates.mean()) < 3 * estimates.std(ddof=1) / np.sqrt(40), estimates.mean()
     # a = 1.3, b = −1: points at equal λ/S differ by (λ ratio)^0.3 — a spread of several percent
-    lr, s, y, se, truth, reps = _replica_data(a=1.3, b=-1.0, seed=1)
+    lr, s, y, se, truth, _reps = _replica_data(a=1.3, b=-1.0, seed=1)
     res = fit_collapse(lr / s, y, se, np.full(lr.size, 0.3) * lr / s)
     p = res["params"]["spread2"]
     true_spread2 = fit_collapse(lr / s, truth, truth * 1e-9, None)["params"]["spread2"]["estimate"]
@@ -427,3 +427,24 @@ def test_flatness_runs_on_a_single_layer_model_only_when_asked_for():
     assert "flatness" not in default and default["skipped"]["flatness"] == SINGLE_LAYER_FLATNESS
     asked = fit_ensemble(_single_layer(), {**off, "flatness": {"enabled": True, "layer": "all"}})
     assert len(asked["flatness"]) == 3 and all("params" in r for r in asked["flatness"])
+
+
+def test_escape_verdict_is_decided_by_the_exact_chain_not_by_the_approximate_laws():
+    """Kramers' slope outside the interval is a statement about an approximation (neutral wording,
+    no "disagrees"); the exact discrete chain's slope decides good or bad."""
+    from sgdsweep.analysis.fit.common import parameter
+    from sgdsweep.analysis.fit.verdict import judge
+
+    def result(exact_theory):
+        slope = parameter(2.0, 0.05, 0.95, "bootstrap", theory=2.5)  # Kramers 10 SE away
+        slope.update(theory_powerlaw=None, theory_powerlaw_inside=None)
+        params = {"slope": slope, "intercept": parameter(1.0, 0.1, 0.95, "bootstrap")}
+        if exact_theory is not None:
+            params["slope_exact"] = parameter(2.0, 0.05, 0.95, "bootstrap", theory=exact_theory)
+        return {"group": {}, "params": params, "supported_laws": [], "laws_absent": {"powerlaw": "no power law"}}
+
+    agree = judge("escape", result(2.03))
+    assert agree.status == "good" and "exact discrete chain 2.03 (inside)" in agree.text()
+    assert "Kramers slope 2.5 (outside)" in agree.text() and "DISAGREES" not in agree.text()
+    assert judge("escape", result(2.5)).status == "bad"
+    assert judge("escape", result(None)).status == "neutral"  # only approximations to compare with

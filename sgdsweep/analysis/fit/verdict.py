@@ -29,9 +29,13 @@ NAMES = {"power_law": "Power law weight_var = A·λ^a·S^b", "linear_scaling": "
          "wigner_width": "Pair width σ² = A·λ^a·S^b", "flatness": "Inverse variance–flatness exponent ψ"}
 #: The fitted quantities each fit's verdict states (the headline numbers).
 HEADLINE = {"power_law": ("a", "b"), "linear_scaling": ("spread2",), "momentum_scaling": ("spread2",),
-            "escape": ("slope",), "wigner": ("binder",), "wigner_width": ("a", "b"), "flatness": ("psi",)}
+            "escape": ("slope", "slope_exact"), "wigner": ("binder",), "wigner_width": ("a", "b"), "flatness": ("psi",)}
 #: Symbols of the quantities in the verdicts.
-SYMBOLS = {"spread2": "Δ²", "psi": "ψ", "binder": "Binder cumulant", "slope": "slope"}
+SYMBOLS = {"spread2": "Δ²", "psi": "ψ", "binder": "Binder cumulant", "slope": "slope",
+           "slope_exact": "slope (against the exact discrete chain)"}
+#: Headline quantities whose ``theory`` is an approximate law, not an exact theory: the escape
+#: slope's is Kramers' (its exact comparison is ``slope_exact``).
+APPROXIMATE = {("escape", "slope")}
 #: Why a leading-order value lies outside the interval when the exact theory lies inside.
 BEYOND_LEADING = {"spread2": "the collapse is imperfect by as much as the exact theory predicts"}
 #: A fit with more groups (or points) than this gets one summary verdict.
@@ -152,6 +156,33 @@ def _status(qs: list[dict[str, Any]], fit_status: str = "good") -> str:
     return "good" if decided and fit_status == "good" else "neutral"
 
 
+def _escape(res: dict[str, Any]) -> tuple[list[str], list[tuple[str, dict[str, Any]]], str]:
+    """The escape fit's sentences, compared quantities and status. The exact discrete chain's slope
+    (``slope_exact``) is the only comparison with an exact theory and decides the status; Kramers'
+    and the power law's slopes are approximations: supported or not, never a disagreement."""
+    slope, exact = res["params"]["slope"], res["params"].get("slope_exact")
+    lo, hi = slope["interval"]
+    text = f"slope = {num(slope['estimate'])} [{num(lo)}, {num(hi)}]"
+    if exact is not None:
+        text += f"; exact discrete chain {num(exact['theory'])} ({_theory_word(exact)})"
+    sentences = [text]
+    absent = res.get("laws_absent") or {}
+    if slope.get("theory") is not None and "arrhenius" not in absent:
+        sentences.append(f"Kramers slope {num(slope['theory'])} ({'inside' if slope['theory_inside'] else 'outside'})")
+    if slope.get("theory_powerlaw") is not None and "powerlaw" not in absent:
+        sentences.append(f"power-law escape slope {num(slope['theory_powerlaw'])} "
+                         f"({'inside' if slope['theory_powerlaw_inside'] else 'outside'})")
+    if absent:  # a law that does not hold at these points (fit_escape's laws_absent) is not compared
+        sentences.append(f"{' and '.join(absent)} not compared (no prediction here)")
+    laws = res.get("supported_laws") or []
+    compared = [law for law in ("arrhenius", "powerlaw") if law not in absent]
+    if compared:
+        sentences.append("approximate laws supported: " + ", ".join(laws) if laws else
+                         "neither approximate law's slope is inside" if len(compared) > 1 else
+                         f"{compared[0]}'s slope is not inside")
+    return sentences, [("slope_exact", exact)] if exact is not None else [], "good"
+
+
 def judge(kind: str, res: dict[str, Any]) -> Verdict:
     """The verdict of one group (one result) of the fit ``kind``."""
     here = where(res.get("group", {}))
@@ -173,21 +204,7 @@ def judge(kind: str, res: dict[str, Any]) -> Verdict:
                             if res.get("relative_spread_theory") is not None else "")
                          + f"; measurement noise alone {num(res['noise_floor'], 3)} per point")
     elif kind == "escape":
-        laws = res.get("supported_laws") or []
-        slope = res["params"]["slope"]
-        if slope.get("theory_powerlaw") is not None:
-            sentences.append(f"power-law escape slope {num(slope['theory_powerlaw'])} "
-                             f"({'inside' if slope['theory_powerlaw_inside'] else 'outside'})")
-        # a law that does not hold at these points (fit_escape's laws_absent) is not compared
-        absent = res.get("laws_absent") or {}
-        compared = [law for law in ("arrhenius", "powerlaw") if law not in absent]
-        if absent:
-            sentences.append(f"{' and '.join(absent)} not compared (no prediction here)")
-        if compared:
-            sentences.append("supported: " + ", ".join(laws) if laws else
-                             "neither escape law's slope is inside" if len(compared) > 1 else
-                             f"{compared[0]}'s slope is not inside")
-        fit_status = "good" if laws else "bad" if compared else "neutral"
+        sentences, qs, fit_status = _escape(res)
     elif kind == "wigner":
         consistent = not res["ks_disagrees"] if "ks_disagrees" in res else res["wigner_consistent"]
         sentences.append(f"Wigner surmise {'consistent' if consistent else 'REJECTED'} "
@@ -215,7 +232,8 @@ def _summary(kind: str, results: list[dict[str, Any]]) -> Verdict:
             continue
         est = [q["estimate"] for q in qs]
         text = f"{SYMBOLS.get(name, name)} from {num(min(est))} to {num(max(est))}"
-        judged = [q["theory_inside"] for q in qs if q.get("theory_inside") is not None]
+        judged = [q["theory_inside"] for q in qs if q.get("theory_inside") is not None
+                  and (kind, name) not in APPROXIMATE]
         if judged:
             text += f"; exact theory inside in {sum(judged)} of {len(judged)}"
         leads = [q for q in qs if q.get("leading_order") is not None and q["interval"][0] is not None]
