@@ -124,6 +124,7 @@ def test_momentum_report_leads_with_the_edge_on_its_first_part(tmp_path):
     first = page[page.index("<section id='lead'>"):page.index("</section>")]
     assert "the exact edge μ = 0.375" in _text(first) and 'id="fig-momentum_edge"' in first
     assert page.index("<section id='lead'>") < page.index("<section id='answer'>") < page.index("fig-coverage")
+    assert "No fit applies to this sweep" in page and "No fit ran" not in page  # the headline answers it
 
 
 def test_headline_states_measured_theory_and_agreement(tmp_path):

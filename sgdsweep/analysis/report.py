@@ -409,7 +409,9 @@ def _missing_because(ds: xr.Dataset, column: str) -> str:
 def _answer(fits: dict[str, Any]) -> str:
     """Every fit's verdict with its headline numbers, then the fits that did not run (and why)."""
     conf = fits.get("settings", {}).get("confidence", 0.95)
-    boxes = "".join(_verdict_box(v) for v in assess(fits)) or "<p>No fit ran.</p>"
+    boxes = "".join(_verdict_box(v) for v in assess(fits)) or (
+        "<p>No fit applies to this sweep (each is listed below with why); the headline above compares the "
+        "measurements with the theory.</p>")
     skipped = fits.get("skipped") or {}
     notrun = ("<p class='notrun'>Not run: " + "; ".join(
         f"{html.escape(NAMES.get(k, k))} ({html.escape(why)})" for k, why in skipped.items()) + ".</p>"
