@@ -297,3 +297,29 @@ def test_figures_are_written_as_png_at_200_dpi_and_svg(tmp_path):
     assert all(v["unlisted"] == [] for v in legends.values()), legends
     assert page.count("<table") == page.count("<div class='scroll'><table")
     assert json.dumps(legends)
+
+
+def test_isotropy_lead_compares_the_joint_eigenvalue_with_its_isotropic_value():
+    """two_layer: the headline gives the mean stiff eigenvalue against λ⟨r²⟩/(2S) with the joint
+    bound and the anisotropy; the figure draws each point's spectrum over the theory at integer
+    modes and lists every point."""
+    ds = _two_layer_like()
+    n = ds.sizes["point"]
+    theory = ds["weight_var"].values * 2
+    ds["joint_eigenvalue_theory"] = ("point", theory)
+    ds["joint_eigenvalue"] = ("point", theory * (1 + 0.01 * np.sin(np.arange(n))))
+    ds["joint_eigenvalue_se"] = ("point", 0.02 * theory)
+    ds["joint_anisotropy"] = ("point", np.full(n, 0.1))
+    ds["range_cov_eigenvalues"] = (("point", "range_mode"), theory[:, None] * np.array([1.1, 1.0, 0.9, 0.95]))
+    head = headline.headline("auto", ds, {}, {})
+    text = " ".join(head.sentences)
+    assert head.lead == "isotropy" and head.status == "good", text
+    assert "against the isotropic value λ⟨r²⟩/(2S)" in text and "anisotropy" in text
+    _, _, make, args = head.figure
+    fig = make(*args)
+    try:
+        assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["1", "2", "3", "4"]
+        assert len([line for line in fig.axes[0].lines if line.get_marker() == "o"]) == n
+        assert plotting.legend_entries(fig)["unlisted"] == []
+    finally:
+        figures.plt.close(fig)

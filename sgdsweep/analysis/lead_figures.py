@@ -21,7 +21,7 @@ from sgdsweep.analysis.figures import (
     not_shown,
     split_by,
 )
-from sgdsweep.analysis.plotting import plt
+from sgdsweep.analysis.plotting import integer_ticks, plt
 
 
 def momentum(ds: xr.Dataset, edges: list[dict[str, Any]], curves: list[dict[str, Any]]) -> plt.Figure | None:
@@ -120,6 +120,8 @@ def isotropy(ds: xr.Dataset, max_points: int = 9) -> plt.Figure | None:
     ax.axhline(1.0, color="k", ls="--", lw=1.2, zorder=THEORY_Z,
                label=r"isotropic theory $\lambda\langle r^2\rangle/(2S)$")
     ax.set_yscale("log")
+    modes = np.asarray(ds["range_cov_eigenvalues"].values, float)[drawn]
+    integer_ticks(ax, np.arange(1, int(np.isfinite(modes).sum(axis=1).max()) + 1))
     ax.set_xlabel(r"mode of the joint covariance on the range of $\Gamma$ (largest first)")
     ax.set_ylabel("eigenvalue / isotropic theory")
     ax.legend(fontsize=7, ncol=2)
