@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pytest
+import xarray as xr
 
 from sgdsweep.analysis.fit.family import control, holm
 
@@ -74,7 +75,36 @@ def test_intervals_cover_the_exact_theory_of_the_simulated_engine(engine_fits):
 
 def test_a_report_on_the_correct_engine_rarely_says_disagrees(engine_fits):
     """At most 5 % of reports (binomial bound at 3 sd over 40 seeds) say "disagrees"; each report
-    holds four comparisons, so without the family control about 19 % would."""
+    holds five comparisons (a, b, the agreement, Δ², and the headline's point-by-point check), so
+    without the family control about 23 % would."""
     rate = np.mean([fits["family"]["disagreements"] > 0 for fits in engine_fits])
-    assert all(fits["family"]["comparisons"] == 4 for fits in engine_fits)
+    assert all(fits["family"]["comparisons"] == 5 for fits in engine_fits)
     assert rate <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / SEEDS), rate
+
+
+def _points(z: np.ndarray) -> xr.Dataset:
+    n = z.size
+    return xr.Dataset({"weight_var": ("point", 1.0 + 0.01 * z), "weight_var_se": ("point", np.full(n, 0.01)),
+                       "weight_var_theory": ("point", np.ones(n))},
+                      coords={"point": [f"p{i}" for i in range(n)], "lr": ("point", np.linspace(0.1, 0.5, n))},
+                      attrs={"swept_axes": '["lr"]'})
+
+
+def test_the_point_by_point_check_has_a_uniform_pvalue_and_the_headline_reads_its_decision():
+    """max |z| over 6 points: P(p < 5 %) = 5 % (400 draws, binomial bound at 3 sd); the headline
+    states the family's decision, not its own bound, once the fits have decided the check."""
+    from sgdsweep.analysis.fit.points import point_agreement
+    from sgdsweep.analysis.headline import agreement
+
+    rng = np.random.default_rng(11)
+    ps = np.array([point_agreement(_points(rng.standard_normal(6)), "weight_var", "weight_var_theory",
+                                   np.ones(6, bool))["pvalue"] for _ in range(400)])
+    assert abs((ps < 0.05).mean() - 0.05) <= 3 * math.sqrt(0.05 * 0.95 / 400)
+    ds = _points(np.array([0.1, -0.3, 3.0, 0.2, 0.5, -1.0]))  # 3 SE: beyond the joint bound 2.63
+    check = point_agreement(ds, "weight_var", "weight_var_theory", np.ones(6, bool))
+    assert agreement(ds, "weight_var", "Weight variance", 0.95)[1] == "bad"
+    fits = {"points": [dict(check, disagrees=False, pvalue_holm=0.09)]}
+    text, status = agreement(ds, "weight_var", "Weight variance", 0.95, fits=fits)
+    assert status == "good" and "Holm-adjusted over the report 0.09" in text and "agrees with" in text
+    fits["points"][0].update(disagrees=True, pvalue_holm=0.01)
+    assert agreement(ds, "weight_var", "Weight variance", 0.95, fits=fits)[1] == "bad"

@@ -60,11 +60,14 @@ def _where(ds: xr.Dataset, i: int, axes: list[str]) -> str:
 
 
 def agreement(ds: xr.Dataset, name: str, label: str, confidence: float, mask: np.ndarray | None = None,
-              theory: str | None = None, words: str = "the exact theory") -> tuple[str, str] | None:
+              theory: str | None = None, words: str = "the exact theory",
+              fits: Mapping[str, Any] | None = None) -> tuple[str, str] | None:
     """(sentence, status) comparing ``name`` (± ``name_se``) with its exact theory
     (``theory``, default ``name_theory``; ``words`` names it) at the points of ``mask``: the
-    point of largest deviation with its values, the range of measured/theory and the joint
-    bound; None when no point has both."""
+    point of largest deviation with its values, the range of measured/theory and the decision;
+    None when no point has both. The decision is the fits' own (``fits["points"]``, decided
+    with every other comparison of the report: :mod:`sgdsweep.analysis.fit.points`) where they
+    checked the same points, else the joint bound."""
     theory = theory or f"{name}_theory"
     if name not in ds or theory not in ds or f"{name}_se" not in ds:
         return None
@@ -87,9 +90,25 @@ def agreement(ds: xr.Dataset, name: str, label: str, confidence: float, mask: np
             + (f" (the largest deviation of {idx.size} points, {(m[worst] - t[worst]) / se[worst]:+.2f} SE); "
                f"measured/theory {num(ratio.min())} to {num(ratio.max())}" if idx.size > 1
                else f" ({(m[worst] - t[worst]) / se[worst]:+.2f} SE)")
-            + f"; the {conf_words(idx.size, confidence)} bound is {bound:.2f} SE: "
-            + (f"agrees with {words}" if agrees else f"DISAGREES with {words}"))
+            + f"; the {conf_words(idx.size, confidence)} bound is {bound:.2f} SE")
+    decided = _decided(fits, name, theory, idx.size)
+    if decided is not None:
+        agrees = not decided["disagrees"]
+        text = text[:text.rindex("; the ")] + (
+            f"; p = {decided['pvalue']:.2g} for the largest of {idx.size} deviation{'s' if idx.size > 1 else ''}, "
+            f"Holm-adjusted over the report {decided['pvalue_holm']:.2g}")
+    text += ": " + (f"agrees with {words}" if agrees else f"DISAGREES with {words}")
     return text, "good" if agrees else "bad"
+
+
+def _decided(fits: Mapping[str, Any] | None, name: str, theory: str, n_points: int) -> dict[str, Any] | None:
+    """The fits' point-by-point check of ``name`` against ``theory`` over ``n_points`` points, when
+    it was decided with the report's family (has ``disagrees``); None otherwise."""
+    for check in (fits or {}).get("points") or []:
+        if (check.get("variable"), check.get("theory"), check.get("n_points")) == (name, theory, n_points) \
+                and "disagrees" in check:
+            return check
+    return None
 
 
 def conf_words(n: int, confidence: float) -> str:
@@ -201,7 +220,7 @@ def _momentum(ds: xr.Dataset, fits: Mapping[str, Any], config: Mapping[str, Any]
             lo, hi = measured_bracket(mu[sel], status[sel], "lower")
             sentences.append(f"Stability edge{' at ' + where if where else ''}: replicas diverged up to μ = {num(lo)}, "
                              f"none from μ = {num(hi)}; no exact edge theory for this model and noise")
-    found = agreement(ds, "weight_var", "Weight variance at the stable μ", confidence, mask=status == 0)
+    found = agreement(ds, "weight_var", "Weight variance at the stable μ", confidence, mask=status == 0, fits=fits)
     if found:
         sentences.append(found[0])
         statuses.append(found[1])
@@ -302,7 +321,7 @@ def _build(lead: str, ds: xr.Dataset, fits: Mapping[str, Any], config: Mapping[s
         if name not in ds or not np.isfinite(np.asarray(ds[name].values, float)).any():
             return None
         label = "Weight variance" if name == "weight_var" else "Training loss"
-        found = agreement(ds, name, label, confidence)
+        found = agreement(ds, name, label, confidence, fits=fits)
         sentences, status = ([found[0]], found[1]) if found else (
             [(f"{label}: measured from {num(np.nanmin(ds[name].values))} to {num(np.nanmax(ds[name].values))}; "
              "no exact theory for this model to compare with")], "neutral")
@@ -325,7 +344,7 @@ def _build(lead: str, ds: xr.Dataset, fits: Mapping[str, Any], config: Mapping[s
         fitted, statuses = _fit_sentences("escape", fits)
         sentences = []
         exact = agreement(ds, "escape_time", "Mean escape time τ", confidence, theory="escape_time_theory_exact",
-                          words="the exact discrete chain's τ")
+                          words="the exact discrete chain's τ", fits=fits)
         if exact:  # the measured τ against the exact chain's first, then the fit of the slope
             sentences.append(exact[0])
             statuses.append(exact[1])
@@ -334,7 +353,7 @@ def _build(lead: str, ds: xr.Dataset, fits: Mapping[str, Any], config: Mapping[s
                         ("escape_all", "escape time against 1/lr", lead_figures.escape_overview, (ds, results)))
     if lead == "isotropy":
         found = agreement(ds, "joint_eigenvalue", "Joint fluctuations on the range of Γ, mean stiff eigenvalue",
-                          confidence, words="the isotropic value λ⟨r²⟩/(2S)")
+                          confidence, words="the isotropic value λ⟨r²⟩/(2S)", fits=fits)
         if found is None:
             return None
         sentences = [found[0]]
@@ -355,7 +374,7 @@ def _build(lead: str, ds: xr.Dataset, fits: Mapping[str, Any], config: Mapping[s
         make = spectra_figures.flatness if lead == "flatness" else spectra_figures.wigner
         return Headline(lead, sentences, _combine(statuses), (lead, NAMES[lead], make, (ds, fits[lead])))
     if lead == "fdr":
-        found = agreement(ds, "fdr_residual", "Fluctuation–dissipation residual", confidence)
+        found = agreement(ds, "fdr_residual", "Fluctuation–dissipation residual", confidence, fits=fits)
         if found is None and "fdr_residual" not in ds:
             return None
         sentences, statuses = ([found[0]], [found[1]]) if found else ([], [])
@@ -377,14 +396,15 @@ def _build(lead: str, ds: xr.Dataset, fits: Mapping[str, Any], config: Mapping[s
         if "weight_cov_eigenvalues" not in ds:
             return None
         axis = _x_axis(ds, ())
-        sentences, statuses = _spectrum_sentences(ds, confidence)
+        sentences, statuses = _spectrum_sentences(ds, confidence, fits)
         return Headline(lead, sentences, _combine(statuses),
                         (f"lead_spectrum_against_{axis}", "covariance eigenvalues",
                          spectra_figures.spectrum_against_axis, (ds, axis)))
     return None
 
 
-def _spectrum_sentences(ds: xr.Dataset, confidence: float) -> tuple[list[str], list[str]]:
+def _spectrum_sentences(ds: xr.Dataset, confidence: float,
+                        fits: Mapping[str, Any] | None = None) -> tuple[list[str], list[str]]:
     """Measured/exact eigenvalues over every mode and point, the detailed-balance approximation's
     worst ratio to the exact one, and the weight variance's agreement (the statistical test:
     the eigenvalues carry no standard errors)."""
@@ -403,7 +423,7 @@ def _spectrum_sentences(ds: xr.Dataset, confidence: float) -> tuple[list[str], l
         if np.isfinite(r).any():
             sentences.append(f"the detailed-balance approximation gives from {num(np.nanmin(r), 3)} to "
                              f"{num(np.nanmax(r), 3)} of the exact eigenvalues")
-    found = agreement(ds, "weight_var", "Weight variance", confidence)
+    found = agreement(ds, "weight_var", "Weight variance", confidence, fits=fits)
     if found:
         sentences.append(found[0])
         statuses.append(found[1])

@@ -33,6 +33,7 @@ from sgdsweep.analysis.fit import family
 from sgdsweep.analysis.fit.collapse import fit_collapse
 from sgdsweep.analysis.fit.common import axis_values, groups, replica_order, replica_table
 from sgdsweep.analysis.fit.escape import fit_escape
+from sgdsweep.analysis.fit.points import point_checks
 from sgdsweep.analysis.fit.power_law import fit_power_law
 from sgdsweep.analysis.fit.spectra import fit_flatness, fit_wigner
 from sgdsweep.analysis.fit.verdict import Verdict, assess, verdicts
@@ -170,6 +171,9 @@ def fit_ensemble(ds: xr.Dataset, fit_config: dict[str, Any]) -> dict[str, Any]:
         else:
             out["flatness"] = res
     out["skipped"] = skipped
+    checks = point_checks(ds, diverged)
+    if checks:
+        out["points"] = checks
     family.control(out, conf)
     out["settings"] = {"confidence": conf, "bootstrap": n_boot, "bootstrap_seed": BOOTSTRAP_SEED,
                        "points_digest": ds.attrs.get("points_digest")}

@@ -26,12 +26,15 @@ import numpy as np
 
 #: The quantities of each fit whose p-values against the exact theory enter the family: the
 #: headline parameters the verdicts state, and (keys starting with "@") a whole-fit test stored
-#: on the result itself: the power law's point-by-point agreement and the Wigner pair's KS test.
+#: on the result itself: the power law's point-by-point agreement, the Wigner pair's KS test and
+#: the headline's point-by-point check of a variable (:mod:`sgdsweep.analysis.fit.points`).
 COMPARED: dict[str, tuple[str, ...]] = {
     "power_law": ("a", "b", "@agreement"), "linear_scaling": ("spread2",), "momentum_scaling": ("spread2",),
-    "escape": ("slope_exact",), "wigner": ("binder", "@ks"), "wigner_width": ("a", "b"), "flatness": ("psi",)}
+    "escape": ("slope_exact",), "wigner": ("binder", "@ks"), "wigner_width": ("a", "b"), "flatness": ("psi",),
+    "points": ("@points",)}
 #: Where a whole-fit test keeps its p-value and its decision.
-WHOLE_FIT = {"@agreement": ("agreement_pvalue", "agreement_disagrees"), "@ks": ("ks_pvalue", "ks_disagrees")}
+WHOLE_FIT = {"@agreement": ("agreement_pvalue", "agreement_disagrees"), "@ks": ("ks_pvalue", "ks_disagrees"),
+             "@points": ("pvalue", "disagrees")}
 
 
 def holm(pvalues: np.ndarray) -> np.ndarray:

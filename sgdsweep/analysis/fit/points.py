@@ -1,0 +1,63 @@
+"""Point-by-point agreement of a measured variable with its exact theory: one comparison per variable.
+
+The report's headline (:mod:`sgdsweep.analysis.headline`) states, for the variable its lead is
+about, the point that deviates most from the exact theory. That statement is a test too, so it
+is made here, beside the fits, and enters the report's family of comparisons
+(:mod:`sgdsweep.analysis.fit.family`) like any fitted quantity: the headline says "disagrees"
+only where the family's Holm procedure rejects it.
+
+For the n points with a measurement, its SE and a theory (and no diverged replica), each
+``zᵢ = (mean − theory)/SE`` is Student's t on the point's replicas less one (normal without
+per-replica values); the comparison's p-value is that of the largest |zᵢ| among n independent
+ones (Šidák): ``1 − (1 − p_min)ⁿ``, p_min the smallest two-sided p-value.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from sgdsweep.analysis.fit.common import two_sided_pvalue
+
+#: (variable, its exact theory) that a headline may state point by point. ``loss`` is only checked
+#: where the ensemble has no weight_var (only then does a headline lead with the loss).
+CHECKS: tuple[tuple[str, str], ...] = (
+    ("weight_var", "weight_var_theory"), ("loss", "loss_theory"), ("escape_time", "escape_time_theory_exact"),
+    ("joint_eigenvalue", "joint_eigenvalue_theory"), ("fdr_residual", "fdr_residual_theory"))
+
+
+def point_agreement(ds: xr.Dataset, name: str, theory: str, keep: np.ndarray) -> dict[str, Any] | None:
+    """The agreement of ``name`` (± ``name_se``) with ``theory`` over the points ``keep`` (boolean,
+    per point) where all three are finite (module docstring); None where no point has them."""
+    if name not in ds or theory not in ds or f"{name}_se" not in ds:
+        return None
+    m, se, t = (np.asarray(ds[v].values, float) for v in (name, f"{name}_se", theory))
+    use = keep & np.isfinite(m) & np.isfinite(se) & (se > 0) & np.isfinite(t) & (t != 0)
+    if not use.any():
+        return None
+    idx = np.flatnonzero(use)
+    z = (m[idx] - t[idx]) / se[idx]
+    table = f"{name}_replica"
+    dof = (np.isfinite(np.asarray(ds[table].values, float)[idx]).sum(axis=1) - 1 if table in ds
+           else np.zeros(idx.size, int))
+    p = np.array([two_sided_pvalue(float(zi), int(d) if d > 0 else None) for zi, d in zip(z, dof)])
+    worst = int(np.argmax(np.abs(z)))
+    p_min = float(p.min())
+    pvalue = float(-math.expm1(idx.size * math.log1p(-p_min))) if p_min < 1 else 1.0
+    return {"variable": name, "theory": theory, "n_points": int(idx.size), "max_abs_z": float(abs(z[worst])),
+            "worst_point": str(ds["point"].values[idx[worst]]), "pvalue": pvalue, "group": {}}
+
+
+def point_checks(ds: xr.Dataset, diverged: np.ndarray) -> list[dict[str, Any]]:
+    """Every check of :data:`CHECKS` the ensemble supports, over the points without a diverged replica."""
+    out = []
+    for name, theory in CHECKS:
+        if name == "loss" and "weight_var" in ds:
+            continue
+        found = point_agreement(ds, name, theory, ~diverged)
+        if found is not None:
+            out.append(found)
+    return out
