@@ -2,7 +2,8 @@
 
 The stores are those of the small-model shard (``kernel_shard.shard``: linear regression,
 N = 10, 16 replicas; their arrays and attributes captured from ``simulate_points`` on the
-first points of the shard, then repeated under new hashes). Each measurement runs in a fresh
+first points of the shard, then repeated as new points: a parameter ``benchmark_index`` added,
+each store named by its parameters' hash). Each measurement runs in a fresh
 subprocess, alternating baseline and this checkout ``--rounds`` times, into fresh directories
 under ``--dir``:
 
@@ -67,16 +68,22 @@ def worker(inputs: Path, n: int, root: Path, write: bool) -> dict[str, float]:
     try:
         from sgdsweep.store import aggregate
         from sgdsweep.store import points as point_store
+        from sgdsweep.sweep.identity import content_hash
     except ImportError:  # a checkout with the flat layout
+        from sgdsweep.identity import content_hash  # type: ignore[no-redef]
+
         from sgdsweep import aggregate  # type: ignore[no-redef]
         from sgdsweep import store as point_store  # type: ignore[no-redef]
     captured = pickle.loads(inputs.read_bytes())
     points_dir = root / "points"
-    hashes = [f"{i:016x}" for i in range(n)]
+    # n distinct points: each store named by the hash of its own parameters, as it records them
+    params = [{**captured[i % len(captured)][1]["params"], "benchmark_index": i} for i in range(n)]
+    hashes = [content_hash(p) for p in params]
     t0 = time.perf_counter()
     for i, h in enumerate(hashes):
         arrays, attrs = captured[i % len(captured)]
-        point_store.write_point(point_store.point_path(points_dir, h), arrays, {**attrs, "point_hash": h})
+        point_store.write_point(point_store.point_path(points_dir, h), arrays,
+                                {**attrs, "params": params[i], "point_hash": h})
     t1 = time.perf_counter()
     spec = {"points_dir": str(points_dir), "points": [{"hash": h, "shard": "s"} for h in hashes],
             "coords": ["lr", "momentum"], "sweep": "bench", "sweep_hash": "-", "simulation_config": {"model": {}}}

@@ -28,6 +28,14 @@ def open_ensemble(path, grid: bool = False):
 
     With ``grid=True`` the ``point`` dimension is unstacked into one dimension per swept axis
     (only meaningful for cartesian sweeps; missing combinations become NaN).
+
+    Before it returns, every array's metadata is compared with the digests recorded when the
+    ensemble was written and every chunk file is listed; Zarr checks each chunk's CRC-32C as it
+    reads it (:mod:`sgdsweep.store.integrity`).
+
+    Raises:
+        sgdsweep.errors.StoreError: naming the array whose metadata was edited or whose chunk is
+            missing.
     """
     from sgdsweep.store.aggregate import open_ensemble as _open
 

@@ -14,6 +14,7 @@ from conftest import as_directory_store
 from sgdsweep.errors import StoreError
 from sgdsweep.store import aggregate, variables
 from sgdsweep.store import points as point_store
+from sgdsweep.sweep.identity import content_hash
 
 
 def _point(tmp_path, name="p0"):
@@ -41,7 +42,7 @@ def test_point_arrays_are_read_in_order_with_their_dtype(tmp_path):
 
 def test_damaged_or_foreign_point_store_stops_aggregation_naming_it(tmp_path):
     spec = _sweep(tmp_path)
-    victim = point_store.point_path(tmp_path, "h1")
+    victim = point_store.point_path(tmp_path, spec["points"][1]["hash"])
     raw = bytearray(victim.read_bytes())
     raw[len(raw) // 2] ^= 1
     victim.write_bytes(bytes(raw))
@@ -89,10 +90,10 @@ def _sweep(tmp_path, n=3):
                   "layer_cov_eigenvalues_W2": (("mode",), rng.random(3))}
         summary = {"weight_var": float(rng.random()), "diverged": bool(i == 1), "burn_in": 10,
                    "theory_formulas": {"weight_cov": "exact"}, "weight_var_theory": 0.5}
-        h = f"h{i}"
+        params = {"lr": 0.1 * (i + 1), "noise": "minibatch"}
+        h = content_hash(params)  # the store's name is its point's hash, which it records
         point_store.write_point(point_store.point_path(tmp_path, h), arrays,
-                          {"summary": summary, "params": {"lr": 0.1 * (i + 1), "noise": "minibatch"},
-                           "simulation_seconds": 0.5})
+                                {"summary": summary, "params": params, "point_hash": h, "simulation_seconds": 0.5})
         entries.append({"hash": h, "shard": f"s{i % 2}"})
     return {"points_dir": str(tmp_path), "points": entries, "coords": ["lr", "noise"], "sweep": "t",
             "sweep_hash": "abc", "simulation_config": {"model": {}}}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import warnings
 import zipfile
 from pathlib import Path
@@ -17,6 +18,7 @@ from conftest import make_finished_sweep, run_cli, run_snakemake
 
 from sgdsweep.errors import UsageError
 from sgdsweep.store.aggregate import write_ensemble
+from sgdsweep.store.points import point_path
 from sgdsweep.store.share import ShareError, export_sweep, import_sweep, merge_exports, verify
 from sgdsweep.sweep.config import build_sweep
 
@@ -463,3 +465,80 @@ def test_import_drops_execution_and_names_its_own_directory(exported, tmp_path, 
     assert sweep.config["execution"]["host"] == "127.0.0.1" and sweep.config["execution"]["scheduler"] is None
     assert sweep.config["execution"]["cluster"] == "local" and sweep.config["execution"]["workers"] == "auto"
     assert sweep.directory.resolve() == target.resolve()
+
+
+def _swapped(src: Path, dest: Path, a: str, b: str) -> Path:
+    """A copy of the export ``src`` with the point stores of points ``a`` and ``b`` swapped (each
+    member of one under the other's name), its manifest and checksum made to match."""
+    with zipfile.ZipFile(src) as zf:
+        stores = {n: zf.read(n) for n in zf.namelist() if n.startswith("points/")}
+    replace = {}
+    for x, y in ((a, b), (b, a)):
+        for name in stores:
+            twin = name.replace(f"points/{x}.zarr/", f"points/{y}.zarr/", 1)
+            if name.startswith(f"points/{x}.zarr/") and twin in stores:
+                replace[name] = stores[twin]
+    return _forged(src, dest, replace=replace)
+
+
+def test_swapped_point_stores_are_refused(exported, tmp_path):
+    """Two points' stores swapped in an export, its manifest rewritten to match, would verify,
+    import and run with each point's hash labelling the other's results: verify and import refuse
+    it (exit 2) naming the member and whose results it holds, and the import writes nothing."""
+    _, dest, manifest = exported
+    a, b = manifest["points"][:2]
+    bad = _swapped(dest, tmp_path / "swapped.zip", a, b)
+    message = (rf"member 'points/{a}.zarr/zarr.json': the point store under point {a}'s name is not that "
+               rf"point's \(it holds the results of point {b}\)")
+    _import_refused(bad, tmp_path, message)
+    proc = run_cli("verify", str(bad))
+    assert proc.returncode == 2 and re.search(message, proc.stderr), proc.stderr
+
+
+def test_export_refuses_a_missing_ensemble_chunk_and_a_misnamed_point_store(exported, tmp_path):
+    """`sgdsweep export` checks what it ships as the readers do: an ensemble chunk file deleted
+    (plain xarray would read NaN from the export) and a point store copied onto another point's
+    name are refused naming them (exit 2), and nothing is written."""
+    sweep_dir, _, manifest = exported
+    copy = tmp_path / "results" / "tiny"
+    shutil.copytree(sweep_dir, copy)
+    (chunk,) = [f for f in (copy / "ensemble.zarr" / "weight_var").rglob("*") if f.is_file() and f.name != "zarr.json"]
+    chunk.unlink()
+    assert np.isnan(xr.open_zarr(copy / "ensemble.zarr")["weight_var"].values).all()
+    proc = run_cli("export", str(copy), str(tmp_path / "a.zip"))
+    assert proc.returncode == 2 and f"{copy} is not exported" in proc.stderr, proc.stderr
+    assert "array 'weight_var' has 1 of its 1 chunk file(s) missing" in proc.stderr
+    assert not (tmp_path / "a.zip").exists()
+    shutil.rmtree(copy / "ensemble.zarr")
+    shutil.copytree(sweep_dir / "ensemble.zarr", copy / "ensemble.zarr")
+    a, b = manifest["points"][:2]
+    shutil.copyfile(point_path(copy / "points", a), point_path(copy / "points", b))
+    proc = run_cli("export", str(copy), str(tmp_path / "a.zip"))
+    assert proc.returncode == 2 and f"is not the store of point {b}: it holds the results of point {a}" in proc.stderr
+    assert not (tmp_path / "a.zip").exists()
+
+
+def _dropped(src: Path, dest: Path, name: str) -> Path:
+    """A copy of the export ``src`` without member ``name``, its manifest and checksum made to
+    match (what an exporter that shipped an ensemble missing a chunk wrote)."""
+    _rewrite(src, dest.with_name(f"partial-{dest.name}"), lambda n, d: None if n == name else d)
+    return _forged(dest.with_name(f"partial-{dest.name}"), dest, change=lambda m: m["members"].pop(name))
+
+
+def test_verify_refuses_an_ensemble_missing_a_chunk_or_with_edited_metadata(exported, tmp_path):
+    """Exports whose members all match their manifest, but whose ensemble lacks a chunk (read as
+    NaN) or has an array's metadata edited (a scale_factor that doubles what xarray reads): verify
+    and import run the check open_ensemble runs and refuse them (exit 2)."""
+    _, dest, _ = exported
+    with zipfile.ZipFile(dest) as zf:
+        (chunk,) = [n for n in zf.namelist() if n.startswith("weight_var/") and n != "weight_var/zarr.json"]
+        root = json.loads(zf.read("zarr.json"))
+    missing = _dropped(dest, tmp_path / "missing_chunk.zip", chunk)
+    with zarr.storage.ZipStore(missing, mode="r") as store:
+        assert np.isnan(xr.open_zarr(store)["weight_var"].values).all()
+    _import_refused(missing, tmp_path, r"its ensemble \(the zip's root group\) is refused: .*array 'weight_var' "
+                                       r"has 1 of its 1 chunk file\(s\) missing")
+    root["consolidated_metadata"]["metadata"]["weight_var"]["attributes"]["scale_factor"] = 2
+    scaled = _forged(dest, tmp_path / "scaled.zip", replace={"zarr.json": json.dumps(root, indent=2).encode()})
+    _import_refused(scaled, tmp_path, r"its ensemble \(the zip's root group\) is refused: .*the metadata of array "
+                                      r"'weight_var' \(its copy in the consolidated metadata")

@@ -219,8 +219,11 @@ def test_stores_of_earlier_layouts_are_read_and_reused(tmp_path):
     broken = point_store.point_path(files.points_dir, directory[0])
     (broken / "zarr.json").write_text("{")
     assert point_store.complete_points(files.points_dir, hashes) == set(hashes) - {zipped[0], directory[0]}
+    params = {p.hash: dict(p.params) for p in sweep.points}
     for path in (old, broken):
-        assert point_store.write_point(path, {"x": (("replica",), np.ones(2))}, {"summary": {}})
+        h = path.name.split(".")[0]
+        assert point_store.write_point(path, {"x": (("replica",), np.ones(2))},
+                                       {"summary": {}, "point_hash": h, "params": params[h]})
         assert not path.exists() and point_store.point_path(path.parent, path.name.split(".")[0]).suffix == ".npz"
     assert point_store.complete_points(files.points_dir, hashes) == set(hashes)
 

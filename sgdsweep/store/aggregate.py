@@ -12,11 +12,14 @@ Points are read one at a time through :class:`sgdsweep.store.points.PointStore` 
 per-replica and per-mode vectors are kept in memory); which arrays are copied, along which
 dimensions and with which attributes is said by :mod:`sgdsweep.store.variables`.
 
-Integrity: every chunk of the ensemble ends with its CRC-32C (Zarr's ``crc32c`` codec, after
-``zstd``), which Zarr checks on every read, also when the ensemble is opened with plain xarray;
-every chunk is written, even one that holds only the fill value (``write_empty_chunks``), so
-:func:`check_ensemble` can tell a deleted chunk file from an empty one. :func:`load_ensemble` and
-:func:`open_ensemble` run that check and name the array (and chunk) that fails it.
+Integrity (:mod:`sgdsweep.store.integrity`): every chunk of the ensemble ends with its CRC-32C
+(Zarr's ``crc32c`` codec, after ``zstd``), which Zarr checks on every read, also when the
+ensemble is opened with plain xarray; every chunk is written, even one that holds only the fill
+value (``write_empty_chunks``), so :func:`check_ensemble` can tell a deleted chunk file from an
+empty one; and the root attribute ``sgdsweep_metadata_sha256`` records the digest of every
+array's metadata, so that an edited ``zarr.json`` is found too. :func:`load_ensemble` and
+:func:`open_ensemble` run that check and name the array (and chunk) that fails it. Each point
+store is checked to be its point's own (:meth:`~sgdsweep.store.points.PointStore.check_identity`).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import zarr
 
 from sgdsweep.errors import StoreError
 from sgdsweep.store import points as point_store
+from sgdsweep.store.integrity import METADATA_ATTR, check_ensemble, damaged_chunk, record_metadata
 from sgdsweep.store.provenance import provenance
 from sgdsweep.store.variables import (
     COORDS,
@@ -82,7 +86,8 @@ def build_ensemble(sweep_spec: dict[str, Any]) -> xr.Dataset:
     Points are read one at a time; only scalars, per-replica and per-mode vectors are kept.
 
     Raises:
-        StoreError: a point store is missing or incomplete.
+        StoreError: a point store is missing, incomplete, or not its point's own (a store
+            copied or renamed onto another point's name).
     """
     points_dir = sweep_spec["points_dir"]
     entries = sweep_spec["points"]
@@ -98,6 +103,7 @@ def build_ensemble(sweep_spec: dict[str, Any]) -> xr.Dataset:
     lag_values = None
     for i, entry in enumerate(entries):
         with point_store.PointStore(point_store.point_path(points_dir, entry["hash"])) as store:
+            store.check_identity(entry["hash"])
             attrs = store.attrs
             arrays = store.read_many([*REPLICA_ARRAYS, *VECTOR_ARRAYS, *([] if lag_values is not None else ["lag"])],
                                      prefixes=("singular_values_", *LAYER_VECTORS))
@@ -211,7 +217,8 @@ def write_ensemble(ds: xr.Dataset, path: str | Path) -> None:
 
     The new ensemble is written whole into ``.<name>.tmp-*`` beside ``path`` and renamed into
     place; an existing ensemble is kept until then. Every chunk is written with its CRC-32C
-    (:data:`ENSEMBLE_COMPRESSORS`), empty ones too. What killed writes left beside ``path``
+    (:data:`ENSEMBLE_COMPRESSORS`), empty ones too, and the digests of the metadata are recorded
+    (:func:`sgdsweep.store.integrity.record_metadata`). What killed writes left beside ``path``
     (``.<name>.tmp-*``, ``.<name>.old-*``) is removed: before writing, what is older than
     :data:`sgdsweep.store.points.STALE_TEMPORARY_SECONDS` (a younger one may be another write in
     progress), and, once the new ensemble is in place, whatever its age.
@@ -221,12 +228,14 @@ def write_ensemble(ds: xr.Dataset, path: str | Path) -> None:
     remove_orphan_temporaries(path, older_than=point_store.STALE_TEMPORARY_SECONDS)
     tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
     ds = ds.drop_encoding()
+    ds.attrs = {k: v for k, v in ds.attrs.items() if k != METADATA_ATTR}  # one read back: recorded anew
     encoding = {name: {"compressors": ENSEMBLE_COMPRESSORS} for name in ds.variables}
     try:
         with warnings.catch_warnings():  # consolidated metadata: not in the v3 spec, read by xarray
             warnings.filterwarnings("ignore", message="Consolidated metadata", category=UserWarning)
             ds.to_zarr(tmp, mode="w", zarr_format=3, consolidated=True, encoding=encoding,
                        write_empty_chunks=True)
+        record_metadata(tmp)
         old = None
         if path.exists():
             old = path.with_name(f".{path.name}.old-{uuid.uuid4().hex[:8]}")
@@ -261,72 +270,31 @@ def remove_orphan_temporaries(path: str | Path, older_than: float) -> list[Path]
     return removed
 
 
-def check_ensemble(path: str | Path) -> None:
-    """Check that every array of the ensemble at ``path`` has all its chunks in the store.
-
-    Zarr reads a missing chunk as the fill value (NaN), silently; :func:`write_ensemble` writes
-    every chunk, so one missing is a lost file. Cost: one listing of each array's chunks (the
-    chunks' CRC-32C is checked by Zarr when they are read). Arrays without the CRC-32C codec come
-    from ensembles written before these checks, which skipped chunks holding only the fill value:
-    they are not checked (a rerun of the sweep rewrites them with checksums).
-
-    Raises:
-        StoreError: naming the array and how many of its chunks are missing.
-        zarr.errors.NodeNotFoundError: no Zarr group at ``path``.
-    """
-    try:
-        group = zarr.open_group(str(path), mode="r")
-        arrays = list(group.arrays())
-    except zarr.errors.NodeNotFoundError:  # not an ensemble at all: the caller says what is there
-        raise
-    except (OSError, ValueError, KeyError) as exc:
-        raise StoreError(f"ensemble {path} is unreadable ({exc}); delete it and rerun the workflow "
-                         "(the aggregate step rebuilds it from the point stores)") from None
-    for name, arr in arrays:
-        if not any(isinstance(c, zarr.codecs.Crc32cCodec) for c in arr.compressors):
-            continue  # written before ensembles carried checksums: all-fill chunks were not written
-        present = arr.nchunks_initialized
-        if present < arr.nchunks:
-            raise StoreError(f"ensemble {path}: array '{name}' has {arr.nchunks - present} of its "
-                             f"{arr.nchunks} chunk file(s) missing under {Path(path) / name}; delete the "
-                             "ensemble and rerun the workflow (the aggregate step rebuilds it from the "
-                             "point stores)")
-
-
-def _damaged_chunk(path: str | Path) -> str:
-    """Where the ensemble at ``path`` fails to read: ``array 'x' chunk (i, ...)`` and Zarr's
-    error, for the first chunk that does (called after a read failed, so its cost is moot)."""
-    group = zarr.open_group(str(path), mode="r")
-    for name, arr in group.arrays():
-        for coords in np.ndindex(*arr.cdata_shape):
-            try:
-                arr.get_block_selection(coords)
-            except Exception as exc:  # noqa: BLE001 - Zarr's codecs raise several types
-                return f"array '{name}' chunk {coords} under {Path(path) / name} ({exc})"
-    return "no single chunk fails on its own"
-
-
 def load_ensemble(path: str | Path) -> xr.Dataset:
     """The whole ensemble read into memory as NumPy arrays (the fits and the report use all of
     it: opening it without Dask chunks skips building and computing a task graph).
 
     Raises:
-        StoreError: a chunk is missing (:func:`check_ensemble`) or fails its CRC-32C, naming it.
+        StoreError: a chunk is missing or an array's metadata was edited (:func:`check_ensemble`),
+            or a chunk fails its CRC-32C, naming it.
     """
     check_ensemble(path)
     try:
-        return xr.open_zarr(path, chunks=None).load()
+        ds = xr.open_zarr(path, chunks=None).load()
     except ValueError as exc:  # Zarr: "Stored and computed checksum do not match", or a bad chunk
-        raise StoreError(f"ensemble {path} is damaged: {_damaged_chunk(path)}; delete it and rerun "
+        raise StoreError(f"ensemble {path} is damaged: {damaged_chunk(path)}; delete it and rerun "
                          "the workflow (the aggregate step rebuilds it from the point stores)") from exc
+    ds.attrs.pop(METADATA_ATTR, None)  # checked: the record is not part of the results
+    return ds
 
 
 def open_ensemble(path: str | Path, grid: bool = False) -> xr.Dataset:
-    """Open an ensemble lazily (its chunks listed first: :func:`check_ensemble`; each chunk's
-    CRC-32C is checked by Zarr when it is read); with ``grid=True`` unstack ``point`` into the
-    swept axes."""
+    """Open an ensemble lazily (its metadata checked and its chunks listed first:
+    :func:`check_ensemble`; each chunk's CRC-32C is checked by Zarr when it is read); with
+    ``grid=True`` unstack ``point`` into the swept axes."""
     check_ensemble(path)
     ds = xr.open_zarr(path)
+    ds.attrs.pop(METADATA_ATTR, None)  # checked: the record is not part of the results
     if not grid:
         return ds
     axes = json.loads(ds.attrs.get("swept_axes", "[]"))

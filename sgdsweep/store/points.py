@@ -21,9 +21,20 @@ changed fails :func:`is_complete` and is recomputed by the next run; a crafted a
 that are not ``.npy``, declared sizes beyond :data:`MAX_POINT_BYTES`, pickled objects) is
 refused with a :class:`~sgdsweep.errors.StoreError` naming the file.
 
+Identity: a point's store records the point it holds (attributes ``point_hash`` and
+``params``), and a store counts as the store of point ``h`` only when both name ``h``: its
+recorded hash is ``h`` and its parameters hash to ``h``
+(:mod:`sgdsweep.store.point_identity`). A store copied or
+renamed onto another point's name is therefore not that point's (:func:`complete_points`,
+:meth:`PointStore.check_identity`); when the point is simulated, a good store of another point
+found under its name is moved to its own name if that point has none, else replaced, with a
+warning (:func:`place_members`).
+
 Stores of earlier layouts are still read, through Zarr's public API only: one Zarr (format 3)
 group per point in a zip file (``<hash>.zarr.zip``, layout 2, its CRC-32 in the same comment)
-or in a directory (``<hash>.zarr``, layout 1). New stores are always written as ``.npz``.
+or in a directory (``<hash>.zarr``, layout 1; it has no checksum, so every array must have all
+its chunk files: Zarr would read a deleted one as the fill value). New stores are always written
+as ``.npz``.
 """
 
 from __future__ import annotations
@@ -44,6 +55,7 @@ from typing import Any
 import numpy as np
 
 from sgdsweep.errors import StoreError, UsageError
+from sgdsweep.store.point_identity import HASH_ATTR, identity_problem, misnamed, set_aside
 
 #: Attribute that marks a store as complete (set in the metadata member written with the arrays).
 COMPLETE_ATTR = "sgdsweep_complete"
@@ -160,15 +172,25 @@ def place_members(path: str | Path, members: Mapping[str, np.ndarray], meta: Map
     JSON member :data:`META_MEMBER`), checksummed, atomically: written to a temporary file beside
     ``path`` and renamed. Nothing is checked about the contents (:func:`write_point` builds
     them); returns False, placing nothing, if a complete store of the point is already there.
+    When the attributes name the point (:data:`HASH_ATTR`), a complete store under its name that
+    is not its own (:func:`identity_problem`) does not count: it is set aside first
+    (:func:`~sgdsweep.store.point_identity.set_aside`: moved to its own name if it is a good
+    store of a point that has none, else replaced), with a warning.
 
     Raises: UsageError or StoreError as :func:`write_point`.
     """
     path = Path(path)
     existing = point_path(path.parent, _stem(path))
-    if is_complete(existing):
+    owner = meta.get("attributes", {}).get(HASH_ATTR)
+    if is_complete(existing, point_hash=owner):
         return False
+    if owner is not None and existing.exists():
+        try:
+            set_aside(existing, owner, read_attrs(existing), SUFFIXES)
+        except StoreError:  # incomplete: replaced as any incomplete store
+            pass
     members = {**members, META_MEMBER: np.array(json.dumps(meta, allow_nan=True).encode())}
-    return _place(path, _archive(members), existing if existing != path else None)
+    return _place(path, _archive(members), existing if existing != path else None, owner)
 
 
 def _archive(members: Mapping[str, np.ndarray]) -> memoryview:
@@ -192,15 +214,16 @@ def _archive(members: Mapping[str, np.ndarray]) -> memoryview:
     return raw
 
 
-def _place(path: Path, data: memoryview | bytes, leftover: Path | None) -> bool:
+def _place(path: Path, data: memoryview | bytes, leftover: Path | None, owner: str | None = None) -> bool:
     """Write ``data`` to a temporary file beside ``path`` (``<hash>.npz``) and rename it into
     place, then remove ``leftover``, an incomplete store of the point in an earlier layout.
-    False, placing nothing, if a complete store appeared at ``path`` meanwhile."""
+    False, placing nothing, if a complete store (point ``owner``'s own, when given) appeared at
+    ``path`` meanwhile."""
     tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:8]}"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         _write_file(tmp, data)
-        if is_complete(path):  # another task placed the same point meanwhile
+        if is_complete(path, point_hash=owner):  # another task placed the same point meanwhile
             return False
         os.replace(tmp, path)
         if leftover is not None and leftover.is_dir():
@@ -340,14 +363,17 @@ class PointStore:
     its members are checked before any is read (every name ``<array>.npy``, the metadata member
     present, declared sizes at most :data:`MAX_POINT_BYTES` in all) and read as
     :func:`numpy.load` reads them, without pickle. Stores of layouts 2 and 1 are read through Zarr's public
-    API (:func:`zarr.open_group`).
+    API (:func:`zarr.open_group`); of a directory store, every array must have all its chunk
+    files (Zarr reads a missing one as the fill value) unless ``require_chunks`` is False (for a
+    group whose files were checked otherwise: an export's, against its manifest).
 
     Raises (on opening): StoreError naming the store when it is missing, unreadable, damaged,
     crafted, or not marked complete.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, require_chunks: bool = True) -> None:
         self.path = Path(path)
+        self._require_chunks = require_chunks
         self._zip: zipfile.ZipFile | None = None
         self._tables: dict[str, str] = {}  # array name → the table member holding it
         self._rows: dict[str, np.ndarray] = {}  # table member → its structured array, once read
@@ -415,6 +441,12 @@ class PointStore:
 
         if self.path.is_dir():
             self._group = zarr.open_group(str(self.path), mode="r")
+            for name, arr in self._group.arrays() if self._require_chunks else ():
+                present = arr.nchunks_initialized  # one listing of the array's chunk files
+                if present < arr.nchunks:
+                    raise StoreError(f"point store {self.path} is damaged: array '{name}' has "
+                                     f"{arr.nchunks - present} of its {arr.nchunks} chunk file(s) missing "
+                                     f"under {self.path / name}; rerun the workflow: it recomputes that point")
         else:
             _check_zarr_zip(self.path)
             self._zipstore = ZipStore(self.path, mode="r")
@@ -422,6 +454,16 @@ class PointStore:
         arrays = {name: (tuple(arr.metadata.dimension_names or ()), dict(arr.attrs))
                   for name, arr in self._group.arrays()}
         return {"attributes": dict(self._group.attrs), "arrays": arrays}
+
+    def check_identity(self, point_hash: str) -> None:
+        """Check that this store is point ``point_hash``'s
+        (:func:`~sgdsweep.store.point_identity.identity_problem`).
+
+        Raises: StoreError naming the store, the point and what it holds instead.
+        """
+        why = identity_problem(point_hash, self.attrs)
+        if why is not None:
+            raise misnamed(self.path, point_hash, why)
 
     def _member(self, name: str) -> np.ndarray:
         """The array of member ``<name>.npy``, read as :func:`numpy.load` reads a member of an
@@ -505,20 +547,25 @@ def read_arrays(path: str | Path, names: Iterable[str], prefixes: tuple[str, ...
         return store.read_many(names, prefixes)
 
 
-def is_complete(path: str | Path) -> bool:
+def is_complete(path: str | Path, point_hash: str | None = None) -> bool:
     """Whether ``path`` holds a complete point store: readable, marked complete, and for a zip
     store (layouts 3 and 2) every byte as written (a store cut short or with a byte changed is
-    not complete). A directory store (layout 1) has no checksum: only its metadata is read."""
+    not complete). A directory store (layout 1) has no checksum: its metadata is read and every
+    array's chunk files listed. With ``point_hash``, the store must also be that point's
+    (:func:`~sgdsweep.store.point_identity.identity_problem`)."""
     try:
-        PointStore(path).close()
+        with PointStore(path) as store:
+            if point_hash is not None:
+                store.check_identity(point_hash)
     except StoreError:
         return False
     return True
 
 
 def complete_points(points_dir: str | Path, hashes: Iterable[str]) -> set[str]:
-    """The hashes among ``hashes`` whose point store in ``points_dir`` is complete (one directory
-    listing, then only the stores that exist are opened: planning 10⁴ points stays fast)."""
+    """The hashes among ``hashes`` whose point store in ``points_dir`` is complete and is that
+    point's own (:func:`is_complete` with the hash; one directory listing, then only the stores
+    that exist are opened: planning 10⁴ points stays fast)."""
     try:
         present = set(os.listdir(points_dir))
     except FileNotFoundError:
@@ -527,7 +574,7 @@ def complete_points(points_dir: str | Path, hashes: Iterable[str]) -> set[str]:
     for h in hashes:
         for name in (f"{h}{suffix}" for suffix in SUFFIXES):  # as point_path prefers them
             if name in present:
-                if is_complete(Path(points_dir) / name):
+                if is_complete(Path(points_dir) / name, point_hash=h):
                     done.add(h)
                 break
     return done
@@ -545,8 +592,10 @@ def has_array(path: str | Path, name: str) -> bool:
 def write_zarr_group(path: str | Path, directory: str | Path) -> None:
     """Write the point store at ``path`` (any layout) as a Zarr (format 3) group in the new
     directory ``directory``, through Zarr's public API: one array per array of the store, with
-    its dimension names and attributes, then the group's attributes (so an interrupted write is
-    not marked complete). :class:`PointStore` reads such a directory back (layout 1).
+    its dimension names and attributes and every chunk written (also one holding only the fill
+    value, so that a missing chunk file means a lost one), then the group's attributes (so an
+    interrupted write is not marked complete). :class:`PointStore` reads such a directory back
+    (layout 1).
 
     Raises: StoreError if the store is missing, damaged or incomplete; zarr's errors if
     ``directory`` exists.
@@ -560,17 +609,19 @@ def write_zarr_group(path: str | Path, directory: str | Path) -> None:
             data = store.read(name)
             arr = group.create_array(name, shape=data.shape, dtype=data.dtype,
                                      chunks=tuple(max(s, 1) for s in data.shape) or "auto",
-                                     dimension_names=list(dims), compressors=None, attributes=attributes)
+                                     dimension_names=list(dims), compressors=None, attributes=attributes,
+                                     config={"write_empty_chunks": True})
             arr[...] = data
         group.attrs.update(store.attrs)
 
 
-def copy_point(source: str | Path, path: str | Path) -> bool:
-    """Write the point store at ``source`` (any layout) as the ``.npz`` store ``path``
-    (:func:`write_point`: atomic, a complete store there is kept). Returns what it returns.
+def copy_point(source: str | Path, path: str | Path, require_chunks: bool = True) -> bool:
+    """Write the point store at ``source`` (any layout; ``require_chunks`` as
+    :class:`PointStore`) as the ``.npz`` store ``path`` (:func:`write_point`: atomic, a complete
+    store there is kept). Returns what it returns.
 
     Raises: StoreError if ``source`` is missing, damaged or incomplete.
     """
-    with PointStore(source) as store:
+    with PointStore(source, require_chunks=require_chunks) as store:
         arrays = {name: (dims, store.read(name), attributes) for name, (dims, attributes) in store.arrays.items()}
         return write_point(path, arrays, store.attrs)

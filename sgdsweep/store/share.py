@@ -35,6 +35,7 @@ import yaml
 
 from sgdsweep.errors import StoreError, UsageError
 from sgdsweep.store import points as point_store
+from sgdsweep.store.point_identity import identity_problem
 from sgdsweep.store.share_verify import (
     COMMENT_PREFIX,
     MANIFEST,
@@ -187,19 +188,37 @@ def _download(src: str, tmpdir: Path) -> Path:
 def export_sweep(sweep_dir: str | Path, dest: str) -> dict[str, Any]:
     """Export a finished sweep directory (``results/<sweep>``) to ``dest`` (a path or fsspec URL).
 
+    Before anything is written, the ensemble is read whole as :func:`sgdsweep.open_ensemble`
+    and the fits read it (:func:`sgdsweep.store.aggregate.load_ensemble`: its metadata against
+    its record, every chunk present and matching its CRC-32C), and every point store is checked
+    complete and its point's own (:meth:`sgdsweep.store.points.PointStore.check_identity`).
+
     Returns:
         The manifest written.
+
+    Raises:
+        UsageError: ``dest`` exists or is not a ``.zip``; the sweep is not finished, or its
+            ensemble or a point store fails those checks (naming it and the fix).
     """
+    from sgdsweep.store.aggregate import load_ensemble
+
     sweep_dir = Path(sweep_dir)
     _new_destination(dest)
     report_spec, fits, points = _sweep_parts(sweep_dir)
+    try:
+        load_ensemble(sweep_dir / "ensemble.zarr")
+    except StoreError as exc:
+        raise UsageError(f"{sweep_dir} is not exported: {exc}") from None
     ens_attrs = json.loads((sweep_dir / "ensemble.zarr" / "zarr.json").read_text()).get("attributes", {})
     members = _ensemble_members(sweep_dir / "ensemble.zarr", fits)
     points_dir = sweep_dir / "points"
     for h in points:
-        if not point_store.is_complete(point_store.point_path(points_dir, h)):
-            raise UsageError(f"point store {point_store.point_path(points_dir, h)} is missing or incomplete; "
-                             "re-run the workflow before exporting")
+        path = point_store.point_path(points_dir, h)
+        try:
+            with point_store.PointStore(path) as store:
+                store.check_identity(h)
+        except StoreError as exc:
+            raise UsageError(f"{sweep_dir} is not exported: {exc}; re-run the workflow before exporting") from None
     members["fits.json"] = json.dumps(fits, indent=1, sort_keys=True).encode()
     provenance = {k: ens_attrs.get(k) for k in ("code_version", "host", "python", "created_utc", "sweep_hash")}
     provenance["package_versions"] = json.loads(ens_attrs.get("package_versions", "{}"))
@@ -299,8 +318,11 @@ def _imported_config(config: dict[str, Any], results_dir: Path) -> str:
 def _extract(zf: zipfile.ZipFile, manifest: dict[str, Any], staging: Path, src: str | Path) -> None:
     """Copy a verified export's members into ``staging`` (a new directory): ``fits.json``, the
     ensemble's keys under ``ensemble.zarr/``, and each point's keys as a Zarr group, read back
-    and placed as its point store ``points/<hash>.npz`` (checked complete); each member
-    streamed and hashed (:func:`member_blocks`), no file written over another."""
+    and placed as its point store ``points/<hash>.npz`` (checked complete and its point's own;
+    its chunk files are the manifest's, checked by :func:`verified`, and an exporter before
+    :func:`sgdsweep.store.points.write_zarr_group` wrote every chunk left out those holding only
+    the fill value); each member streamed and hashed (:func:`member_blocks`), no file written
+    over another."""
     members = manifest["members"]
     stores: dict[str, list[str]] = {}
     for name, entry in members.items():
@@ -323,7 +345,13 @@ def _extract(zf: zipfile.ZipFile, manifest: dict[str, Any], staging: Path, src: 
             with open(out, "xb") as fh:
                 fh.writelines(member_blocks(zf, name, members[name], src))
         try:
-            point_store.copy_point(group, point_store.point_path(staging / "points", h))
+            with point_store.PointStore(group, require_chunks=False) as store:
+                why = identity_problem(h, store.attrs)
+            if why is not None:
+                raise ShareError(f"{src}: member 'points/{h}.zarr/zarr.json': the point store under point {h}'s "
+                                 f"name is not that point's ({why}); the file's stores were swapped, renamed or "
+                                 "edited after export, do not use it")
+            point_store.copy_point(group, point_store.point_path(staging / "points", h), require_chunks=False)
         except StoreError as exc:
             raise ShareError(f"{src}: the point store of point {h} is not marked complete or not readable ({exc}); "
                              "the file was crafted or exported from an unfinished sweep, do not use it") from None

@@ -16,7 +16,12 @@ integrity, not origin), so nothing the file says is trusted:
   and its config is a valid sweep whose ``sweep`` is the manifest's and whose points hash to the
   manifest's points, each of which has its point store in the file (and no other store is);
 - every member is read in blocks of :data:`BLOCK_BYTES`, counted and hashed as it streams: no
-  member is ever held whole in memory.
+  member is ever held whole in memory;
+- then, read through Zarr's public API (:func:`check_contents`): the ensemble passes the check
+  :func:`sgdsweep.open_ensemble` runs (:func:`sgdsweep.store.integrity.check_ensemble`: its
+  metadata against its recorded digests, every chunk present), and each point's store records
+  that point (its hash, and parameters that hash to it), so stores swapped or renamed between
+  points are refused.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from sgdsweep.errors import ConfigError, SgdsweepError
+from sgdsweep.errors import ConfigError, SgdsweepError, StoreError
 
 SCHEMA_VERSION = "sgdsweep-export/1"
 MANIFEST = "sgdsweep-manifest.json"
@@ -105,7 +110,42 @@ def verified(zf: zipfile.ZipFile, size: int, src: str | Path) -> dict[str, Any]:
     for name, entry in manifest["members"].items():
         for _ in member_blocks(zf, name, entry, src):
             pass
+    check_contents(Path(str(zf.filename)), manifest, src)
     return manifest
+
+
+def check_contents(path: Path, manifest: dict[str, Any], src: str | Path) -> None:
+    """Check what the export at ``path`` (the local copy of ``src``, its members verified) holds,
+    through Zarr's public API: its ensemble as :func:`sgdsweep.store.integrity.check_ensemble`
+    checks one, and that the point store under each point's name is that point's
+    (:func:`sgdsweep.store.point_identity.identity_problem` of its group attributes).
+
+    Raises:
+        ShareError: naming the file, the member and what is wrong.
+    """
+    import zarr
+
+    from sgdsweep.store.integrity import check_ensemble
+    from sgdsweep.store.point_identity import identity_problem
+
+    with zarr.storage.ZipStore(path, mode="r") as store:
+        try:
+            check_ensemble(src, store=store, keys=set(manifest["members"]))
+        except (StoreError, zarr.errors.NodeNotFoundError) as exc:
+            raise ShareError(f"{src}: its ensemble (the zip's root group) is refused: {exc}. The file was "
+                             "changed after export, or exported from a damaged sweep: do not use it") from None
+        for h in manifest["points"]:
+            name = f"points/{h}.zarr/zarr.json"
+            try:
+                attrs = zarr.open_group(store, path=f"points/{h}.zarr", mode="r").attrs.asdict()
+            except (zarr.errors.NodeNotFoundError, OSError, ValueError, KeyError, TypeError) as exc:
+                raise ShareError(f"{src}: member {name!r} is not a Zarr group's metadata ({exc}); a damaged "
+                                 "or crafted file, do not use it") from None
+            why = identity_problem(h, attrs)
+            if why is not None:
+                raise ShareError(f"{src}: member {name!r}: the point store under point {h}'s name is not that "
+                                 f"point's ({why}); the file's stores were swapped, renamed or edited after "
+                                 "export, do not use it")
 
 
 def _name_problem(name: str) -> str | None:

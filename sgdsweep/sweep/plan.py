@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from sgdsweep.errors import StoreError
+from sgdsweep.store.point_identity import HASH_ATTR, identity_problem
 from sgdsweep.store.points import complete_points, failed_marker, point_path, read_attrs
 from sgdsweep.sweep.config import Point, Sweep
 from sgdsweep.sweep.cost import check_memory, describe
@@ -176,7 +177,9 @@ def write_plan(sweep: Sweep) -> PlanFiles:
 
 
 def pending_points(sweep: Sweep) -> dict[str, list[str]]:
-    """Shard id → hashes of its points that have no complete store yet."""
+    """Shard id → hashes of its points that have no complete store of their own yet (a store
+    under a point's name that holds another point's results does not count:
+    :func:`sgdsweep.store.points.complete_points`)."""
     files = PlanFiles(sweep.directory)
     done = complete_points(files.points_dir, (p.hash for p in sweep.points))
     out: dict[str, list[str]] = {}
@@ -192,7 +195,10 @@ def explain(sweep: Sweep) -> dict[str, str]:
 
     Reasons: ``extended`` (a round of a sweep with precision targets extends the point, and
     why: :func:`sgdsweep.sweep.precision.extension_reasons`), ``corrupt`` (a store exists but is
-    incomplete or unreadable), ``previously failed`` (its last simulation raised; the error is
+    incomplete or unreadable), ``misnamed`` (a complete store under the point's name is not its
+    own: another point's results, copied or renamed there, or edited parameters; what differs is
+    listed, and the store is moved to its own point's name or replaced when the point is
+    simulated), ``previously failed`` (its last simulation raised; the error is
     quoted), ``changed`` (the previous plan had a point with the same axis values but other
     parameters; the differences are listed) or ``new``.
     Call it before the plan is rewritten (by the workflow's plan rules or :func:`write_plan`).
@@ -218,7 +224,7 @@ def explain(sweep: Sweep) -> dict[str, str]:
         marker = failed_marker(files.points_dir, p.hash)
         old = previous.get(tuple(axis_key(p)))
         if store.exists():
-            reasons[p.hash] = "corrupt (incomplete or unreadable store)"
+            reasons[p.hash] = _store_problem(store, p)
         elif marker.exists():
             try:
                 error = json.loads(marker.read_text()).get("error", "")
@@ -230,6 +236,27 @@ def explain(sweep: Sweep) -> dict[str, str]:
         else:
             reasons[p.hash] = "new"
     return reasons
+
+
+def _store_problem(store: Path, point: Point) -> str:
+    """Why the existing store ``store`` does not count as ``point``'s: ``corrupt`` (incomplete or
+    unreadable), or ``misnamed`` (:func:`sgdsweep.store.point_identity.identity_problem`) with
+    the parameters in which the store's point differs from this one."""
+    try:
+        attrs = read_attrs(store)
+    except StoreError:
+        return "corrupt (incomplete or unreadable store)"
+    why = identity_problem(point.hash, attrs)
+    if why is None:  # complete and its own after all (written meanwhile)
+        return "corrupt (incomplete or unreadable store)"
+    held = attrs.get("params") if isinstance(attrs.get("params"), Mapping) else {}
+    diffs = [f"{k} {' where this point has '.join(show_values(held.get(k), point.params.get(k)))}"
+             for k in sorted(set(held) | set(point.params)) if held.get(k) != point.params.get(k)]
+    other = attrs.get(HASH_ATTR)
+    good = isinstance(other, str) and identity_problem(other, attrs) is None  # a good store of point `other`
+    aside = f"moved to point {other}'s name if that point has no store, else replaced" if good else "replaced"
+    return (f"misnamed ({store.name}: {why}" + (f": {', '.join(diffs)}" if diffs and held else "")
+            + f"; the store is {aside} when this point is simulated)")
 
 
 def _param_diff(points_dir: Path, old_hash: str, point: Point) -> str:
