@@ -22,6 +22,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from sgdsweep.analysis.fit.escape import LAW_NAMES
+
 #: Human names of the fits, in the order the report and the summary list them.
 NAMES = {"power_law": "Power law weight_var = A·λ^a·S^b", "linear_scaling": "Linear scaling rule: collapse in λ/S",
          "momentum_scaling": "Momentum scaling: collapse in λ/((1−μ)S)",
@@ -173,13 +175,13 @@ def _escape(res: dict[str, Any]) -> tuple[list[str], list[tuple[str, dict[str, A
         sentences.append(f"power-law escape slope {num(slope['theory_powerlaw'])} "
                          f"({'inside' if slope['theory_powerlaw_inside'] else 'outside'})")
     if absent:  # a law that does not hold at these points (fit_escape's laws_absent) is not compared
-        sentences.append(f"{' and '.join(absent)} not compared (no prediction here)")
+        sentences.append(f"{' and '.join(LAW_NAMES.get(k, k) for k in absent)} not compared (no prediction here)")
     laws = res.get("supported_laws") or []
     compared = [law for law in ("arrhenius", "powerlaw") if law not in absent]
     if compared:
-        sentences.append("approximate laws supported: " + ", ".join(laws) if laws else
+        sentences.append("approximate law supported: " + ", ".join(LAW_NAMES.get(k, k) for k in laws) if laws else
                          "neither approximate law's slope is inside" if len(compared) > 1 else
-                         f"{compared[0]}'s slope is not inside")
+                         f"{LAW_NAMES.get(compared[0], compared[0])}: slope not inside")
     return sentences, [("slope_exact", exact)] if exact is not None else [], "good"
 
 
