@@ -172,7 +172,8 @@ def test_corrupted_point_store_is_recomputed(tmp_path):
     meta["attributes"]["sgdsweep_complete"] = False  # ...and no longer marked complete
     stores[1].unlink()
     point_store.place_members(stores[1], members, meta)
-    intact = {p.name: p.stat().st_ino for p in stores[3:]}
+    shutil.copyfile(stores[3], stores[4])  # another point's whole store under this point's name
+    intact = {p.name: p.stat().st_ino for p in (stores[3], stores[5])}
     # what a write killed long ago left beside the truncated store goes at once; a young one may
     # be live until the point is stored, then it goes too
     orphan = stores[0].with_name(f".{stores[0].name}.tmp-0badf00d")
@@ -182,11 +183,11 @@ def test_corrupted_point_store_is_recomputed(tmp_path):
     past = time.time() - point_store.STALE_TEMPORARY_SECONDS - 60
     os.utime(orphan, (past, past))
     plan = run_cli("plan", str(cfg), cwd=tmp_path)
-    assert plan.returncode == 0 and "3 to simulate (3 corrupt)" in plan.stdout, plan.stdout
+    assert plan.returncode == 0 and "4 to simulate (3 corrupt, 1 misnamed)" in plan.stdout, plan.stdout
     proc = run_snakemake(tmp_path, cfg)
     assert proc.returncode == 0, proc.stderr[-3000:]
     log = next((sweep / "logs" / "simulate").glob("*.log")).read_text()
-    assert "3 to simulate" in log
+    assert "4 to simulate" in log
     assert "removed 1 temporary file(s) that killed writes left" in log
     assert "removed 1 temporary file(s) of writes that did not finish, e.g. " + young.name in log
     assert not orphan.exists() and not young.exists()
