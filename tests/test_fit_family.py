@@ -1,0 +1,46 @@
+"""Edge cases of the report's family-wise decisions: every comparison the verdicts and the headline
+call a disagreement is one the family decided, and each verdict reads as its numbers say."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import xarray as xr
+
+from sgdsweep.analysis.fit import fit_ensemble
+from sgdsweep.analysis.fit.verdict import judge
+
+FIT = {"confidence": 0.95, "bootstrap": 200}
+
+
+def _ensemble(scale: float = 1.0, replicas: int = 16, seed: int = 0) -> xr.Dataset:
+    """Six points on λ ∈ {0.1, 0.2, 0.4} × S ∈ {2, 4} with exact theory λ/S and measurements
+    ``scale`` times it (5 % SE per point)."""
+    rng = np.random.default_rng(seed)
+    lr = np.repeat([0.1, 0.2, 0.4], 2)
+    bs = np.tile([2.0, 4.0], 3)
+    theory = lr / bs
+    reps = scale * theory[:, None] * (1 + 0.05 * math.sqrt(replicas) * rng.standard_normal((6, replicas)))
+    return xr.Dataset({"weight_var": ("point", reps.mean(1)),
+                       "weight_var_se": ("point", reps.std(1, ddof=1) / math.sqrt(replicas)),
+                       "weight_var_theory": ("point", theory),
+                       "weight_var_replica": (("point", "replica"), reps),
+                       "diverged": ("point", np.zeros(6, bool))},
+                      coords={"point": [f"p{i}" for i in range(6)], "lr": ("point", lr), "batch_size": ("point", bs)},
+                      attrs={"swept_axes": json.dumps(["lr", "batch_size"])})
+
+
+def test_a_power_law_that_fits_but_sits_off_the_exact_theory_disagrees_in_its_verdict():
+    """Measurements 1.5 × the exact theory: exponents right, the power law fits, but the family
+    rejects the point-by-point agreement: the verdict must say so, not "ok"."""
+    fits = fit_ensemble(_ensemble(scale=1.5), dict(FIT))
+    (res,) = fits["power_law"]
+    assert res["chi2_pvalue"] > 0.05 and res["agreement_disagrees"]
+    v = judge("power_law", res)
+    assert v.status == "bad", v.text()
+    assert "a pure power law fits" in v.text() and "deviate from the exact theory point by point" in v.text()
+    assert "Holm-adjusted" in v.text()
+    good = judge("power_law", fit_ensemble(_ensemble(), dict(FIT))["power_law"][0])
+    assert good.status == "good" and "deviate" not in good.text()
