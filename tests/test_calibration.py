@@ -108,3 +108,13 @@ def test_the_point_by_point_check_has_a_uniform_pvalue_and_the_headline_reads_it
     assert status == "good" and "Holm-adjusted over the report 0.09" in text and "agrees with" in text
     fits["points"][0].update(disagrees=True, pvalue_holm=0.01)
     assert agreement(ds, "weight_var", "Weight variance", 0.95, fits=fits)[1] == "bad"
+
+
+def test_a_leading_order_prediction_is_deviated_from_never_disagreed_with():
+    from sgdsweep.analysis.headline import agreement
+
+    ds = _points(np.array([0.1, -0.3, 8.0, 0.2, 0.5, -1.0]))  # 8 SE from the prediction
+    text, status = agreement(ds, "weight_var", "Joint eigenvalue", 0.95, words="the leading-order value", exact=False)
+    assert status == "neutral" and "deviates from the leading-order value beyond its noise" in text
+    assert "DISAGREES" not in text
+    assert agreement(_points(np.zeros(6)), "weight_var", "J", 0.95, exact=False)[1] == "good"

@@ -314,7 +314,8 @@ def test_isotropy_lead_compares_the_joint_eigenvalue_with_its_isotropic_value():
     head = headline.headline("auto", ds, {}, {})
     text = " ".join(head.sentences)
     assert head.lead == "isotropy" and head.status == "good", text
-    assert "against the isotropic value λ⟨r²⟩/(2S)" in text and "anisotropy" in text
+    assert "against the leading-order isotropic value λ⟨r²⟩/(2S)" in text and "anisotropy" in text
+    assert "DISAGREES" not in text  # a leading-order prediction is deviated from, never disagreed with
     _, _, make, args = head.figure
     fig = make(*args)
     try:
