@@ -44,3 +44,37 @@ def test_a_power_law_that_fits_but_sits_off_the_exact_theory_disagrees_in_its_ve
     assert "Holm-adjusted" in v.text()
     good = judge("power_law", fit_ensemble(_ensemble(), dict(FIT))["power_law"][0])
     assert good.status == "good" and "deviate" not in good.text()
+
+
+def _pairs(lr: np.ndarray, s: np.ndarray, power: float, replicas: int = 1000) -> xr.Dataset:
+    """Singular values of a degenerate pair (centre 4 + σ·GOE(2)) with σ² ∝ (λ/S)^power."""
+    rng = np.random.default_rng(1)
+    sigma = 0.05 * (lr / s / 0.025) ** (power / 2)
+    sv = []
+    for sig in sigma:
+        mats = np.zeros((replicas, 2, 2))
+        mats[:, 0, 0], mats[:, 1, 1] = 4.0 + rng.normal(0, sig, (2, replicas))
+        mats[:, 0, 1] = mats[:, 1, 0] = rng.normal(0, sig / np.sqrt(2), replicas)
+        sv.append(np.sqrt(np.sort(np.linalg.eigvalsh(mats), axis=1)[:, ::-1]))
+    return xr.Dataset({"singular_values_W": (("point", "replica", "sv_W"), np.stack(sv)),
+                       "diverged": ("point", np.zeros(lr.size, bool))},
+                      coords={"point": [f"p{i}" for i in range(lr.size)], "lr": ("point", lr),
+                              "batch_size": ("point", s)}, attrs={"swept_axes": '["lr", "batch_size"]'})
+
+
+def test_the_pair_width_exponents_are_decided_by_the_family():
+    """The pair width's a and b are compared with the linear scaling rule (1, −1): each carries
+    the p-value of its interval and joins the family, so a wrong scaling is a decided disagreement
+    and a right one is not (before, the theory was set without a p-value: "OUTSIDE", undecided)."""
+    lr, s = np.array([0.1, 0.2, 0.1, 0.2, 0.4]), np.array([4.0, 4.0, 8.0, 8.0, 4.0])
+    off = {"power_law": {"enabled": False}, "linear_scaling": {"enabled": False}, "flatness": {"enabled": False}}
+    for power, wrong in ((1.0, False), (2.0, True)):
+        fits = fit_ensemble(_pairs(lr, s, power), {**FIT, **off})
+        (width,) = fits["wigner_width"]
+        for name in ("a", "b"):
+            q = width["params"][name]
+            assert q["pvalue"] is not None and q["disagrees"] is wrong and "pvalue_holm" in q
+            assert (q["pvalue"] >= 0.05) == q["theory_inside"]
+        assert fits["family"]["comparisons"] == 2 * lr.size + 2
+        v = judge("wigner_width", width)
+        assert (v.status == "bad") is wrong and ("DISAGREES" in v.text()) is wrong, v.text()

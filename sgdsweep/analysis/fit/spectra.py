@@ -136,9 +136,10 @@ def fit_wigner(ds: xr.Dataset, cfg: dict[str, Any], diverged: np.ndarray, confid
         res["model"] = "sigma^2 = A * lr^a * batch_size^b (pair width of WᵀW eigenvalues)"
         for name in ("a", "b"):  # the theory is the linear scaling rule itself: σ² ∝ λ/S (Park et al. Eq. 9)
             q = (res.get("params") or {}).get(name)
-            if q and q["interval"][0] is not None:
-                q["theory"] = q["leading_order"]
-                q["theory_inside"] = bool(q["interval"][0] <= q["theory"] <= q["interval"][1])
+            if q and q["interval"][0] is not None:  # with its p-value, for the report's family
+                res["params"][name] = parameter(q["estimate"], q["stderr"], confidence, q["interval_method"],
+                                                theory=q["leading_order"], leading_order=q["leading_order"],
+                                                dof=res["dof"])
         res["group"] = group
         width.append(res)
     return points, width
