@@ -78,3 +78,20 @@ def test_the_pair_width_exponents_are_decided_by_the_family():
         assert fits["family"]["comparisons"] == 2 * lr.size + 2
         v = judge("wigner_width", width)
         assert (v.status == "bad") is wrong and ("DISAGREES" in v.text()) is wrong, v.text()
+
+
+def test_the_headline_leaves_out_diverged_points_as_the_fits_do():
+    """A point with a diverged replica (its survivors biased 30 % high) is left out of the fits'
+    point-by-point check; the headline must compare the same points and so state the family's
+    decision, not judge the biased point by its own bound."""
+    from sgdsweep.analysis.headline import headline
+
+    ds = _ensemble()
+    ds["diverged"].values[5] = True
+    ds["weight_var"].values[5] *= 1.3
+    fits = fit_ensemble(ds, dict(FIT))
+    (check,) = fits["points"]
+    assert check["n_points"] == 5 and not check["disagrees"]
+    head = headline("weight_var", ds, fits, {}, 0.95)
+    assert head.status == "good", head.sentences
+    assert "of 5 points" in head.sentences[0] and "Holm-adjusted over the report" in head.sentences[0]

@@ -75,6 +75,8 @@ def agreement(ds: xr.Dataset, name: str, label: str, confidence: float, mask: np
         return None
     m, se, t = (np.asarray(ds[v].values, float) for v in (name, f"{name}_se", theory))
     use = np.isfinite(m) & np.isfinite(se) & (se > 0) & np.isfinite(t) & (t != 0)
+    if "diverged" in ds:  # as in the fits: a point with a diverged replica is not compared
+        use &= ~np.asarray(ds["diverged"].values, bool)
     if mask is not None:
         use &= mask
     if not use.any():
