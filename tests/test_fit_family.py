@@ -95,3 +95,22 @@ def test_the_headline_leaves_out_diverged_points_as_the_fits_do():
     head = headline("weight_var", ds, fits, {}, 0.95)
     assert head.status == "good", head.sentences
     assert "of 5 points" in head.sentences[0] and "Holm-adjusted over the report" in head.sentences[0]
+
+
+def test_a_theory_inside_its_interval_that_the_family_rejects_reads_as_a_disagreement():
+    """The collapse's p-value (exact null draws) and its score interval are different tests: a
+    collapse at seed 39 has the theory inside the interval and p < 0.001. Its verdict is bad, and
+    its words must say why, not "(inside)"."""
+    from sgdsweep.analysis.fit import fit_collapse
+    from sgdsweep.analysis.fit.family import control
+
+    rng = np.random.default_rng(39)
+    reps = 1 + 0.05 * math.sqrt(32) * rng.standard_normal((8, 32))
+    res = fit_collapse(np.repeat(np.arange(4.0), 2), reps.mean(1), reps.std(1, ddof=1) / math.sqrt(32), np.ones(8),
+                       0.95, replicas=np.full(8, 32))
+    q = res["params"]["spread2"]
+    assert q["theory_inside"] and q["pvalue"] < 0.001
+    control({"linear_scaling": [res]}, 0.95)
+    v = judge("linear_scaling", {**res, "group": {}})
+    assert v.status == "bad" and "exact theory 0 (inside)" not in v.text()
+    assert f"exact theory 0 (inside the interval, but DISAGREES: p = {q['pvalue']:.2g}" in v.text(), v.text()

@@ -118,14 +118,22 @@ def disagrees(q: dict[str, Any]) -> bool | None:
 
 
 def _theory_word(q: dict[str, Any]) -> str:
-    """inside; DISAGREES (p-values); or outside its own interval but not rejected over the report."""
-    if q.get("theory_inside"):
+    """inside; DISAGREES (p-values); or outside its own interval but not rejected over the report.
+
+    The decision is the family's (:func:`disagrees`). Where a quantity's p-value comes from a test
+    other than its interval's (the collapse's exact null draws against its approximate score
+    interval), the theory can lie inside the interval and still be rejected: said as such."""
+    rejected = disagrees(q)
+    if q.get("theory_inside") and not rejected:
         return "inside"
-    if not disagrees(q):
+    if not rejected:
         return (f"outside the interval, {pvalue(q['pvalue'])}; not a disagreement over the report's comparisons "
                 f"(Holm-adjusted {pvalue(q['pvalue_holm'])})" if q.get("pvalue_holm") is not None else "outside")
+    if q.get("pvalue") is None:
+        return "OUTSIDE"
     adjusted = f", Holm-adjusted {pvalue(q['pvalue_holm'])}" if q.get("pvalue_holm") is not None else ""
-    return f"DISAGREES: {pvalue(q['pvalue'])}{adjusted}" if q.get("pvalue") is not None else "OUTSIDE"
+    inside = "inside the interval, but " if q.get("theory_inside") else ""
+    return f"{inside}DISAGREES: {pvalue(q['pvalue'])}{adjusted}"
 
 
 def _numbers(q: dict[str, Any]) -> list[str]:
