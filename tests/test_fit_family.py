@@ -114,3 +114,23 @@ def test_a_theory_inside_its_interval_that_the_family_rejects_reads_as_a_disagre
     v = judge("linear_scaling", {**res, "group": {}})
     assert v.status == "bad" and "exact theory 0 (inside)" not in v.text()
     assert f"exact theory 0 (inside the interval, but DISAGREES: p = {q['pvalue']:.2g}" in v.text(), v.text()
+
+
+def test_a_broken_collapse_is_rejected_in_a_large_family():
+    """A spread of 30 % between points at equal λ/S with 1 % noise lies beyond every null draw:
+    its p-value must resolve below the first batch's 2/20000 = 1e-4, or a report of 600
+    comparisons (a sweep of a few hundred Wigner points) could never reject it (Holm needs
+    p ≤ 0.05/600 = 8e-5 for its smallest p-value)."""
+    from sgdsweep.analysis.fit import fit_collapse
+    from sgdsweep.analysis.fit.collapse import NULL_DRAWS_MAX
+    from sgdsweep.analysis.fit.family import control
+
+    value = np.tile([1.0, 1.3], 4)
+    res = fit_collapse(np.repeat(np.arange(4.0), 2), value, 0.01 * value, np.ones(8), 0.95,
+                       replicas=np.full(8, 32))
+    q = res["params"]["spread2"]
+    assert q["pvalue"] == 2 / NULL_DRAWS_MAX and q["pvalue_tail"] == "upper"
+    others = [{"params": {"psi": {"pvalue": 0.5}}} for _ in range(599)]
+    family = control({"linear_scaling": [res], "flatness": others}, 0.95)
+    assert family["comparisons"] == 600 and q["disagrees"]
+

@@ -26,7 +26,7 @@ falls low, and missed the exact theory in 13 % of data sets at a nominal 5 %
 
 The theory's p-value is exact rather than normal: Δ̂² is a quadratic form whose upper tail is
 heavier than a normal one, and a report's family-wise decision reads p-values far in the tail
-(0.05/m). :func:`null_pvalue` draws Δ̂² under the theory, log values ``ln theory_i + s_i·T_i``
+(0.05/m). :func:`null_test` draws Δ̂² under the theory, log values ``ln theory_i + s_i·T_i``
 with ``T_i`` Student's t on the point's replicas less one (a mean's deviation over its estimated
 SE; normal without replica counts), from a fixed seed.
 """
@@ -89,15 +89,17 @@ def score_interval(estimate: float, a: float, b: float, dof: int, z: float) -> t
 
 
 #: Draws of the null distribution in :func:`null_pvalue`, and their seed (the same fits every time).
+#: Where fewer than :data:`NULL_TAIL` draws lie in the estimate's tail, batches of
+#: :data:`NULL_DRAWS` more are drawn, up to :data:`NULL_DRAWS_MAX` in all: the smallest p-value is
+#: 2/NULL_DRAWS_MAX = 1e-5, so a family of up to α/1e-5 = 5000 comparisons can still reject a
+#: collapse (the first batch alone floors it at 1e-4: no rejection beyond 500 comparisons).
 NULL_DRAWS, NULL_SEED = 20000, 20240102
+NULL_TAIL, NULL_DRAWS_MAX = 10, 200000
 
 
-def null_pvalue(estimate: float, log_theory: np.ndarray, rel_var: np.ndarray, classes: list[np.ndarray],
-                replicas: np.ndarray | None = None) -> float:
-    """Two-sided p-value of ``estimate`` under the theory (module docstring): twice the smaller
-    tail of Δ̂² drawn with the points' noise, resolution 1/:data:`NULL_DRAWS`. ``replicas`` (n,):
-    each point's replica count (None: the SEs are taken as exact)."""
-    rng = np.random.default_rng(NULL_SEED)
+def _null_draws(log_theory: np.ndarray, rel_var: np.ndarray, classes: list[np.ndarray],
+                replicas: np.ndarray | None, rng: np.random.Generator) -> np.ndarray:
+    """:data:`NULL_DRAWS` values of Δ̂² under the theory (module docstring)."""
     shape = (NULL_DRAWS, rel_var.size)
     if replicas is None:
         noise = rng.standard_normal(shape)
@@ -110,9 +112,32 @@ def null_pvalue(estimate: float, log_theory: np.ndarray, rel_var: np.ndarray, cl
         y = logv[:, idx]
         ss += ((y - y.mean(axis=1, keepdims=True)) ** 2).sum(axis=1) - (1 - 1 / idx.size) * rel_var[idx].sum()
         dof_total += idx.size - 1
-    draws = ss / dof_total
-    tail = min(np.mean(draws <= estimate), np.mean(draws >= estimate))
-    return float(min(1.0, 2 * max(tail, 1 / NULL_DRAWS)))
+    return ss / dof_total
+
+
+def null_test(estimate: float, log_theory: np.ndarray, rel_var: np.ndarray, classes: list[np.ndarray],
+              replicas: np.ndarray | None = None) -> tuple[float, str]:
+    """(two-sided p-value, its tail: ``"lower"`` or ``"upper"``) of ``estimate`` under the theory
+    (module docstring): twice the smaller tail of Δ̂² drawn with the points' noise, from
+    :data:`NULL_DRAWS` draws, more where that tail holds fewer than :data:`NULL_TAIL` of them (down
+    to 2/:data:`NULL_DRAWS_MAX`). ``replicas`` (n,): each point's replica count (None: the SEs are
+    taken as exact). A lower tail is a spread smaller than the theory's and the noise allow."""
+    rng = np.random.default_rng(NULL_SEED)
+    below = above = total = 0
+    while True:
+        draws = _null_draws(log_theory, rel_var, classes, replicas, rng)
+        below += int(np.count_nonzero(draws <= estimate))
+        above += int(np.count_nonzero(draws >= estimate))
+        total += NULL_DRAWS
+        if min(below, above) >= NULL_TAIL or total >= NULL_DRAWS_MAX:
+            break
+    return float(min(1.0, 2 * max(min(below, above), 1) / total)), ("lower" if below < above else "upper")
+
+
+def null_pvalue(estimate: float, log_theory: np.ndarray, rel_var: np.ndarray, classes: list[np.ndarray],
+                replicas: np.ndarray | None = None) -> float:
+    """The p-value of :func:`null_test`."""
+    return null_test(estimate, log_theory, rel_var, classes, replicas)[0]
 
 
 def fit_collapse(x: np.ndarray, value: np.ndarray, se: np.ndarray, theory: np.ndarray | None = None,
@@ -130,8 +155,8 @@ def fit_collapse(x: np.ndarray, value: np.ndarray, se: np.ndarray, theory: np.nd
             SEs are taken as exact).
 
     Returns:
-        JSON-ready dict with ``params["spread2"]`` (estimate, score interval, theory, its p-value,
-        leading order 0, inside), ``relative_spread`` (√Δ², or 0 when Δ² ≤ 0), ``n_classes``,
+        JSON-ready dict with ``params["spread2"]`` (estimate, score interval, theory, its p-value
+        and ``pvalue_tail``, leading order 0, inside), ``relative_spread`` (√Δ², or 0 when Δ² ≤ 0), ``n_classes``,
         ``n_points``, or ``error`` when no two usable points share ``x``.
     """
     x, value, se = (np.asarray(a, float) for a in (x, value, se))
@@ -168,8 +193,8 @@ def fit_collapse(x: np.ndarray, value: np.ndarray, se: np.ndarray, theory: np.nd
     q["interval"] = [lo, hi]
     if th is not None:
         q["theory_inside"] = bool(lo <= th <= hi)
-        q["pvalue"] = null_pvalue(est, np.log(theory[keep]), rel_var, classes,
-                                  None if replicas is None else np.asarray(replicas, float)[keep])
+        q["pvalue"], q["pvalue_tail"] = null_test(est, np.log(theory[keep]), rel_var, classes,
+                                                  None if replicas is None else np.asarray(replicas, float)[keep])
     result["params"] = {"spread2": q}
     result["relative_spread"] = math.sqrt(max(est, 0.0))
     result["relative_spread_theory"] = math.sqrt(max(th, 0.0)) if th is not None else None
