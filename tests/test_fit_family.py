@@ -134,3 +134,21 @@ def test_a_broken_collapse_is_rejected_in_a_large_family():
     family = control({"linear_scaling": [res], "flatness": others}, 0.95)
     assert family["comparisons"] == 600 and q["disagrees"]
 
+
+def test_a_collapse_rejected_in_its_lower_tail_says_the_points_agree_too_closely():
+    """The seed-39 collapse is rejected because its spread is far below the noise's (its lower
+    tail): the verdict names that, since it speaks of the standard errors, not of the theory."""
+    from sgdsweep.analysis.fit import fit_collapse
+    from sgdsweep.analysis.fit.family import control
+
+    rng = np.random.default_rng(39)
+    reps = 1 + 0.05 * math.sqrt(32) * rng.standard_normal((8, 32))
+    x, se = np.repeat(np.arange(4.0), 2), reps.std(1, ddof=1) / math.sqrt(32)
+    low = fit_collapse(x, reps.mean(1), se, np.ones(8), 0.95, replicas=np.full(8, 32))
+    high = fit_collapse(x, np.tile([1.0, 1.3], 4), 0.01 * np.ones(8), np.ones(8), 0.95, replicas=np.full(8, 32))
+    control({"linear_scaling": [low, high]}, 0.95)
+    assert [r["params"]["spread2"]["pvalue_tail"] for r in (low, high)] == ["lower", "upper"]
+    assert all(r["params"]["spread2"]["disagrees"] for r in (low, high))
+    texts = [judge("linear_scaling", {**r, "group": {}}).text() for r in (low, high)]
+    assert "agree more closely than the theory's spread" in texts[0]
+    assert "agree more closely" not in texts[1]

@@ -219,6 +219,10 @@ def judge(kind: str, res: dict[str, Any]) -> Verdict:
                          + (f" (exact theory {num(res['relative_spread_theory'], 3)})"
                             if res.get("relative_spread_theory") is not None else "")
                          + f"; measurement noise alone {num(res['noise_floor'], 3)} per point")
+        spread = res["params"]["spread2"]
+        if disagrees(spread) and spread.get("pvalue_tail") == "lower":  # rejected for too small a spread
+            sentences.append("the points agree more closely than the theory's spread and their standard errors "
+                             "allow: the standard errors overstate the noise, or the points are correlated")
     elif kind == "escape":
         sentences, qs, fit_status = _escape(res)
     elif kind == "wigner":
