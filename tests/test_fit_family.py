@@ -152,3 +152,21 @@ def test_a_collapse_rejected_in_its_lower_tail_says_the_points_agree_too_closely
     texts = [judge("linear_scaling", {**r, "group": {}}).text() for r in (low, high)]
     assert "agree more closely than the theory's spread" in texts[0]
     assert "agree more closely" not in texts[1]
+
+
+def test_a_loss_headline_beside_a_weight_variance_is_decided_by_the_family():
+    """``report.lead: loss`` on a model that also has a weight variance (config/sweeps/liu2021_loss.yaml):
+    the fits cannot know the lead (it is the report's), so they check the loss too, and the
+    headline states that family decision rather than its own joint bound."""
+    from sgdsweep.analysis.headline import headline
+
+    ds = _ensemble()
+    rng = np.random.default_rng(2)
+    loss = 0.5 + ds["weight_var_theory"].values
+    reps = loss[:, None] * (1 + 0.02 * 4 * rng.standard_normal((6, 16)))
+    ds = ds.assign(loss=("point", reps.mean(1)), loss_se=("point", reps.std(1, ddof=1) / 4),
+                   loss_theory=("point", loss), loss_replica=(("point", "replica"), reps))
+    fits = fit_ensemble(ds, dict(FIT))
+    assert [c["variable"] for c in fits["points"]] == ["weight_var", "loss"]
+    head = headline("loss", ds, fits, {}, 0.95)
+    assert "Holm-adjusted over the report" in head.sentences[0], head.sentences

@@ -22,8 +22,9 @@ import xarray as xr
 
 from sgdsweep.analysis.fit.common import two_sided_pvalue
 
-#: (variable, its exact theory) that a headline may state point by point. ``loss`` is only checked
-#: where the ensemble has no weight_var (only then does a headline lead with the loss). The joint
+#: (variable, its exact theory) that a headline may state point by point. The loss is checked
+#: beside the weight variance: the report chooses its lead (``report.lead: loss`` on a model with
+#: both), and the fits, made before it, cannot know which the headline states. The joint
 #: eigenvalue's and the FDR residual's predictions are leading-order, not exact: a headline states
 #: how far the measurements deviate from them, and never calls that a disagreement.
 CHECKS: tuple[tuple[str, str], ...] = (
@@ -56,8 +57,6 @@ def point_checks(ds: xr.Dataset, diverged: np.ndarray) -> list[dict[str, Any]]:
     """Every check of :data:`CHECKS` the ensemble supports, over the points without a diverged replica."""
     out = []
     for name, theory in CHECKS:
-        if name == "loss" and "weight_var" in ds:
-            continue
         found = point_agreement(ds, name, theory, ~diverged)
         if found is not None:
             out.append(found)
