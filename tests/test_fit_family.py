@@ -170,3 +170,14 @@ def test_a_loss_headline_beside_a_weight_variance_is_decided_by_the_family():
     assert [c["variable"] for c in fits["points"]] == ["weight_var", "loss"]
     head = headline("loss", ds, fits, {}, 0.95)
     assert "Holm-adjusted over the report" in head.sentences[0], head.sentences
+
+
+def test_a_flat_spectrum_gives_strict_json():
+    """Modes of equal variance: r² is undefined (0/0). fits.json is read by strict JSON parsers
+    too, so it is None, not NaN."""
+    from sgdsweep.analysis.fit.spectra import flatness_exponent
+
+    res = flatness_exponent(np.full(5, 1e-3), np.geomspace(0.1, 10, 5), theory_variance=np.full(5, 1e-3))
+    assert res["r_squared"] is None
+    json.dumps(res, allow_nan=False)
+    assert "r² = —" in judge("flatness", {**res, "group": {}}).text()

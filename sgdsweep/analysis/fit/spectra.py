@@ -215,7 +215,7 @@ def flatness_exponent(variance: np.ndarray, curvature: np.ndarray, confidence: f
             th = 2 * _line(np.log(tc[tok]), np.log(tv[tok]))[0]
     res["params"] = {"psi": parameter(2 * slope, 2 * stderr, confidence, "analytic",
                                       theory=th, leading_order=leading_order, dof=dof)}
-    res["r_squared"] = float(r**2)
+    res["r_squared"] = float(r**2) if math.isfinite(r) else None  # 0/0 where every variance is equal
     res["curvature_spread"] = float(np.exp(np.ptp(lc)))
     res["variance_spread"] = float(np.exp(np.ptp(lv)))
     return res
