@@ -181,3 +181,24 @@ def test_a_flat_spectrum_gives_strict_json():
     assert res["r_squared"] is None
     json.dumps(res, allow_nan=False)
     assert "r² = —" in judge("flatness", {**res, "group": {}}).text()
+
+
+def test_a_headline_over_several_groups_names_the_family_s_rejections():
+    """Two groups, one exponent 10 SE off its exact theory: "inside the interval in 3 of 4" alone
+    does not say whether the fourth is a disagreement (outside is not rejected); the sentence
+    counts the family's rejections, so that it matches the headline's bad status."""
+    from sgdsweep.analysis.fit.common import parameter
+    from sgdsweep.analysis.fit.family import control
+    from sgdsweep.analysis.headline import _fit_sentences
+
+    def group(noise: str, b_theory: float) -> dict:
+        return {"group": {"noise": noise}, "chi2_pvalue": 0.5, "chi2_reduced": 1.0,
+                "params": {"a": parameter(1.0, 0.01, 0.95, "bootstrap", theory=1.0),
+                           "b": parameter(-1.0, 0.01, 0.95, "bootstrap", theory=b_theory)}}
+
+    fits = {"power_law": [group("gaussian", -1.0), group("minibatch", -1.1)]}
+    control(fits, 0.95)
+    sentences, statuses = _fit_sentences("power_law", fits)
+    assert "bad" in statuses
+    assert "inside the interval in 1 of 2; the report's family rejects 1: DISAGREES" in sentences[1], sentences
+    assert "rejects" not in sentences[0]

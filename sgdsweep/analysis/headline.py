@@ -295,6 +295,9 @@ def _fit_sentences(kind: str, fits: Mapping[str, Any]) -> tuple[list[str], list[
         if judged:
             text += (f"; exact theory {theories.pop() if len(theories) == 1 else 'per group'} inside the interval "
                      f"in {sum(judged)} of {len(judged)}")
+        rejected = sum(bool(q.get("disagrees")) for _, q in qs)  # outside is not rejected: the family decides
+        if rejected:
+            text += f"; the report's family rejects {rejected}: DISAGREES"
         sentences.append(text)
     if kind == "wigner":
         consistent = [bool(r.get("wigner_consistent")) for r in results]
