@@ -202,3 +202,20 @@ def test_a_headline_over_several_groups_names_the_family_s_rejections():
     assert "bad" in statuses
     assert "inside the interval in 1 of 2; the report's family rejects 1: DISAGREES" in sentences[1], sentences
     assert "rejects" not in sentences[0]
+
+
+def test_a_summary_verdict_counts_the_family_s_rejections():
+    """Over more groups than are listed, the summary says in how many the family rejects the
+    theory, beside how many intervals hold it."""
+    from sgdsweep.analysis.fit.common import parameter
+    from sgdsweep.analysis.fit.family import control
+    from sgdsweep.analysis.fit.verdict import assess
+
+    def group(i: int, theory: float) -> dict:
+        return {"group": {"momentum": 0.1 * i}, "n_classes": 1, "relative_spread": 0.0, "relative_spread_theory": 0.0,
+                "noise_floor": 0.01, "params": {"spread2": parameter(0.0, 0.001, 0.95, "score", theory=theory)}}
+
+    fits = {"linear_scaling": [group(i, 0.0) for i in range(4)] + [group(4, 0.1)]}
+    control(fits, 0.95)
+    (v,) = assess(fits)
+    assert v.status == "bad" and "exact theory inside in 4 of 5; the report's family rejects 1: DISAGREES" in v.text()

@@ -256,6 +256,9 @@ def _summary(kind: str, results: list[dict[str, Any]]) -> Verdict:
                   and (kind, name) not in APPROXIMATE]
         if judged:
             text += f"; exact theory inside in {sum(judged)} of {len(judged)}"
+        rejected = sum(bool(q.get("disagrees")) for q in qs)  # outside is not rejected: the family decides
+        if rejected:
+            text += f"; the report's family rejects {rejected}: DISAGREES"
         leads = [q for q in qs if q.get("leading_order") is not None and q["interval"][0] is not None]
         if leads:
             inside = sum(q["interval"][0] <= q["leading_order"] <= q["interval"][1] for q in leads)
