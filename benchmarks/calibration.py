@@ -18,6 +18,9 @@ Designs:
 - ``escape``: the 1-D double well (ΔL = 0.25, k = 2 and 1), gaussian noise σ² = 1.25, S = 1,
   λ ∈ {0.1, 0.125, 0.15, 0.2} (ΔL/T from 4 to 2), 256 replicas: the escape slope against the
   exact discrete chain's.
+- ``flatness``: the two-layer network of ``config/models/two_layer.yaml`` (N = 4, teacher labels,
+  λ = 0.02, S = 4), hidden widths 3 and 6, 20,000 steps, 16 replicas: ψ of W2 per point against
+  the same fit of the exact spectrum, and the headline's check of the joint eigenvalue.
 """
 
 from __future__ import annotations
@@ -45,6 +48,12 @@ DESIGNS: dict[str, dict[str, Any]] = {
                "dynamics": {"steps": 20000, "replicas": 256, "burn_in": 0, "observe": {"loss": False}},
                "grid": {"lr": [0.1, 0.125, 0.15, 0.2], "batch_size": 1, "noise": "gaussian"},
                "fit": {"power_law": {"enabled": False}}},
+    "flatness": {"sweep": "calibration_flatness",
+                 "model": {"kind": "two_layer", "n_inputs": 4, "labels": "teacher", "label_noise": 1.0,
+                           "init_scale": "glorot"},
+                 "dynamics": {"steps": 20000, "replicas": 16},
+                 "grid": {"lr": 0.02, "batch_size": 4, "samples_per_param": 1000, "hidden_width": [3, 6]},
+                 "fit": {"power_law": {"enabled": False}, "linear_scaling": {"enabled": False}}},
 }
 
 
