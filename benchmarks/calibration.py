@@ -83,7 +83,8 @@ def comparisons(fits: dict[str, Any]) -> list[tuple[str, bool | None, float, boo
     out = []
     for kind, names in COMPARED.items():
         for res in fits.get(kind) or []:
-            where = ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in res["group"].items())
+            where = res.get("variable") or ",".join(
+                f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in res["group"].items())
             for name in names:
                 label = f"{kind}[{where}] {name.lstrip('@')}"
                 if name in WHOLE_FIT:
