@@ -32,7 +32,6 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
 import numpy as np
