@@ -18,6 +18,7 @@ from conftest import as_directory_store, checksummed_zip, npy, tiny_config, writ
 from sgdsweep.errors import StoreError, UsageError
 from sgdsweep.run.execute import make_batches
 from sgdsweep.sim.simulate import simulate_points
+from sgdsweep.store import leftovers
 from sgdsweep.store import points as point_store
 from sgdsweep.store.aggregate import build_ensemble, open_ensemble, write_ensemble
 from sgdsweep.sweep.config import build_sweep
@@ -252,12 +253,12 @@ def test_stale_temporaries_of_killed_writes_are_removed(tmp_path):
             make(".c3.npz.tmp-0badf00d"),  # not one of the points asked about
             make(".a1.npz.old-0badf00d"),  # not a store's temporary
             make("a1.npz.tmp-0badf00d")]
-    removed = point_store.remove_stale_temporaries(tmp_path, ["a1", "b2", "absent"])
+    removed = leftovers.remove_stale_temporaries(tmp_path, ["a1", "b2", "absent"])
     assert sorted(removed) == sorted(stale)
     assert not any(p.exists() for p in stale) and all(p.exists() for p in kept)
     assert point_store.is_complete(point_store.point_path(tmp_path, "a1"))
-    assert point_store.remove_stale_temporaries(tmp_path, ["a1", "b2"]) == []
-    assert point_store.remove_stale_temporaries(tmp_path / "absent", ["a1"]) == []
+    assert leftovers.remove_stale_temporaries(tmp_path, ["a1", "b2"]) == []
+    assert leftovers.remove_stale_temporaries(tmp_path / "absent", ["a1"]) == []
 
 
 def test_simulate_aggregate_round_trip(tmp_path):

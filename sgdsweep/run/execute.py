@@ -28,12 +28,8 @@ from sgdsweep.errors import SgdsweepError
 from sgdsweep.run.cluster import dask_client
 from sgdsweep.run.gpus import check_gpu_workers, task_resources
 from sgdsweep.run.progress import REDRAW_S, ShardProgress, verbosity
-from sgdsweep.store.points import (
-    complete_points,
-    failed_marker,
-    remove_failed_markers,
-    remove_stale_temporaries,
-)
+from sgdsweep.store.leftovers import remove_failed_markers, remove_stale_temporaries
+from sgdsweep.store.points import complete_points, failed_marker
 from sgdsweep.sweep.paths import atomic_write_text
 
 log = logging.getLogger("sgdsweep.run.execute")
