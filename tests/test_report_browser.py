@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from sgdsweep.analysis.fit import fit_ensemble
-from sgdsweep.analysis.fit.verdict import HEADLINE, MAX_LISTED, parameter_sentence
+from sgdsweep.analysis.fit.verdict import HEADLINE, MAX_LISTED, judge, parameter_sentence
 from sgdsweep.analysis.report import build_report, figure_pool
 
 REPO = Path(__file__).resolve().parents[1]
@@ -167,9 +167,9 @@ def test_every_family_answers_its_question_on_the_first_screen(browser, pool, tm
     assert seen["leadFigure"] is not None and seen["leadFigure"]["top"] < seen["innerHeight"] / 2
     assert "measured" in seen["headline"] or "=" in seen["headline"], seen["headline"]
     assert {k: v["unlisted"] for k, v in legends.items() if v["unlisted"]} == {}
-    expected = [parameter_sentence(p, res["params"][p]) for kind, names in HEADLINE.items()
+    expected = [judge(kind, res).sentences[0] for kind in HEADLINE
                 if len(fits.get(kind, [])) <= MAX_LISTED  # (more groups: one summary verdict)
-                for res in fits.get(kind, []) for p in names if (res.get("params") or {}).get(p)]
+                for res in fits.get(kind, []) if res.get("params") and not res.get("error")]
     for sentence in expected:  # every fit's headline numbers in its verdict, after the lead
         assert any(sentence in text for text in seen["lines"]), (sentence, seen["lines"])
     if name == "momentum":  # the exact edge μ = λk/2 − 1 = 0.375 lies in the measured bracket

@@ -9,7 +9,7 @@ random through the step's batch and drawn noise. Its linearisation about the min
 drops every additive part of the noise. For a loss that is exactly quadratic (the single linear
 layer of ``linear``, ``digits`` and ``matrix``; the ``quadratic`` model) it is the dynamics of the
 deviation δ = w − w* itself, exact at every size of δ: the random products T_t of
-:mod:`sgdsweep.theory.edge` (physics.md), and the replica's own dynamics less its additive noise.
+:mod:`sgdsweep.theory.edge` (docs/physics.md §9), and the replica's own dynamics less its additive noise.
 For a loss that is not quadratic (the ``landscape`` models) it is the linear stability of the
 minimum. The top Lyapunov exponent
 

@@ -286,9 +286,10 @@ def edge_summary(sweep_name: str, info: Mapping[str, Any]) -> dict[str, Any]:
             "tolerance": info["groups"][0]["tolerance"] if info["groups"] else None, "groups": groups}
 
 
-def write_edge_summary(report_spec: str | Path, out: str | Path) -> dict[str, Any]:
+def write_edge_summary(report_spec: str | Path, out: str | Path, log: str | Path | None = None) -> dict[str, Any]:
     """Write :func:`edge_summary` of the search in ``report_spec`` (``plan/report.json``) to
-    ``out`` (``results/<sweep>/edge.json``) atomically; return it.
+    ``out`` (``results/<sweep>/edge.json``) atomically, and one line saying how many
+    combinations were found to ``log`` (the rule's log) when given; return the summary.
 
     Raises:
         ValueError: the spec is not that of an edge search.
@@ -301,4 +302,7 @@ def write_edge_summary(report_spec: str | Path, out: str | Path) -> dict[str, An
         raise ValueError(f"{report_spec} is not the report spec of an edge search (no search rounds in it)")
     summary = edge_summary(spec["config"]["sweep"], info)
     atomic_write_text(out, json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    if log is not None:
+        found = sum(g["status"] == "found" for g in summary["groups"])
+        atomic_write_text(log, f"wrote {out}: {found} of {len(summary['groups'])} combinations found\n")
     return summary
