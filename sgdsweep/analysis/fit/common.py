@@ -67,19 +67,16 @@ def resample_indices(counts: np.ndarray, width: int, n_boot: int, rng: np.random
                       np.maximum(counts - 1, 0)[None, :, None])
 
 
-def resampled_means(table: np.ndarray, n_boot: int, rng: np.random.Generator,
-                    with_se: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
-    """Means over bootstrap resamples of each point's replicas, shape (n_boot, points); NaN for
-    points without finite replicas. With ``with_se``, also each resample's standard error of the
-    mean (sd/√count), so that a fit weighted by the SEs can recompute its weights per resample."""
+def resampled_means(table: np.ndarray, n_boot: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Means over bootstrap resamples of each point's replicas and each resample's standard error
+    of the mean (sd/√count), both (n_boot, points), so that a fit weighted by the SEs can
+    recompute its weights per resample; NaN for points without finite replicas."""
     counts = np.isfinite(table).sum(axis=1)
     idx = resample_indices(counts, table.shape[1], n_boot, rng)
     draws = np.take_along_axis(np.broadcast_to(table, (n_boot,) + table.shape), idx, axis=2)
     used = np.arange(table.shape[1])[None, None, :] < counts[None, :, None]
     with np.errstate(invalid="ignore", divide="ignore"):
         means = np.where(used, draws, 0.0).sum(axis=2) / counts[None, :]
-        if not with_se:
-            return means
         dev = np.where(used, draws - means[:, :, None], 0.0)
         se = np.sqrt((dev**2).sum(axis=2) / (counts[None, :] - 1) / counts[None, :])
     return means, se
@@ -163,11 +160,8 @@ def wls(design: np.ndarray, y: np.ndarray, weights: np.ndarray) -> tuple[np.ndar
 
 
 def wls_many(design: np.ndarray, ys: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """Coefficients of the same weighted fit for many right-hand sides ys (n_boot, n); ``weights``
-    (n,) shared by all, or (n_boot, n), one set per right-hand side."""
-    if weights.ndim == 1:
-        a = design.T @ (design * weights[:, None])
-        return np.linalg.solve(a, (design * weights[:, None]).T @ ys.T).T
+    """Coefficients of the weighted fit for many right-hand sides ys (n_boot, n), each with its own
+    weights (n_boot, n)."""
     a = np.einsum("ni,bn,nj->bij", design, weights, design)
     rhs = np.einsum("ni,bn,bn->bi", design, weights, ys)
     # a resample can weight one point so heavily that its system is singular: least squares there

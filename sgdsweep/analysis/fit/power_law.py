@@ -117,7 +117,7 @@ def fit_power_law(lr: np.ndarray, batch_size: np.ndarray, value: np.ndarray, se:
     boot = None
     if replicas is not None and bootstrap > 0:
         means, ses = resampled_means(np.asarray(replicas, float)[ok], bootstrap,
-                                     rng if rng is not None else np.random.default_rng(0), with_se=True)
+                                     rng if rng is not None else np.random.default_rng(0))
         with np.errstate(invalid="ignore", divide="ignore"):
             logs, resampled_weights = np.log(means), (means / ses) ** 2
         good = np.all(np.isfinite(logs) & np.isfinite(resampled_weights) & (resampled_weights > 0), axis=1)
