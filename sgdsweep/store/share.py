@@ -281,6 +281,7 @@ def import_sweep(src: str | Path, results_dir: str | Path = "results") -> Path:
             if target.exists() or target.is_symlink():
                 raise UsageError(f"{target} already exists; sgdsweep never overwrites results. "
                                  "Remove it, or import elsewhere with --results-dir DIR")
+            _check_import_place(target)
             try:
                 results_dir.mkdir(parents=True, exist_ok=True)
             except (FileExistsError, NotADirectoryError):
@@ -302,6 +303,25 @@ def import_sweep(src: str | Path, results_dir: str | Path = "results") -> Path:
                     "execution in %s to choose others)", json.dumps(manifest["config"]["execution"]),
                     target / "config.yaml")
     return target
+
+
+def _check_import_place(target: Path) -> None:
+    """Refuse to import into ``target`` when it lies inside another sweep's directory or holds
+    one: the check ``sgdsweep run`` makes (:func:`sgdsweep.sweep.config.check_place`), made
+    before anything is written, since a run of the outer sweep would delete the inner one's
+    results.
+
+    Raises: UsageError naming both directories and the fix.
+    """
+    from sgdsweep.sweep.paths import nested_sweep
+
+    found = nested_sweep(target)
+    if found is not None:
+        other, how = found
+        where = "inside another sweep's directory" if how == "inside" else "around another sweep's directory"
+        raise UsageError(f"import destination {target} lies {where}, {other}: a run of the outer sweep "
+                         "would delete the imported sweep's results. Import elsewhere with --results-dir DIR "
+                         "(a directory whose sweeps lie side by side, e.g. results)")
 
 
 def _imported_config(config: dict[str, Any], results_dir: Path) -> str:

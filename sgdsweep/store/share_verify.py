@@ -17,6 +17,8 @@ integrity, not origin), so nothing the file says is trusted:
   manifest's points, each of which has its point store in the file (and no other store is);
 - every member is read in blocks of :data:`BLOCK_BYTES`, counted and hashed as it streams: no
   member is ever held whole in memory;
+- then, from the arrays' metadata alone, what they declare is bounded (their sizes, chunk
+  counts and data types: :mod:`sgdsweep.store.share_bounds`), before any of their data is read;
 - then, read through Zarr's public API (:func:`check_contents`): the ensemble passes the check
   :func:`sgdsweep.open_ensemble` runs (:func:`sgdsweep.store.integrity.check_ensemble`: its
   metadata against its recorded digests, every chunk present), and each point's store records
@@ -110,6 +112,9 @@ def verified(zf: zipfile.ZipFile, size: int, src: str | Path) -> dict[str, Any]:
     for name, entry in manifest["members"].items():
         for _ in member_blocks(zf, name, entry, src):
             pass
+    from sgdsweep.store.share_bounds import check_declared
+
+    check_declared(Path(str(zf.filename)), manifest, size, src)  # before any array is read
     check_contents(Path(str(zf.filename)), manifest, src)
     return manifest
 

@@ -1,0 +1,169 @@
+"""Crafted exports: what their arrays declare is bounded before anything is allocated, the data
+types are sgdsweep's, a precision export's rounds are checked as its points are, and an import
+never lands inside another sweep."""
+
+from __future__ import annotations
+
+import json
+import tracemalloc
+import zipfile
+from pathlib import Path
+
+import pytest
+from conftest import make_finished_sweep, run_cli
+from test_share import _forged, _import_refused, _rewrite
+
+from sgdsweep.store.share import ShareError, export_sweep, import_sweep, verify
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bounds")
+    sweep_dir = make_finished_sweep(root)
+    dest = root / "tiny.zip"
+    manifest = export_sweep(sweep_dir, str(dest))
+    return sweep_dir, dest, manifest
+
+
+def _recrafted(src: Path, dest: Path, replace: dict[str, bytes], drop: tuple[str, ...] = ()) -> Path:
+    """``src`` with members ``drop`` removed and ``replace`` rewritten, its manifest and checksum
+    made to match (a re-signed file)."""
+    partial = dest.with_name(f"partial-{dest.name}")
+    _rewrite(src, partial, lambda n, d: None if n in drop else d)
+
+    def change(manifest):
+        for name in drop:
+            manifest["members"].pop(name)
+    return _forged(partial, dest, change=change, replace=replace)
+
+
+def _point_array(dest: Path, point: str, name: str) -> tuple[str, dict]:
+    key = f"points/{point}.zarr/{name}/zarr.json"
+    with zipfile.ZipFile(dest) as zf:
+        return key, json.loads(zf.read(key))
+
+
+def _with_shape(meta: dict, shape: list[int]) -> bytes:
+    meta = {**meta, "shape": shape,
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": shape}}}
+    return json.dumps(meta).encode()
+
+
+def test_a_point_array_declared_huge_is_refused_before_it_is_allocated(exported, tmp_path):
+    """An export of ~270 kB whose point store declares a 16000² float64 array (2 GB) and lacks
+    its chunk: verify and import refuse it from the metadata (exit 2, nothing written), and
+    verifying allocates nothing near its size."""
+    _, dest, manifest = exported
+    h = manifest["points"][0]
+    key, meta = _point_array(dest, h, "weight_cov")
+    bad = _recrafted(dest, tmp_path / "huge.zip", {key: _with_shape(meta, [16000, 16000])},
+                     drop=(f"points/{h}.zarr/weight_cov/c/0/0",))
+    assert bad.stat().st_size < 400_000
+    tracemalloc.start()
+    try:
+        with pytest.raises(ShareError, match=r"array 'weight_cov' of point .* declares shape \(16000, 16000\)"):
+            verify(bad)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 << 20, peak
+    _import_refused(bad, tmp_path, r"declares shape \(16000, 16000\) of float64, 2048000000 bytes; allowed: "
+                                   r"at most 1073741824 bytes")
+
+
+def test_arrays_declaring_more_than_the_file_can_hold_are_refused(exported, tmp_path):
+    """Each array below the one-array bound, but together far more than the file's size allows
+    (100 times): refused naming the bound."""
+    _, dest, manifest = exported
+    h = manifest["points"][1]
+    key, meta = _point_array(dest, h, "weight_cov")
+    bad = _recrafted(dest, tmp_path / "large.zip", {key: _with_shape(meta, [3000, 3000])},
+                     drop=(f"points/{h}.zarr/weight_cov/c/0/0",))
+    _import_refused(bad, tmp_path, r"its arrays declare \d+ bytes or more .*more than 100 times the file's")
+
+
+def test_an_array_with_more_chunks_than_the_file_has_members_is_refused(exported, tmp_path):
+    _, dest, manifest = exported
+    h = manifest["points"][2]
+    key, meta = _point_array(dest, h, "weight_mean")
+    meta = {**meta, "shape": [10**8], "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [1]}},
+            "data_type": "bool", "fill_value": False}
+    bad = _recrafted(dest, tmp_path / "chunks.zip", {key: json.dumps(meta).encode()},
+                     drop=(f"points/{h}.zarr/weight_mean/c/0",))
+    _import_refused(bad, tmp_path, r"array 'weight_mean' of point .* declares 100000000 chunks")
+
+
+def test_a_string_array_in_a_point_store_is_refused(exported, tmp_path):
+    """A Zarr string array where a point store holds numbers: a clear error (exit 2), never a
+    traceback, and nothing imported."""
+    _, dest, manifest = exported
+    h = manifest["points"][0]
+    key, meta = _point_array(dest, h, "weight_var_replica")
+    meta = {**meta, "data_type": "string", "fill_value": "", "codecs": [{"name": "vlen-utf8", "configuration": {}}]}
+    bad = _recrafted(dest, tmp_path / "strings.zip", {key: json.dumps(meta).encode()},
+                     drop=(f"points/{h}.zarr/weight_var_replica/c/0",))
+    _import_refused(bad, tmp_path, r"array 'weight_var_replica' of point \w+'s store .* has data type .*allowed "
+                                   r"there: a number or a boolean")
+
+
+def _ensemble_with(dest: Path, tmp: Path, name: str, edit) -> dict[str, bytes]:
+    """The root members of the export ``dest`` after ``edit(meta)`` rewrote array ``name``'s
+    metadata, re-consolidated and with the metadata record sgdsweep keeps rewritten to match
+    (what a forger who knows the format does): member name → bytes."""
+    import zarr
+
+    from sgdsweep.store.integrity import record_metadata
+
+    root = tmp / "ensemble.zarr"
+    with zipfile.ZipFile(dest) as zf:
+        for n in zf.namelist():
+            if not n.startswith("points/") and n not in ("sgdsweep-manifest.json", "README.txt", "fits.json"):
+                (root / n).parent.mkdir(parents=True, exist_ok=True)
+                (root / n).write_bytes(zf.read(n))
+    meta = json.loads((root / name / "zarr.json").read_text())
+    (root / name / "zarr.json").write_text(json.dumps(edit(meta)))
+    zarr.consolidate_metadata(str(root))
+    record_metadata(root)
+    return {f.relative_to(root).as_posix(): f.read_bytes() for f in root.rglob("*") if f.is_file()}
+
+
+def test_merge_refuses_an_ensemble_array_declared_huge(exported, tmp_path):
+    """`sgdsweep merge` of an export whose ensemble (re-recorded) declares a 1 GB array: refused
+    from the metadata (exit 2, no traceback), nothing written; a larger one too, never a
+    MemoryError."""
+    _, dest, _ = exported
+    for n, shape, message in ((1, [125_000_000], "its arrays declare 100000"),
+                              (2, [4 * 10**9], ("array 'weight_var' of the ensemble (the zip's root group) "
+                                                "declares shape (4000000000,)"))):
+        replace = _ensemble_with(dest, tmp_path / f"e{n}", "weight_var", lambda m, s=shape: {
+            **m, "shape": s, "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": s}}})
+        bad = _forged(dest, tmp_path / f"ens{n}.zip", replace=replace)
+        out = tmp_path / f"merged{n}.zip"
+        proc = run_cli("merge", str(dest), str(bad), "--out", str(out))
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert message in proc.stderr, proc.stderr
+        assert not out.exists()
+
+
+def test_a_legitimate_export_is_within_every_bound(exported):
+    from sgdsweep.store.share_bounds import check_declared
+
+    _, dest, manifest = exported
+    total = check_declared(dest, manifest, dest.stat().st_size, dest)
+    assert 0 < total < dest.stat().st_size
+
+
+def test_import_refuses_to_land_inside_another_sweep(exported, tmp_path):
+    """An import whose results directory lies inside another sweep's directory (whose next run
+    would delete it) is refused before anything is written, as `sgdsweep run` refuses it."""
+    _, dest, _ = exported
+    outer = tmp_path / "results" / "outer"
+    (outer / "plan").mkdir(parents=True)
+    (outer / "plan" / "sweep.json").write_text("{}")
+    proc = run_cli("import", str(dest), "--results-dir", str(outer / "figures"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "lies inside another sweep's directory" in proc.stderr and str(outer) in proc.stderr
+    assert "--results-dir" in proc.stderr
+    assert not (outer / "figures").exists()
+    target = import_sweep(dest, tmp_path / "side")
+    assert (target / "config.yaml").is_file()
