@@ -85,6 +85,21 @@ def parts(points_dir: str | Path, key: str) -> list[tuple[int, int, Path]]:
     return sorted(found)
 
 
+def stored_bytes(points_dir: str | Path) -> int:
+    """Bytes that the stored lanes (every file under ``points_dir/lanes``) take now."""
+    total = 0
+    try:
+        with os.scandir(Path(points_dir) / LANES_DIR) as it:
+            for entry in it:
+                try:
+                    total += entry.stat(follow_symlinks=False).st_size
+                except OSError:  # removed meanwhile
+                    continue
+    except (FileNotFoundError, NotADirectoryError):
+        return 0
+    return total
+
+
 def _checked(store: point_store.PointStore, key: str, start: int, stop: int,
              like: Mapping[str, np.ndarray] | None) -> dict[str, np.ndarray]:
     """The arrays of one part, after checking that it is what its name says: its attributes

@@ -75,11 +75,13 @@ def parse_size(text: str) -> int:
 @dataclass(frozen=True)
 class Footprint:
     """Memory of the simulation tasks of one shard (bytes): ``fixed`` per task, ``per_lane`` per
-    replica; ``dim``: the problem's number of parameters d."""
+    replica; ``dim``: the problem's number of parameters d; ``lane_bytes``: one replica's raw
+    lanes (its accumulators and final weights), what a precision sweep stores per replica."""
 
     fixed: int
     per_lane: int
     dim: int
+    lane_bytes: int = 0
 
 
 def theory_bytes(d: int) -> int:
@@ -104,7 +106,8 @@ def footprint(problem: Any, params: Mapping[str, Any]) -> Footprint:
     permutation = 8 * int(problem.n_samples or 0) if params["noise"] in MODE else 0
     per_lane = 2 * acc_bytes + STREAM_BYTES + 4 * 8 * d + permutation + 16 * 8
     data = sum(v.nbytes for v in vars(problem).values() if isinstance(v, np.ndarray))
-    return Footprint(fixed=data + 8 * BLOCK_RANDOM_NUMBERS + theory_bytes(d), per_lane=per_lane, dim=d)
+    return Footprint(fixed=data + 8 * BLOCK_RANDOM_NUMBERS + theory_bytes(d), per_lane=per_lane, dim=d,
+                     lane_bytes=acc_bytes + 8 * d)
 
 
 @dataclass(frozen=True)
@@ -311,6 +314,15 @@ def describe(sweep: Sweep, hashes: Iterable[str] | None = None, measure: bool = 
              f"  memory: {format_bytes(big.memory)} for the largest task ({big.points} point(s), {big.lanes} "
              + f"replicas); {format_bytes(est.total)} with {est.at_once} task(s) at once ({est.why}) and "
              + f"their worker processes; limit {format_bytes(est.limit)} ({est.source})"]
+    if "precision" in sweep.config:  # the lanes it keeps to extend its points (docs/precision.md)
+        from sgdsweep.store.lanes import stored_bytes
+        from sgdsweep.sweep.precision import lane_disk
+
+        disk = lane_disk(sweep)
+        lines.append(f"  disk: up to {format_bytes(disk.total)} of stored lanes ({disk.points} point(s) × "
+                     f"max_replicas {disk.max_replicas} × {format_bytes(disk.per_replica)} per replica), "
+                     f"{format_bytes(stored_bytes(sweep.directory / 'points'))} stored now; limit "
+                     f"{format_bytes(disk.limit)} (precision.budget.disk)")
     if not measure:
         return lines
     kinds: dict[tuple[str, int], list[Task]] = {}

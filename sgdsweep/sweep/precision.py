@@ -45,6 +45,8 @@ ROUND_GROWTH = 4
 MIN_WINDOW_AUTOCORR = 10.0
 #: Largest growth of a point's replicas or steps in one round.
 MAX_GROWTH = 64
+#: Default of ``precision.budget.disk`` (the schema's): the disk the stored lanes may take.
+DEFAULT_DISK = "20GiB"
 
 
 @dataclasses.dataclass
@@ -266,9 +268,137 @@ def _fit_round(sweep: Sweep, model, states: list[_State], k: int, targets: Mappi
     return added
 
 
+#: Per observable that a target may name, the ``dynamics.observe`` switch it needs (None: always
+#: measured).
+_OBSERVED_BY = {"weight_var": None, "loss": "loss", "loss_autocorr_time": "loss", "test_loss": "test_loss",
+                "escape_time": "escape"}
+
+
+def _measured(point: Point, name: str) -> bool:
+    """Whether ``point``'s store will hold the observable ``name`` (a precision target's)."""
+    switch = _OBSERVED_BY.get(name)
+    if switch is not None and not point.params["observe"][switch]:
+        return False
+    if name == "test_loss":  # a model's problem may define none (no held-out set, no expectation)
+        from sgdsweep.models import make_problem
+        from sgdsweep.sim.results import problem_probe
+
+        problem = make_problem(point.params)
+        return problem.test_loss(problem_probe(problem)) is not None
+    return True
+
+
+def _check_targets(sweep: Sweep) -> None:
+    """Refuse a target on a quantity the sweep's points do not measure: without it every round
+    would find the target unmet (an escape time on a model with no basin to escape from asks for
+    4 × the steps each round until the budget runs out)."""
+    from sgdsweep.models import observing
+
+    kind = sweep.config["model"]["kind"]
+    observables = sweep.config["precision"].get("observables", {})
+    firsts = list({p.shard: p for p in sweep.points}.values())  # one point per problem and dynamics
+    measured = [n for n in _OBSERVED_BY if all(_measured(p, n) for p in firsts)]
+    for name in observables:
+        if name in measured:
+            continue
+        switch = _OBSERVED_BY[name]
+        if name == "escape_time" and kind not in observing("escape"):
+            why = (f"model.kind {kind} has no basin to escape from: only model.kind "
+                   f"{', '.join(observing('escape'))} measures escape_time")
+        elif switch is not None and not all(p.params["observe"][switch] for p in firsts):
+            why = f"dynamics.observe.{switch} is off: set it to true to measure {name}"
+        else:
+            why = f"model.kind {kind} defines no {name} for these points"
+        raise ConfigError(f"precision.observables.{name}", observables[name],
+                          f"a target on a quantity that model.kind {kind} measures here: {', '.join(measured)}",
+                          f"{why}; without it no round could meet the target. Remove the target or change "
+                          "the model")
+    for name in sweep.config["precision"].get("fits", {}):
+        if name.startswith("escape.") and "escape_time" not in measured:
+            raise ConfigError(f"precision.fits.{name}", sweep.config["precision"]["fits"][name],
+                              f"a fit of a quantity that model.kind {kind} measures here: {', '.join(measured)}",
+                              f"The escape fit needs escape times, which only model.kind "
+                              f"{', '.join(observing('escape'))} measures, with dynamics.observe.escape on. "
+                              "Remove the target or change the model")
+
+
+@dataclasses.dataclass(frozen=True)
+class LaneDisk:
+    """The disk a precision sweep's stored lanes may take (bytes): ``total``, the sum over its
+    ``points`` of ``max_replicas`` replicas × the bytes of one replica's lanes (``per_replica``,
+    the largest of the sweep's; :attr:`sgdsweep.sweep.cost.Footprint.lane_bytes`) of a
+    ``dim``-parameter model; ``limit``, ``precision.budget.disk``."""
+
+    total: int
+    points: int
+    max_replicas: int
+    per_replica: int
+    dim: int
+    limit: int
+
+
+def disk_limit(budget: Mapping[str, Any]) -> int:
+    """``precision.budget.disk`` in bytes (:func:`dask.utils.parse_bytes`: ``20GB``, ``20G``,
+    ``1.5TiB`` or a number of bytes).
+
+    Raises:
+        ConfigError: naming the key, what was given and what is allowed.
+    """
+    from dask.utils import parse_bytes
+
+    value = budget.get("disk", DEFAULT_DISK)
+    try:
+        limit = parse_bytes(value)
+    except (ValueError, TypeError):
+        limit = 0
+    if limit < 1:
+        raise ConfigError("precision.budget.disk", value, "a size of at least 1 byte: a number of bytes or a "
+                          "size such as 500MB, 20GB, 20G, 1.5TiB",
+                          "It limits the disk the points' stored lanes may take")
+    return int(limit)
+
+
+def lane_disk(sweep: Sweep) -> LaneDisk:
+    """The :class:`LaneDisk` of a precision sweep: each point may grow to
+    ``precision.budget.max_replicas`` replicas, and keeps every replica's lanes (one set per
+    number of steps it runs: a point whose steps grow starts new lanes beside the earlier ones,
+    which this estimate does not count)."""
+    budget = sweep.config["precision"]["budget"]
+    sizes = [sweep.footprints[p.shard] for p in sweep.points]
+    per_replica = max((f.lane_bytes for f in sizes), default=0)
+    dim = max((f.dim for f in sizes), default=0)
+    total = sum(f.lane_bytes for f in sizes) * int(budget["max_replicas"])
+    return LaneDisk(total, len(sizes), int(budget["max_replicas"]), per_replica, dim, disk_limit(budget))
+
+
+def _check_disk(sweep: Sweep) -> None:
+    """Refuse a sweep whose lanes may take more disk than ``precision.budget.disk``."""
+    from sgdsweep.sweep.cost import format_bytes
+
+    est = lane_disk(sweep)
+    if est.total <= est.limit:
+        return
+    fitting = est.limit // max(1, est.total // est.max_replicas)
+    first = max(int(p.params["replicas"]) for p in sweep.points)
+    lower = (f"lower precision.budget.max_replicas to {fitting} or fewer, " if fitting >= max(2, first)
+             else "")
+    raise ConfigError(
+        "precision.budget.disk", sweep.config["precision"]["budget"].get("disk", DEFAULT_DISK),
+        f"at least the estimated disk of the stored lanes, {format_bytes(est.total)}",
+        f"Each of the {est.points} point(s) may grow to precision.budget.max_replicas = {est.max_replicas} "
+        f"replicas, and a precision sweep keeps every replica's lanes (its accumulators, "
+        f"{format_bytes(est.per_replica)} per replica of a d = {est.dim} model) under "
+        f"{sweep.directory / 'points' / lanes_store.LANES_DIR}: {format_bytes(est.total)} against "
+        f"{format_bytes(est.limit)}. To fix it, {lower}sweep fewer points, observe the full covariance of fewer "
+        "parameters (dynamics.observe.cov_max_dim below d keeps its diagonal), or raise precision.budget.disk "
+        "if the disk has the space")
+
+
 def _check_precision(sweep: Sweep, budget: Mapping[str, Any]) -> None:
     """Refuse what rounds cannot do: sizes swept (the rounds decide them), a budget below the
-    first round's size, a fit target on a fit that is not enabled."""
+    first round's size, a fit target on a fit that is not enabled, a target on a quantity the
+    points do not measure (:func:`_check_targets`), lanes estimated beyond the disk budget
+    (:func:`_check_disk`)."""
     for key in ("replicas", "steps"):
         if key in sweep.coords:
             raise ConfigError(f"grid.{key}", [p.params[key] for p in sweep.points][:4],
@@ -285,6 +415,8 @@ def _check_precision(sweep: Sweep, budget: Mapping[str, Any]) -> None:
             raise ConfigError(f"precision.fits.{name}", sweep.config["precision"]["fits"][name],
                               f"a target of an enabled fit (fit.{kind}.enabled is false)",
                               f"Enable fit.{kind} or remove the target.")
+    _check_targets(sweep)
+    _check_disk(sweep)
 
 
 def round_zero(sweep: Sweep) -> list[Point]:
