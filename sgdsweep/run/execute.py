@@ -28,7 +28,7 @@ from sgdsweep.errors import SgdsweepError
 from sgdsweep.run.cluster import dask_client
 from sgdsweep.run.gpus import check_gpu_workers, task_resources
 from sgdsweep.run.progress import REDRAW_S, ShardProgress, verbosity
-from sgdsweep.store.leftovers import remove_failed_markers, remove_stale_temporaries
+from sgdsweep.store.leftovers import remove_failed_markers, remove_lane_leftovers, remove_stale_temporaries
 from sgdsweep.store.points import complete_points, failed_marker
 from sgdsweep.sweep.paths import atomic_write_text
 
@@ -127,10 +127,12 @@ def run_shard(spec_path: Path, receipt_path: Path, execution: Mapping[str, Any])
     todo = [p for p in points if p["hash"] not in done]
     n_cached = len(points) - len(todo)
     log.info("shard %s: %d points, %d already stored, %d to simulate", shard, len(points), n_cached, len(todo))
-    stale = remove_stale_temporaries(points_dir, (p["hash"] for p in points))
+    # under the sweep's lock: what killed writes left, of any point or lanes (an earlier round's
+    # too), once older than any write in progress (sgdsweep.store.leftovers)
+    stale = remove_stale_temporaries(points_dir, None) + remove_lane_leftovers(points_dir, None)
     if stale:
-        log.info("shard %s: removed %d temporary file(s) that killed writes left, e.g. %s", shard, len(stale),
-                 stale[0].name)
+        log.info("shard %s: removed %d temporary or cut-short file(s) that killed writes left, e.g. %s", shard,
+                 len(stale), stale[0].name)
     batches = make_batches(todo, int(execution.get("points_per_task", 8)))
     total = sum(_cost(b) for b in batches)
     if batches:
@@ -181,6 +183,8 @@ def run_shard(spec_path: Path, receipt_path: Path, execution: Mapping[str, Any])
     # did not finish (a lost worker's; its task was retried) — a writer that is still running
     # finds the store complete and places nothing
     lost = remove_stale_temporaries(points_dir, (p["hash"] for p in points), older_than=0.0)
+    lost += remove_lane_leftovers(points_dir, {p["lanes"] for p in points if p.get("lanes")}, older_than=0.0,
+                                  parts=False)
     if lost:
         log.info("shard %s: removed %d temporary file(s) of writes that did not finish, e.g. %s", shard,
                  len(lost), lost[0].name)
