@@ -167,3 +167,62 @@ def test_import_refuses_to_land_inside_another_sweep(exported, tmp_path):
     assert not (outer / "figures").exists()
     target = import_sweep(dest, tmp_path / "side")
     assert (target / "config.yaml").is_file()
+
+
+@pytest.fixture(scope="module")
+def precise(tmp_path_factory):
+    """An export of a finished precision sweep whose rounds extended some points."""
+    from test_precision import config, run_rounds
+
+    from sgdsweep.analysis.fit import fit_ensemble
+    from sgdsweep.store.aggregate import build_ensemble, write_ensemble
+    from sgdsweep.sweep.paths import atomic_write_text
+    from sgdsweep.sweep.plan import write_plan
+
+    root = tmp_path_factory.mktemp("precise")
+    finished = run_rounds(config(root / "here"))
+    files = write_plan(finished)
+    ds = build_ensemble(json.loads(files.sweep_spec.read_text()))
+    write_ensemble(ds, files.ensemble)
+    atomic_write_text(files.fits, json.dumps(fit_ensemble(ds, finished.config["fit"])))
+    dest = root / "precise.zip"
+    manifest = export_sweep(files.root, str(dest))
+    return finished, dest, manifest
+
+
+def test_a_precision_export_with_its_last_round_left_out_is_refused(precise, tmp_path):
+    """Re-signed without the last round's store of an extended point (its checksums all match):
+    replaying the rounds from the file reaches that point, which a run of the import would
+    simulate, so verify and import refuse it."""
+    finished, dest, manifest = precise
+    h, last = next((h, p) for h, p in finished.rounds["points"].items() if p["rounds"])
+    assert h in manifest["points"] and last["hashes"][-1] == h
+    with zipfile.ZipFile(dest) as zf:
+        drop = tuple(n for n in zf.namelist() if n.startswith(f"points/{h}.zarr/"))
+
+    def change(m):
+        m["points"].remove(h)
+    partial = tmp_path / "partial.zip"
+    _rewrite(dest, partial, lambda n, d: None if n in drop else d)
+    bad = _forged(partial, tmp_path / "dropped.zip",
+                  change=lambda m: (change(m), [m["members"].pop(n) for n in drop]))
+    _import_refused(bad, tmp_path, rf"reaches point {h} .*which a run of the import would simulate")
+
+
+def test_a_precision_export_with_a_tightened_target_is_refused(precise, tmp_path):
+    """Re-signed with a tighter target and a huge budget: the rounds replayed from the file's own
+    stores extend its points beyond them, so verify and import refuse it (exit 2)."""
+    _, dest, _ = precise
+
+    def change(m):
+        m["config"]["precision"] = {"observables": {"weight_var": {"rel_se": 0.001}},
+                                    "budget": {"max_rounds": 50, "max_replicas": 10**6, "max_replica_steps": 1e15}}
+    bad = _forged(dest, tmp_path / "tight.zip", change=change)
+    _import_refused(bad, tmp_path, r"reaches point \w+ .*which a run of the import would simulate")
+
+
+def test_a_precision_export_verifies_and_its_rounds_are_replayed(precise, tmp_path):
+    _, dest, manifest = precise
+    assert verify(dest)["points"] == manifest["points"]
+    proc = run_cli("verify", str(dest))
+    assert proc.returncode == 0, proc.stderr

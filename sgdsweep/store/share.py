@@ -7,7 +7,9 @@ also holds
 - ``points/<hash>.zarr/…`` — every point store as a Zarr group under the point's name (an
   import places each as its ``<hash>.npz``), so that an imported sweep re-runs its fits and
   report (or the whole workflow) without simulating anything;
-- ``fits.json`` — the fits (also in the root group's ``fits`` attribute);
+- ``fits.json`` — the fits (also in the root group's ``fits`` attribute); with ``precision:``,
+  also ``rounds/fits/<name>.json``, each round's fits, from which an import replays the rounds
+  (:mod:`sgdsweep.store.share_rounds`);
 - ``README.txt`` — how to open and verify the file;
 - ``sgdsweep-manifest.json`` — schema version, sweep name, resolved config and its hash,
   provenance, the point hashes, and the SHA-256 and size of every other member.
@@ -35,7 +37,6 @@ import yaml
 
 from sgdsweep.errors import StoreError, UsageError
 from sgdsweep.store import points as point_store
-from sgdsweep.store.leftovers import remove_stale_imports
 from sgdsweep.store.point_identity import identity_problem
 from sgdsweep.store.share_verify import (
     COMMENT_PREFIX,
@@ -221,6 +222,9 @@ def export_sweep(sweep_dir: str | Path, dest: str) -> dict[str, Any]:
         except StoreError as exc:
             raise UsageError(f"{sweep_dir} is not exported: {exc}; re-run the workflow before exporting") from None
     members["fits.json"] = json.dumps(fits, indent=1, sort_keys=True).encode()
+    if "precision" in report_spec["config"]:  # each round's fits: an import replays the rounds from them
+        for path in sorted((sweep_dir / "rounds" / "fits").glob("*.json")):
+            members[f"rounds/fits/{path.name}"] = path
     provenance = {k: ens_attrs.get(k) for k in ("code_version", "host", "python", "created_utc", "sweep_hash")}
     provenance["package_versions"] = json.loads(ens_attrs.get("package_versions", "{}"))
     base = {"sweep": report_spec["config"]["sweep"], "config": report_spec["config"],
@@ -289,7 +293,6 @@ def import_sweep(src: str | Path, results_dir: str | Path = "results") -> Path:
                 raise UsageError(f"results directory {results_dir} is not a directory (a file is "
                                  "there, or in its path); import elsewhere with --results-dir DIR"
                                  ) from None
-            remove_stale_imports(results_dir)  # what killed imports left (sgdsweep.store.leftovers)
             staging = results_dir / f".import-{uuid.uuid4().hex[:8]}"
             try:
                 _extract(zf, manifest, staging, src)
@@ -338,7 +341,8 @@ def _imported_config(config: dict[str, Any], results_dir: Path) -> str:
 
 
 def _extract(zf: zipfile.ZipFile, manifest: dict[str, Any], staging: Path, src: str | Path) -> None:
-    """Copy a verified export's members into ``staging`` (a new directory): ``fits.json``, the
+    """Copy a verified export's members into ``staging`` (a new directory): ``fits.json`` and
+    the rounds' fits (``rounds/fits/``) as they are named, the
     ensemble's keys under ``ensemble.zarr/``, and each point's keys as a Zarr group, read back
     and placed as its point store ``points/<hash>.npz`` (checked complete and its point's own;
     its chunk files are the manifest's, checked by :func:`verified`, and an exporter before
@@ -353,7 +357,7 @@ def _extract(zf: zipfile.ZipFile, manifest: dict[str, Any], staging: Path, src: 
         if name.startswith("points/"):  # points/<hash>.zarr/<key>, as verify checked
             stores.setdefault(name.split("/")[1][:-len(".zarr")], []).append(name)
             continue
-        out = staging / (name if name == "fits.json" else f"ensemble.zarr/{name}")
+        out = staging / (name if name == "fits.json" or name.startswith("rounds/") else f"ensemble.zarr/{name}")
         out.parent.mkdir(parents=True, exist_ok=True)
         with open(out, "xb") as fh:
             fh.writelines(member_blocks(zf, name, entry, src))

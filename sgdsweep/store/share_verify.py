@@ -23,7 +23,9 @@ integrity, not origin), so nothing the file says is trusted:
   :func:`sgdsweep.open_ensemble` runs (:func:`sgdsweep.store.integrity.check_ensemble`: its
   metadata against its recorded digests, every chunk present), and each point's store records
   that point (its hash, and parameters that hash to it), so stores swapped or renamed between
-  points are refused.
+  points are refused;
+- last, for a sweep with rounds, the rounds replayed from the file's own stores and fits reach
+  exactly its points and simulate nothing (:mod:`sgdsweep.store.share_rounds`).
 """
 
 from __future__ import annotations
@@ -109,6 +111,9 @@ def verified(zf: zipfile.ZipFile, size: int, src: str | Path) -> dict[str, Any]:
     manifest = read_manifest(zf, infos, src)
     check_listed_members(manifest, infos, src)
     check_config(manifest, src)
+    from sgdsweep.store.share_rounds import check_archive_names
+
+    check_archive_names(manifest, src)
     for name, entry in manifest["members"].items():
         for _ in member_blocks(zf, name, entry, src):
             pass
@@ -116,6 +121,9 @@ def verified(zf: zipfile.ZipFile, size: int, src: str | Path) -> dict[str, Any]:
 
     check_declared(Path(str(zf.filename)), manifest, size, src)  # before any array is read
     check_contents(Path(str(zf.filename)), manifest, src)
+    from sgdsweep.store.share_rounds import check_rounds
+
+    check_rounds(zf, manifest, src)
     return manifest
 
 

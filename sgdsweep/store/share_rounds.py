@@ -1,0 +1,98 @@
+"""Checking the rounds of an export of a sweep with rounds (``precision:`` or ``search:``): that
+running its imported config simulates nothing.
+
+A sweep with rounds decides each round's points from the stored results of the one before
+(:mod:`sgdsweep.sweep.precision`, :mod:`sgdsweep.sweep.search`), so its config alone does not
+say which points an import needs; checksums do not either (a forger re-signs the manifest).
+So :func:`check_rounds` replays the rounds from the export's own contents, as ``sgdsweep run``
+of the imported config will: each point store's attributes (its summary), ``fits.json`` and the
+fits of earlier rounds (``rounds/fits/<name>.json``, :func:`sgdsweep.sweep.precision.fit_archive_name`)
+placed in a temporary sweep directory, and :func:`sgdsweep.sweep.config.build_sweep` at its
+current round. The export is refused unless
+
+- every point of the current round has its store in the file, and none is still to simulate
+  (precision status ``pending``) or to fit (``pending fit``: a round's fits missing); and
+- the file's points are exactly the points of every round the replay reached (no round's
+  store left out, none added).
+
+Cost: one small file per point (its store's ``zarr.json``) written to a temporary directory,
+and the rounds' decisions, which read nothing else.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from sgdsweep.errors import ConfigError, StoreError
+from sgdsweep.store.share_verify import ShareError, member_blocks
+
+#: Name of a member holding the fits of one round of a precision sweep (``rounds/fits/<name>``).
+FIT_ARCHIVE = re.compile(r"rounds/fits/[0-9a-f]{1,64}-[0-9a-f]{1,64}\.json")
+#: Precision statuses of a point that a run would still simulate or fit.
+_UNFINISHED = ("pending", "pending fit")
+
+
+def check_archive_names(manifest: dict[str, Any], src: str | Path) -> None:
+    """Raise :class:`ShareError` for a member under ``rounds/`` that is not a round's fits
+    (``rounds/fits/<points digest>-<fit config hash>.json``) of a sweep with ``precision``."""
+    for name in manifest["members"]:
+        if name.startswith("rounds/") and not (FIT_ARCHIVE.fullmatch(name) and "precision" in manifest["config"]):
+            raise ShareError(f"{src}: member {name!r} is not the fits of a round of a precision sweep "
+                             "(rounds/fits/<points digest>-<fit config hash>.json); a crafted file, do not use it")
+
+
+def check_rounds(zf: zipfile.ZipFile, manifest: dict[str, Any], src: str | Path) -> None:
+    """Replay the rounds of the export open as ``zf`` (its members verified) from its contents and
+    check what the module docstring says; nothing to do for a sweep without rounds.
+
+    Raises:
+        ShareError: naming the point that a run of the import would simulate (or fit), or the
+            points the rounds do not reach.
+    """
+    from sgdsweep.sweep.config import build_sweep
+
+    config = manifest["config"]
+    if "precision" not in config and "search" not in config:
+        return
+    members = manifest["members"]
+    held = set(manifest["points"])
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / manifest["sweep"]
+        wanted = [f"points/{h}.zarr/zarr.json" for h in manifest["points"]] + ["fits.json"]
+        for name in wanted + sorted(n for n in members if n.startswith("rounds/")):
+            out = root / name
+            out.parent.mkdir(parents=True, exist_ok=True)
+            with open(out, "xb") as fh:
+                fh.writelines(member_blocks(zf, name, members[name], src))
+        try:
+            sweep = build_sweep({**{k: v for k, v in config.items() if k != "execution"}, "results_dir": tmp})
+        except (ConfigError, StoreError) as exc:
+            raise ShareError(f"{src}: its rounds cannot be replayed from its own contents ({exc}); a damaged "
+                             "or crafted file, do not use it") from None
+    info = sweep.rounds or {}
+    current = [p.hash for p in sweep.points]
+    reached = set(current)
+    if info.get("kind") == "precision":
+        for h, p in info["points"].items():
+            reached.update(p.get("hashes", ()))
+            if p["status"] in _UNFINISHED:
+                what = "simulate" if p["status"] == "pending" else "fit (the fits of that round are not in the file)"
+                raise ShareError(
+                    f"{src}: replaying its precision rounds from its own stores and fits, round {p['rounds']} "
+                    f"reaches point {h} ({p['replicas']} replicas × {p['steps']} steps), which a run of the "
+                    f"import would {what}: the file's config, stores or fits were changed after export (a "
+                    "target tightened, a budget raised, a round's store left out), do not use it")
+    missing = sorted(set(current) - held)
+    if missing:
+        raise ShareError(f"{src}: replaying its rounds from its own stores, the current round holds point "
+                         f"{missing[0]}, which the file has no store of: a run of the import would simulate it. "
+                         "The file was changed after export, do not use it")
+    if reached != held:
+        odd = min(held - reached) if held - reached else min(reached - held)
+        raise ShareError(f"{src}: its points are not those its rounds reach when replayed from its own stores "
+                         f"(point {odd} is in one, not the other): "
+                         "the file's config or stores were changed after export, do not use it")
