@@ -37,6 +37,7 @@ import yaml
 
 from sgdsweep.errors import StoreError, UsageError
 from sgdsweep.store import points as point_store
+from sgdsweep.store.leftovers import remove_stale_imports
 from sgdsweep.store.point_identity import identity_problem
 from sgdsweep.store.share_verify import (
     COMMENT_PREFIX,
@@ -293,6 +294,7 @@ def import_sweep(src: str | Path, results_dir: str | Path = "results") -> Path:
                 raise UsageError(f"results directory {results_dir} is not a directory (a file is "
                                  "there, or in its path); import elsewhere with --results-dir DIR"
                                  ) from None
+            remove_stale_imports(results_dir)  # what killed imports left (sgdsweep.store.leftovers)
             staging = results_dir / f".import-{uuid.uuid4().hex[:8]}"
             try:
                 _extract(zf, manifest, staging, src)
