@@ -23,11 +23,12 @@ from sgdsweep.errors import ConfigError
 from sgdsweep.models import allowed_noise, get_model, hook, observing
 from sgdsweep.models.noise_types import SAMPLING_NOISE, SDE_NOISE, describe
 from sgdsweep.sweep import grid as gridmod
+from sgdsweep.sweep import limits
 from sgdsweep.sweep.cost import Footprint, footprint
 from sgdsweep.sweep.device import router as device_router
 from sgdsweep.sweep.identity import LYAPUNOV, content_hash
 from sgdsweep.sweep.paths import nested_sweep, sweep_dir
-from sgdsweep.sweep.schema import load_schema, read_yaml, validate_and_fill
+from sgdsweep.sweep.schema import check_tree, load_schema, read_yaml, validate_and_fill
 
 #: Axes every sweep must set (in the grid or in every explicit point) when the model uses them.
 REQUIRED_AXES = ("lr", "batch_size", "samples_per_param", "hidden_width")
@@ -191,7 +192,11 @@ def build_sweep(raw: Mapping[str, Any], rounds: bool = True) -> Sweep:
                 if key in sec and key in raw_grid:
                     raise ConfigError(f"grid.{key}", raw_grid[key], f"one place for '{key}'",
                                       f"It is set in both {section} and grid; keep one.")
+    check_tree(raw)  # aliases and nesting first: every other walk would expand or recurse into them
+    limits.check_sizes(raw)  # from the lists' lengths, before anything is expanded or built
     cfg = validate_and_fill(dict(raw))
+    limits.check_results_dir(cfg["results_dir"])
+    limits.check_execution(cfg["execution"])
     pair = cfg["fit"]["wigner"]["pair"]
     if pair[0] == pair[1]:
         raise ConfigError("fit.wigner.pair", pair, "two different indices, e.g. [0, 1]",

@@ -42,8 +42,13 @@ if TYPE_CHECKING:  # config imports this module
 #: objects), measured with ``tracemalloc``: 2.8 KiB.
 STREAM_BYTES = 3 * 1024
 #: Resident memory of one Dask worker process before it simulates (its Python, NumPy, Numba,
-#: Dask and compiled kernels; ``benchmarks/memory.py`` measures ~220 MiB).
+#: Dask and compiled kernels; ``benchmarks/memory.py`` measures ~220 MiB, a worker of
+#: ``sgdsweep run`` ~200 MiB). Every worker of a cluster counts, busy or not.
 PROCESS_BYTES = 256 * 2**20
+#: Resident memory of a local run's processes besides its workers, together: ``sgdsweep run``,
+#: Snakemake, the cluster process (Dask's scheduler) and the job at work (the shard job that
+#: submits the tasks, or the report's); ~1.0 GiB measured on a tiny sweep (``benchmarks/workers_memory.py``).
+RUN_BYTES = 2**30
 #: Fraction of the physical memory that ``execution.max_memory: auto`` allows.
 AUTO_FRACTION = 0.8
 #: Lanes and seconds of one timing run of :func:`measure_rate`.
@@ -152,11 +157,10 @@ def memory_limit(execution: Mapping[str, Any]) -> tuple[int, str]:
     if value != "auto":
         return (int(value) if isinstance(value, int) else parse_size(value)), "execution.max_memory"
     if execution.get("cluster") == "slurm":
-        memory = execution.get("slurm", {}).get("memory", "")
-        try:
-            return parse_size(memory), f"auto: slurm.memory {memory} of one job"
-        except ValueError:
-            pass
+        from sgdsweep.sweep.limits import slurm_memory_bytes
+
+        memory = execution.get("slurm", {}).get("memory", "4GB")
+        return slurm_memory_bytes(memory), f"auto: slurm.memory {memory} of one job"
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     return int(AUTO_FRACTION * total), f"auto: {AUTO_FRACTION:.0%} of this machine's {format_bytes(total)}"
 
@@ -179,7 +183,8 @@ def tasks_at_once(execution: Mapping[str, Any]) -> tuple[int, str]:
 @dataclass(frozen=True)
 class MemoryEstimate:
     """The memory a sweep's simulation needs at once: ``total`` bytes for ``at_once`` tasks (the
-    largest, ``largest``) and their worker processes, against ``limit`` (from ``source``)."""
+    largest, ``largest``), ``processes`` worker processes of :data:`PROCESS_BYTES` each and
+    ``run_bytes`` of the run's other processes, against ``limit`` (from ``source``)."""
 
     total: int
     at_once: int
@@ -187,6 +192,16 @@ class MemoryEstimate:
     largest: Task | None
     limit: int
     source: str
+    processes: int = 0
+    run_bytes: int = 0
+
+    def parts(self) -> str:
+        """The estimate's processes in words, for messages."""
+        out = f"{format_bytes(PROCESS_BYTES)} per worker process for {self.processes} worker process(es)"
+        if self.run_bytes:
+            out += (f" and {format_bytes(self.run_bytes)} of the run's own processes (sgdsweep, Snakemake, "
+                    "Dask's scheduler)")
+        return out
 
     @property
     def fits(self) -> bool:
@@ -194,13 +209,21 @@ class MemoryEstimate:
 
 
 def estimate_memory(sweep: Sweep, task_list: list[Task]) -> MemoryEstimate:
-    """The :class:`MemoryEstimate` of running ``task_list`` (largest tasks at once)."""
+    """The :class:`MemoryEstimate` of running ``task_list``: its largest tasks at once, every
+    worker process that holds the memory (all the workers of a local cluster or of one SLURM job,
+    busy or not; one worker of an external scheduler) and, for a local cluster, the run's own
+    processes (:data:`RUN_BYTES`). Measured on a tiny sweep at 1, 2 and 24 local workers, the
+    estimate is within a factor of 2 of the run's peak (the resident memory of its whole
+    process tree; ``benchmarks/workers_memory.py``)."""
+    from sgdsweep.run.cluster import uses_local_cluster
+
     execution = sweep.config["execution"]
     limit, source = memory_limit(execution)
     slots, why = tasks_at_once(execution)
     biggest = sorted(task_list, key=lambda t: t.memory, reverse=True)[:slots]
-    total = sum(t.memory for t in biggest) + len(biggest) * PROCESS_BYTES
-    return MemoryEstimate(total, len(biggest), why, biggest[0] if biggest else None, limit, source)
+    run = RUN_BYTES if uses_local_cluster(execution) else 0
+    total = sum(t.memory for t in biggest) + slots * PROCESS_BYTES + run
+    return MemoryEstimate(total, len(biggest), why, biggest[0] if biggest else None, limit, source, slots, run)
 
 
 def _replicas_key(sweep: Sweep) -> str:
@@ -230,7 +253,7 @@ def check_memory(sweep: Sweep, hashes: Iterable[str] | None = None) -> MemoryEst
         + f"Its estimated memory is {format_bytes(est.total)}: {est.at_once} task(s) at once ({est.why}), the "
         f"largest {t.points} point(s) × {replicas} replicas = {t.lanes} lanes of a d = {fp.dim} model, "
         f"{format_bytes(fp.per_lane)} per replica and {format_bytes(fp.fixed)} per task = "
-        f"{format_bytes(t.memory)}, plus {format_bytes(PROCESS_BYTES)} per worker process. Use fewer "
+        f"{format_bytes(t.memory)}, plus {est.parts()}. Use fewer "
         "replicas, fewer points per task (execution.points_per_task), fewer workers (execution.workers), "
         "a smaller model (n_inputs, hidden_width, dynamics.observe.cov_max_dim), or raise "
         "execution.max_memory if the machine has the memory")
@@ -313,7 +336,7 @@ def describe(sweep: Sweep, hashes: Iterable[str] | None = None, measure: bool = 
              + f"{_sci(total)} replica-steps",
              f"  memory: {format_bytes(big.memory)} for the largest task ({big.points} point(s), {big.lanes} "
              + f"replicas); {format_bytes(est.total)} with {est.at_once} task(s) at once ({est.why}) and "
-             + f"their worker processes; limit {format_bytes(est.limit)} ({est.source})"]
+             + f"{est.parts()}; limit {format_bytes(est.limit)} ({est.source})"]
     if "precision" in sweep.config:  # the lanes it keeps to extend its points (docs/precision.md)
         from sgdsweep.store.lanes import stored_bytes
         from sgdsweep.sweep.precision import lane_disk

@@ -23,6 +23,7 @@ from jsonschema import validators
 from jsonschema.exceptions import ValidationError, best_match
 
 from sgdsweep.errors import ConfigError
+from sgdsweep.sweep import limits
 from sgdsweep.sweep.paths import workflow_root
 
 
@@ -209,13 +210,22 @@ def normalise_numbers(node: Any) -> Any:
     return node
 
 
+def _deep_key(path: Iterable[object]) -> str:
+    """The key of a value nested too deep: its path up to the last named key, then ``[…]``."""
+    parts = [p for p in path if p is not None and p != "<key>"]
+    named = [i for i, p in enumerate(parts) if isinstance(p, str)]
+    return key_path(parts[: named[-1] + 1] if named else []) + "[…]"
+
+
 def check_tree(node: Any) -> None:
     """Raise :class:`ConfigError` if a mapping or list occurs twice in ``node`` (a YAML alias
     that a loader other than :func:`read_yaml` let through, e.g. in Snakemake's ``--config``).
 
     Shared parts would be expanded by every walk over the config: nine lists of nine aliases
     make 9⁹ values from a few hundred bytes. The walk visits each object once, so it costs the
-    size of what was loaded, never of its expansion."""
+    size of what was loaded, never of its expansion. A value nested deeper than
+    :data:`~sgdsweep.sweep.limits.MAX_DEPTH` is refused too (the recursive walks after this one
+    would overflow Python's stack)."""
     seen: dict[int, tuple] = {}
     queue: deque[tuple[Any, tuple]] = deque([(node, ())])  # breadth first: the shallowest repeat
     while queue:
@@ -227,6 +237,8 @@ def check_tree(node: Any) -> None:
                               "a value written out in full", "YAML anchors (&name) and aliases (*name) are "
                               "refused: nested aliases can expand a few hundred bytes into billions of values.")
         seen[id(item)] = path
+        if len(path) >= limits.MAX_DEPTH:
+            raise limits.depth_error(_deep_key(path), "")
         children = item.items() if isinstance(item, dict) else enumerate(item)
         queue.extend((v, (*path, k)) for k, v in children)
 
@@ -275,6 +287,18 @@ class _AliasError(yaml.YAMLError):
         self.what, self.mark = what, mark
 
 
+class _LimitError(yaml.YAMLError):
+    """A config file beyond a limit of :mod:`sgdsweep.sweep.limits`, met while parsing it."""
+
+    def __init__(self, error: ConfigError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _at(mark: yaml.Mark) -> str:
+    return f"Line {mark.line + 1}, column {mark.column + 1}. "
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
     """``yaml.SafeLoader`` that refuses a key repeated in one mapping (PyYAML keeps the last one
     silently: a second ``sweep:`` would send the results to another sweep's directory), and any
@@ -287,7 +311,21 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         if event.anchor is not None:
             sign = "*" if isinstance(event, yaml.AliasEvent) else "&"
             raise _AliasError(f"{'alias' if sign == '*' else 'anchor'} {sign}{event.anchor}", event.start_mark)
-        return super().compose_node(parent, index)
+        path = self.__dict__.setdefault("_path", [])
+        self._nodes = self.__dict__.get("_nodes", 0) + 1
+        part = index.value if isinstance(index, yaml.ScalarNode) else index
+        if isinstance(part, int) and part >= limits.MAX_LIST_ITEMS:
+            raise _LimitError(limits.list_error(key_path(p for p in path if p not in (None, "<key>")),
+                                                 _at(event.start_mark)))
+        if self._nodes > limits.MAX_NODES:
+            raise _LimitError(limits.nodes_error(_at(event.start_mark)))
+        if len(path) > limits.MAX_DEPTH and not isinstance(event, yaml.ScalarEvent):
+            raise _LimitError(limits.depth_error(_deep_key(path), _at(event.start_mark)))
+        path.append("<key>" if index is None and isinstance(parent, yaml.MappingNode) else part)
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            path.pop()
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
@@ -310,9 +348,14 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     if not p.is_file():
         raise ConfigError("<config file>", str(path), "an existing YAML file",
                           "Check the path (it is relative to the working directory).")
+    size = p.stat().st_size
+    if size > limits.MAX_FILE_BYTES:
+        raise limits.file_size_error(str(path), size)
     try:
         with open(p, encoding="utf-8") as fh:
             data = yaml.load(fh, Loader=_UniqueKeyLoader)  # a SafeLoader: no Python tags
+    except _LimitError as exc:
+        raise exc.error from None
     except UnicodeDecodeError as exc:
         raise ConfigError("<config file>", str(path), "a UTF-8 encoded YAML file",
                           f"Byte {exc.start} is not UTF-8 ({exc.reason}); save the file as UTF-8.") from None
