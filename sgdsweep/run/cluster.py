@@ -10,8 +10,12 @@ Four cases, in order of precedence:
    :func:`serve`) as Snakemake starts, passes the scheduler file's path to Snakemake's
    environment, and stops the process when Snakemake ends (also on error and on Ctrl-C); the
    process also stops by itself when ``sgdsweep run`` is gone (e.g. after ``kill -9``). Shard
-   jobs only wait for it (:func:`wait_for_run_cluster`) and connect with
-   ``distributed.Client(scheduler_file=...)``.
+   jobs only wait for it (:func:`wait_for_run_cluster`), check that the address in the scheduler
+   file answers as a Dask scheduler within :data:`PROBE_TIMEOUT_S` (:func:`probe_scheduler`: a
+   stale file naming a port that something else now holds fails there, not for ever) and
+   connect with ``distributed.Client(scheduler_file=...)``. The cluster process's log,
+   ``daemon.log``, is created afresh by each run; a symbolic link there is removed, never
+   written through.
 4. Otherwise (plain ``snakemake``, or a shard job run by hand): a ``LocalCluster`` inside the job
    for the duration of the job.
 
@@ -170,13 +174,30 @@ def start_run_cluster(cluster_dir: Path, workers: int, host: str = "127.0.0.1", 
     cluster_dir = Path(cluster_dir)
     cluster_dir.mkdir(parents=True, exist_ok=True)
     (cluster_dir / SCHEDULER_FILE).unlink(missing_ok=True)
+    log_fh = _new_file(cluster_dir / DAEMON_LOG)
     # until the process records its own phases, the record names this (its owner) process
     _write_status(cluster_dir, os.getpid(), "spawned")
-    with open(cluster_dir / DAEMON_LOG, "wb") as log_fh:
+    with log_fh:
         return subprocess.Popen(
             [sys.executable, "-m", "sgdsweep", "cluster-daemon", "--dir", str(cluster_dir),
              "--workers", str(workers), "--host", host, *(["--gpus", str(gpus)] if gpus else [])],
             stdin=subprocess.DEVNULL, stdout=log_fh, stderr=log_fh, start_new_session=True)
+
+
+def _new_file(path: Path) -> Any:
+    """``path`` created afresh and opened for writing (binary): what was there before — an
+    earlier run's file, or a symbolic link, which is removed, never followed — is gone, and a
+    file or link placed there meanwhile makes the creation fail rather than be written through.
+
+    Raises:
+        UsageError: naming the file, when it cannot be created."""
+    try:
+        path.unlink(missing_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise UsageError(f"cannot create {path} ({exc.strerror or exc}); nothing was started. Remove what "
+                         f"is there and check that {path.parent} is writable") from None
+    return os.fdopen(fd, "wb")
 
 
 def stop_run_cluster(proc: subprocess.Popen, cluster_dir: Path, timeout_s: float = 20.0) -> None:
@@ -383,8 +404,9 @@ def dask_client(execution: Mapping[str, Any]) -> Iterator[Any]:
     """A connected ``distributed.Client`` per the rules in the module docstring.
 
     Raises:
-        SgdsweepError: the named scheduler or the run's cluster cannot be reached, or the named
-            scheduler's workers cannot import sgdsweep.
+        SgdsweepError: the named scheduler or the run's cluster cannot be reached or does not
+            answer as a Dask scheduler within :data:`PROBE_TIMEOUT_S`, or the named scheduler's
+            workers cannot import sgdsweep.
     """
     from distributed import Client
 
@@ -409,6 +431,10 @@ def dask_client(execution: Mapping[str, Any]) -> Iterator[Any]:
     scheduler_file = os.environ.get(SCHEDULER_FILE_ENV, "").strip()
     if scheduler_file:
         status = wait_for_run_cluster(Path(scheduler_file))
+        probe_scheduler(_file_address(Path(scheduler_file)),
+                        fix=(f"the scheduler file {scheduler_file} ({SCHEDULER_FILE_ENV}) is stale or not the "
+                             f"run's own: run the workflow with 'sgdsweep run', or unset {SCHEDULER_FILE_ENV} to "
+                             "start a cluster for this job"))
         try:
             client = Client(scheduler_file=scheduler_file, timeout="30s")
         except OSError as exc:
@@ -431,9 +457,28 @@ def dask_client(execution: Mapping[str, Any]) -> Iterator[Any]:
         yield client
 
 
-def probe_scheduler(address: str, timeout_s: float | None = None) -> None:
+def _file_address(scheduler_file: Path) -> str:
+    """The scheduler address recorded in the Dask scheduler file ``scheduler_file``.
+
+    Raises:
+        SgdsweepError: naming the file, when it cannot be read or records no address."""
+    try:
+        address = json.loads(Path(scheduler_file).read_text()).get("address")
+    except (OSError, ValueError, AttributeError) as exc:
+        address, why = None, getattr(exc, "strerror", None) or exc
+    else:
+        why = f"its 'address' is {address!r}"
+    if not isinstance(address, str) or not _valid_address(address):
+        raise SgdsweepError(f"the Dask scheduler file {scheduler_file} ({SCHEDULER_FILE_ENV}) names no scheduler "
+                            f"({why}; expected JSON with an address such as tcp://127.0.0.1:8786); run the "
+                            f"workflow with 'sgdsweep run', or unset {SCHEDULER_FILE_ENV}")
+    return address
+
+
+def probe_scheduler(address: str, timeout_s: float | None = None, fix: str | None = None) -> None:
     """Check that ``address`` answers as a Dask scheduler within ``timeout_s`` seconds (default
-    :data:`PROBE_TIMEOUT_S`).
+    :data:`PROBE_TIMEOUT_S`); ``fix`` replaces the way out that the error messages suggest
+    (by default, to check the address or unset :data:`SCHEDULER_ENV`).
 
     ``Client(address, timeout=...)`` bounds the TCP connect but not Dask's handshake: a listener
     that is not Dask (a web server, say) accepts the connection and never answers, and the client
@@ -457,7 +502,8 @@ def probe_scheduler(address: str, timeout_s: float | None = None) -> None:
         finally:
             comm.abort()
 
-    fix = f"check the address, or unset {SCHEDULER_ENV} / execution.scheduler to start a local cluster"
+    if fix is None:
+        fix = f"check the address, or unset {SCHEDULER_ENV} / execution.scheduler to start a local cluster"
     try:
         reply = asyncio.run(asyncio.wait_for(_identity(), timeout_s))
     except (asyncio.TimeoutError, TimeoutError):

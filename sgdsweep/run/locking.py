@@ -6,7 +6,8 @@ takes it before anything starts and passes it on to its Snakemake process; a pla
 while the workflow is only parsed). The kernel releases it when the processes holding it end in
 any way — also on ``kill -9`` — so, unlike Snakemake's own directory lock, it never goes stale.
 The lock file records who holds it (pid, host, start time, Snakemake's pid) for the refusal
-message.
+message. It is opened with ``O_NOFOLLOW``: a symbolic link in its place is refused, naming it,
+and the file the link points to is left untouched.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import fcntl
 import json
 import os
 import platform
+import tempfile
 from pathlib import Path
 from typing import IO
 
@@ -45,11 +47,12 @@ def ensure_writable(directory: Path, what: str = "results directory",
         UsageError: naming the directory, the operating system's reason and the fix.
     """
     directory = Path(directory)
-    probe = directory / f".write-probe-{os.getpid()}"
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        probe.write_bytes(b"")
-        probe.unlink()
+        # a new file of a random name (O_EXCL): nothing already there is written through
+        fd, probe = tempfile.mkstemp(prefix=".write-probe-", dir=directory)
+        os.close(fd)
+        os.unlink(probe)
     except OSError as exc:
         raise UsageError(
             f"{what} {directory} is not writable ({exc.strerror or exc}); nothing was changed. Fix "
@@ -89,7 +92,7 @@ def acquire(sweep_dir: Path) -> IO[str]:
     """
     sweep_dir = Path(sweep_dir)
     ensure_writable(sweep_dir)
-    fh = open(sweep_dir / LOCK_NAME, "a+")  # noqa: SIM115 - returned: the open file holds the lock
+    fh = os.fdopen(_open_lock_file(sweep_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_APPEND), "a+")
     try:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
@@ -107,6 +110,29 @@ def acquire(sweep_dir: Path) -> IO[str]:
                          "since": _dt.datetime.now().isoformat(timespec="seconds")}))
     fh.flush()
     return fh
+
+
+def _open_lock_file(path: Path, flags: int) -> int:
+    """A descriptor of the lock file ``path`` opened with ``flags``, never through a symbolic
+    link (``O_NOFOLLOW``): a link planted there would make the lock's record overwrite the file
+    it points to.
+
+    Raises:
+        UsageError: ``path`` is a symbolic link (naming it and where it points), or cannot be
+            opened (naming it and the operating system's reason)."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or path.is_symlink():
+            try:
+                target = os.readlink(path)
+            except OSError:
+                target = "?"
+            raise UsageError(f"the sweep's lock file {path} is a symbolic link (to {target}); "
+                             "sgdsweep does not write through links there. Remove the link (rm "
+                             f"{path}; the file it points to is untouched) and rerun") from None
+        raise UsageError(f"cannot open the sweep's lock file {path} ({exc.strerror or exc}); remove it "
+                         "if it is not a file, or make its directory writable, and rerun") from None
 
 
 def _alive(pid: object) -> bool:
@@ -176,8 +202,11 @@ def record_holder(lock_file: Path, snakemake_pid: int) -> None:
     """Add the Snakemake process ``snakemake_pid`` to the lock file's record of who holds the
     lock (for the refusal's message; a failure to write it is ignored)."""
     try:
-        info = json.loads(Path(lock_file).read_text())
-        info["snakemake_pid"] = snakemake_pid
-        Path(lock_file).write_text(json.dumps(info))
-    except (OSError, ValueError, TypeError):
+        with os.fdopen(_open_lock_file(Path(lock_file), os.O_RDWR), "r+") as fh:
+            info = json.loads(fh.read())
+            info["snakemake_pid"] = snakemake_pid
+            fh.seek(0)
+            fh.truncate()
+            fh.write(json.dumps(info))
+    except (OSError, ValueError, TypeError, UsageError):
         pass

@@ -18,7 +18,8 @@ Integrity: the zip's comment (:attr:`zipfile.ZipFile.comment`, which the zip for
 the very end of the file) is :data:`CHECKSUM_MARKER` and the CRC-32 of every byte before it, and
 :mod:`zipfile` checks each member's own CRC-32 as it is read. A store cut short or with any byte
 changed fails :func:`is_complete` and is recomputed by the next run; a crafted archive (members
-that are not ``.npy``, declared sizes beyond :data:`MAX_POINT_BYTES`, pickled objects) is
+that are not ``.npy``, declared sizes beyond :data:`MAX_POINT_BYTES`, a metadata member beyond
+:data:`MAX_META_BYTES`, pickled objects) is
 refused with a :class:`~sgdsweep.errors.StoreError` naming the file.
 
 Identity: a point's store records the point it holds (attributes ``point_hash`` and
@@ -73,6 +74,10 @@ TABLE_PREFIX = "table."
 #: Largest size of a point store's file, and largest total declared (uncompressed) size of its
 #: members, bytes: more is a crafted archive (a "zip bomb"), refused before any member is read.
 MAX_POINT_BYTES = 1 << 31
+#: Largest size of a point store's metadata member (:data:`META_MEMBER`), bytes, both as declared
+#: in the zip's directory and as inflated: the stores sgdsweep writes hold a few kB there, so more
+#: is a crafted archive, refused before the member is parsed.
+MAX_META_BYTES = 16 << 20
 #: Age (seconds, by modification time) from which a point store's temporary file
 #: (``.<hash>.npz.tmp-*``, or ``.<hash>.zarr.zip.tmp-*`` / ``.<hash>.zarr.tmp-*`` of earlier
 #: layouts) is the leftover of a killed write: a live write fills and renames its file within a
@@ -309,7 +314,8 @@ class PointStore:
 
     A ``.npz`` store (layout 3) is read whole and checked (:func:`_check_crc`) when opened;
     its members are checked before any is read (every name ``<array>.npy``, the metadata member
-    present, declared sizes at most :data:`MAX_POINT_BYTES` in all) and read as
+    present, declared sizes at most :data:`MAX_POINT_BYTES` in all, the metadata member's at most
+    :data:`MAX_META_BYTES` declared and inflated) and read as
     :func:`numpy.load` reads them, without pickle. Stores of layouts 2 and 1 are read through Zarr's public
     API (:func:`zarr.open_group`); of a directory store, every array must have all its chunk
     files (Zarr reads a missing one as the fill value) unless ``require_chunks`` is False (for a
@@ -368,7 +374,7 @@ class PointStore:
         if declared > MAX_POINT_BYTES:
             raise StoreError(f"point store {self.path} declares {declared} bytes of members, more than "
                              f"{MAX_POINT_BYTES} (a crafted file); delete it and rerun the workflow")
-        text = self._member(META_MEMBER)
+        text = self._meta_member()
         if text.dtype.kind != "S" or text.shape != ():
             raise StoreError(f"point store {self.path}: member '{META_MEMBER}.npy' is not a JSON string; "
                              "delete the store and rerun the workflow")
@@ -419,6 +425,24 @@ class PointStore:
         checked by :mod:`zipfile`."""
         assert self._zip is not None
         return np.lib.format.read_array(io.BytesIO(self._zip.read(f"{name}.npy")), allow_pickle=False)
+
+    def _meta_member(self) -> np.ndarray:
+        """The metadata member's array, as :meth:`_member` reads it, after checking that its
+        declared size is at most :data:`MAX_META_BYTES` and inflating at most one byte more.
+
+        Raises: StoreError naming the store when either size is larger."""
+        assert self._zip is not None
+        name = f"{META_MEMBER}.npy"
+        declared = self._zip.getinfo(name).file_size
+        raw = b""
+        if declared <= MAX_META_BYTES:  # the declaration can lie: inflate one byte more at most
+            with self._zip.open(name) as member:
+                raw = member.read(MAX_META_BYTES + 1)
+        if declared > MAX_META_BYTES or len(raw) > MAX_META_BYTES:
+            raise StoreError(f"point store {self.path}: its member '{name}' holds more than {MAX_META_BYTES} "
+                             f"bytes (declared {declared}; sgdsweep writes a few kB there): a crafted file, "
+                             "not a store sgdsweep wrote; delete it and rerun the workflow")
+        return np.lib.format.read_array(io.BytesIO(raw), allow_pickle=False)
 
     def read(self, name: str) -> np.ndarray:
         """The array ``name`` (a new, writeable NumPy array).
