@@ -251,3 +251,32 @@ def test_the_write_probe_does_not_write_through_a_planted_link(tmp_path):
     locking.ensure_writable(tmp_path)
     assert target.read_text() == "precious contents\n"
     assert link.is_symlink()
+
+
+def test_an_atomic_write_does_not_write_through_a_link_at_its_temporary_name(tmp_path):
+    """The temporary file of an atomic write has a name that can be guessed (the pid): a link
+    planted there is removed, the target keeps its contents, and the file written is a file."""
+    from sgdsweep.sweep.paths import atomic_write_text
+
+    target = _precious(tmp_path)
+    path = tmp_path / "sweep" / ".cluster" / cluster.STATUS_FILE
+    path.parent.mkdir(parents=True)
+    (path.parent / f".{path.name}.tmp{os.getpid()}").symlink_to(target)
+    atomic_write_text(path, '{"phase": "ready"}')
+    assert target.read_text() == "precious contents\n"
+    assert path.read_text() == '{"phase": "ready"}' and not path.is_symlink()
+    assert sorted(p.name for p in path.parent.iterdir()) == [cluster.STATUS_FILE]
+
+
+def test_a_jobs_log_file_is_created_afresh_not_written_through_a_link(tmp_path):
+    """A workflow verb's ``--log`` (``<sweep>/logs/<job>.log``): a link planted there is
+    replaced by the job's own log file; its target keeps its contents."""
+    target = _precious(tmp_path)
+    log = tmp_path / "sweep" / "logs" / "aggregate.log"
+    log.parent.mkdir(parents=True)
+    log.symlink_to(target)
+    proc = run_cli("aggregate", str(tmp_path / "missing.json"), "--out", str(tmp_path / "e.zarr"),
+                   "--receipt", str(tmp_path / "r.json"), "--log", str(log), cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2 and "file not found" in proc.stderr, proc.stderr
+    assert target.read_text() == "precious contents\n"
+    assert log.is_file() and not log.is_symlink()

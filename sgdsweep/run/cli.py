@@ -58,9 +58,10 @@ def _setup_logging(log_file: str | None, verbosity: int = 0) -> None:
     terminal = logging.StreamHandler(sys.stderr)
     terminal.setLevel({-1: logging.WARNING, 0: logging.INFO, 1: logging.DEBUG}[verbosity])
     handlers: list[logging.Handler] = [terminal]
-    if log_file:
-        Path(log_file).parent.mkdir(parents=True, exist_ok=True)
-        handlers.append(logging.FileHandler(log_file, mode="w"))
+    if log_file:  # created afresh: a symbolic link planted there is removed, not written through
+        from sgdsweep.run.locking import create_afresh
+
+        handlers.append(logging.StreamHandler(create_afresh(Path(log_file), "w")))
     fmt = logging.Formatter("%(asctime)s %(message)s", datefmt="%H:%M:%S")
     for h in handlers:
         h.setFormatter(fmt)
@@ -398,8 +399,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if extra and args.command != "run":
         build_parser().error("arguments after -- are only accepted by 'sgdsweep run'")
     args.snakemake_args = extra
-    _setup_logging(getattr(args, "log", None), _verbosity(args))
     try:
+        _setup_logging(getattr(args, "log", None), _verbosity(args))
         code = int(args.func(args) or 0)
         sys.stdout.flush()  # here, not at exit: a reader that went away (| head) is met below
         return code

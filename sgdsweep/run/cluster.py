@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from sgdsweep.errors import SgdsweepError, UsageError
+from sgdsweep.run.locking import create_afresh
 from sgdsweep.sweep.paths import atomic_write_text
 
 SCHEDULER_ENV = "SGDSWEEP_SCHEDULER"
@@ -174,7 +175,7 @@ def start_run_cluster(cluster_dir: Path, workers: int, host: str = "127.0.0.1", 
     cluster_dir = Path(cluster_dir)
     cluster_dir.mkdir(parents=True, exist_ok=True)
     (cluster_dir / SCHEDULER_FILE).unlink(missing_ok=True)
-    log_fh = _new_file(cluster_dir / DAEMON_LOG)
+    log_fh = create_afresh(cluster_dir / DAEMON_LOG)  # a link there is removed, not followed
     # until the process records its own phases, the record names this (its owner) process
     _write_status(cluster_dir, os.getpid(), "spawned")
     with log_fh:
@@ -182,22 +183,6 @@ def start_run_cluster(cluster_dir: Path, workers: int, host: str = "127.0.0.1", 
             [sys.executable, "-m", "sgdsweep", "cluster-daemon", "--dir", str(cluster_dir),
              "--workers", str(workers), "--host", host, *(["--gpus", str(gpus)] if gpus else [])],
             stdin=subprocess.DEVNULL, stdout=log_fh, stderr=log_fh, start_new_session=True)
-
-
-def _new_file(path: Path) -> Any:
-    """``path`` created afresh and opened for writing (binary): what was there before — an
-    earlier run's file, or a symbolic link, which is removed, never followed — is gone, and a
-    file or link placed there meanwhile makes the creation fail rather than be written through.
-
-    Raises:
-        UsageError: naming the file, when it cannot be created."""
-    try:
-        path.unlink(missing_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    except OSError as exc:
-        raise UsageError(f"cannot create {path} ({exc.strerror or exc}); nothing was started. Remove what "
-                         f"is there and check that {path.parent} is writable") from None
-    return os.fdopen(fd, "wb")
 
 
 def stop_run_cluster(proc: subprocess.Popen, cluster_dir: Path, timeout_s: float = 20.0) -> None:

@@ -20,7 +20,7 @@ import os
 import platform
 import tempfile
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from sgdsweep.errors import SgdsweepError, UsageError
 from sgdsweep.sweep.paths import SWEEP_MARKER
@@ -133,6 +133,26 @@ def _open_lock_file(path: Path, flags: int) -> int:
                              f"{path}; the file it points to is untouched) and rerun") from None
         raise UsageError(f"cannot open the sweep's lock file {path} ({exc.strerror or exc}); remove it "
                          "if it is not a file, or make its directory writable, and rerun") from None
+
+
+def create_afresh(path: Path, mode: str = "wb") -> IO[Any]:
+    """``path`` created afresh and opened for writing in ``mode`` (``"wb"`` or ``"w"``, UTF-8):
+    what was there before — an earlier run's file, or a symbolic link, which is removed, never
+    followed — is gone, and a file or link placed there meanwhile makes the creation fail
+    (``O_EXCL | O_NOFOLLOW``) rather than be written through. For the logs a run writes in the
+    sweep directory.
+
+    Raises:
+        UsageError: naming the file and the operating system's reason, when it cannot be created."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.unlink(missing_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    except OSError as exc:
+        raise UsageError(f"cannot create {path} ({exc.strerror or exc}); nothing was started. Remove what "
+                         f"is there and check that {path.parent} is writable") from None
+    return os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"}))
 
 
 def _alive(pid: object) -> bool:

@@ -66,11 +66,15 @@ def nested_sweep(directory: str | Path) -> tuple[Path, str] | None:
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (temporary file + rename)."""
+    """Write ``text`` to ``path`` atomically (temporary file + rename). The temporary file is
+    created afresh (``O_EXCL | O_NOFOLLOW``, after removing what an earlier process of the same
+    pid left under its name): a symbolic link planted there is removed, never written through."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as fh:
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    with open(fd, "w", encoding="utf-8") as fh:
         fh.write(text)
         fh.flush()
         os.fsync(fh.fileno())
