@@ -22,11 +22,16 @@ include: "workflow/rules/edge.smk"
 
 
 # Every result, not only the report: a deleted ensemble or fits file is rebuilt from what
-# is stored (Snakemake would not rerun a job only because an intermediate file is gone).
+# is stored, and every job whose spec changed reruns (Snakemake would not rerun a job only
+# because an intermediate file is gone).
 rule all:
     input:
         str(PLAN.ensemble_receipt),
         str(PLAN.fits),
         str(PLAN.report),
+        SHARD_RECEIPTS,  # each job's record of the spec version it ran: a missing one is rerun
+        DONE["aggregate"],
+        DONE["fit"],
+        DONE["report"],
         EDGE_TARGETS,
     default_target: True

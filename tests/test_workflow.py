@@ -164,8 +164,9 @@ def test_reruns_are_incremental(first_run):
     assert proc.returncode == 0, proc.stderr[-3000:]
     text = proc.stdout + proc.stderr
     jobs = re.findall(r"localrule (\w+):", text)
-    assert sorted(jobs) == ["all", "plan_file", "report"], jobs  # the plan job writes report.json
-    assert re.findall(r"output: (\S+)", text.split("localrule plan_file:")[1])[0].endswith("plan/report.json")
+    assert sorted(jobs) == ["all", "plan_file", "report"], jobs  # the plan job writes the report's spec
+    assert re.search(r"plan/by-content/report\.[0-9a-f]{16}\.json$",
+                     re.findall(r"output: (\S+)", text.split("localrule plan_file:")[1])[0])
     assert "Another title" in (sweep / "report.html").read_text()
 
 
@@ -208,23 +209,47 @@ def test_parsing_the_workflow_writes_nothing(first_run, tmp_path, flags):
     assert _snakemake_state(fresh) == {}
 
 
-def test_sgdsweep_run_brings_the_plan_up_to_date_from_another_working_directory(tmp_path):
-    """Snakemake's records of the plan rules' params live in the working directory's
-    .snakemake; `sgdsweep run` writes the plan before Snakemake starts, so an edit run from
-    another directory (no records there) still simulates the new points, and only those."""
+def test_every_entry_point_sees_every_change_the_other_made(tmp_path):
+    """`sgdsweep run` and plain `snakemake`, in one working directory or two, each see what the
+    other changed: an added value, a deleted store and a config taken back to an earlier version
+    each give the ensemble of the config at hand, simulating only what is missing. (The jobs read
+    each spec under a name made from its content, so Snakemake's records decide nothing.)"""
     results = tmp_path / "results"
     first, second = tmp_path / "a", tmp_path / "b"
     first.mkdir()
     second.mkdir()
-    cfg = write_yaml(tmp_path / "t.yaml", tiny_config(results_dir=str(results)))
-    assert run_cli("run", str(cfg), "--cores", "2", cwd=first).returncode == 0
+    small = tiny_config(results_dir=str(results))
+    larger = tiny_config(results_dir=str(results), grid={"lr": [0.2, 0.4, 0.3]})
+    cfg = write_yaml(tmp_path / "t.yaml", small)
     sweep = results / "tiny"
+
+    def lrs() -> list[float]:
+        return sorted(set(xr.open_zarr(sweep / "ensemble.zarr")["lr"].values.tolist()))
+
+    assert run_cli("run", str(cfg), "--cores", "2", cwd=first).returncode == 0
     before = _stores(sweep)
-    write_yaml(cfg, tiny_config(results_dir=str(results), grid={"lr": [0.2, 0.4, 0.3]}))
-    proc = run_cli("run", str(cfg), "--cores", "2", cwd=second)
+    write_yaml(cfg, larger)  # an added value, then plain snakemake where sgdsweep run ran
+    proc = run_snakemake(first, cfg)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert len(_stores(sweep) - before) == 2 and sorted(_simulated(sweep)) == sorted(_stores(sweep) - before)
-    assert xr.open_zarr(sweep / "ensemble.zarr").sizes["point"] == 6
+    assert lrs() == [0.2, 0.3, 0.4]
+    gone = min(_stores(sweep))  # a deleted store, then plain snakemake from another directory
+    (sweep / "points" / f"{gone}.npz").unlink()
+    proc = run_snakemake(second, cfg)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert gone in _stores(sweep) and _simulated(sweep) == [gone]
+    write_yaml(cfg, small)  # back to the first config: the ensemble follows, nothing is simulated
+    proc = run_snakemake(first, cfg)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert lrs() == [0.2, 0.4] and _simulated(sweep) == []
+    assert "Another" not in (sweep / "report.html").read_text()
+    write_yaml(cfg, larger | {"report": {"title": "Another"}})  # and forth again, with sgdsweep run
+    proc = run_cli("run", str(cfg), "--cores", "2", cwd=second)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert lrs() == [0.2, 0.3, 0.4] and _simulated(sweep) == []
+    assert "Another" in (sweep / "report.html").read_text()
+    assert sorted(p.name.split(".")[0] for p in (sweep / "plan" / "by-content").glob("*.json")) == [
+        "fit", "report", "sweep"]  # one version of each spec is kept
 
 
 def test_lint_is_clean(tmp_path):

@@ -46,8 +46,7 @@ def run_sweep(args: argparse.Namespace, verbosity: int) -> int:
     from sgdsweep.store.points import complete_points
     from sgdsweep.sweep.config import load_sweep
     from sgdsweep.sweep.device import device_override, snakemake_config
-    from sgdsweep.sweep.paths import write_if_changed
-    from sgdsweep.sweep.plan import PlanFiles, explain, format_explanation, plan_texts
+    from sgdsweep.sweep.plan import PlanFiles, explain, format_explanation, plan_texts, write_plan_file
 
     t0 = time.monotonic()
     device = device_override(args.config, args.device, args.snakemake_args)  # --device: execution.device
@@ -81,10 +80,11 @@ def run_sweep(args: argparse.Namespace, verbosity: int) -> int:
         for _ in range(_max_rounds(sweep) + 2):
             if verbosity >= 0:
                 print(format_explanation(sweep, reasons, max_lines=20), file=sys.stderr)
-            # the plan on disk is this config's whatever Snakemake's records hold (none in another
-            # working directory); the plan rules then rewrite a file only when its content changed
+            # the plan on disk is this config's before Snakemake starts (sgdsweep.sweep.plan: each
+            # spec named by its content, so Snakemake's own records never decide what reruns)
+            files = PlanFiles(sweep.directory)
             for path, text in plan.items():
-                write_if_changed(path, text)
+                write_plan_file(files, path, text)
             code = _snakemake(cmd, lock, env, sweep)
             if code != 0 or args.dry_run or not sweep.rounds:
                 break

@@ -1,24 +1,34 @@
 """The plan: files that tell each workflow job what to do, rewritten only when they change.
 
-Snakemake decides what to rerun from file modification times and parameters. The plan is one
-JSON *spec* per shard listing that shard's points, and one spec each for aggregation, fits, the
-report and the execution settings. :func:`plan_texts` computes their content in memory (the
-workflow does so when it is parsed, and writes nothing then); the workflow's plan rules
-(``workflow/rules/plan.smk``) carry each file's content in their ``params``, so Snakemake
-rewrites a file only when its content changes, and only what depends on it reruns:
+Snakemake decides what to rerun from file modification times. The plan is one JSON *spec* per
+shard listing that shard's points, and one spec each for aggregation, fits, the report and the
+execution settings. :func:`plan_texts` computes their content in memory (the workflow does so
+when it is parsed, and writes nothing then).
+
+The workflow's jobs read each spec under a name made from its content,
+``plan/by-content/<name>.<digest>.json`` (:meth:`PlanFiles.by_content`): a changed spec is a file
+that does not exist yet, which the workflow's plan rule (``workflow/rules/plan.smk``) writes,
+newer than every output, so exactly what depends on it reruns. Whoever wrote the plan before
+(``sgdsweep run``, a plain ``snakemake`` in this or another working directory, :func:`write_plan`)
+and whatever Snakemake recorded there, the files decide; writing a spec removes its other
+versions, so returning to an earlier config writes its spec anew and reruns what it changes.
+``plan/<name>.json`` is a copy of the current version, for people and tools to read:
 
 - adding an ``lr`` value changes one shard's spec: that shard's job reruns and simulates only
   the new points (finished points are found in the content-addressed store);
-- editing only ``fit`` or ``report`` changes only ``fit.json``/``report.json``;
+- editing only ``fit`` or ``report`` changes only the fit's or the report's spec;
 - reordering keys or writing ``0.1`` as ``1e-1`` changes nothing.
 
-:func:`write_plan` writes the same files directly (each only when its content changes), for
-code that runs the stages without Snakemake.
+The execution settings (``plan/execution.json``) never change results and are no input of any
+job: they are written before the jobs start (by ``sgdsweep run``, or the workflow's ``onstart``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,8 +40,13 @@ from sgdsweep.store.points import complete_points, failed_marker, point_path, re
 from sgdsweep.sweep.config import Point, Sweep
 from sgdsweep.sweep.cost import check_memory, describe
 from sgdsweep.sweep.grid import AXES
-from sgdsweep.sweep.paths import write_if_changed
+from sgdsweep.sweep.paths import atomic_write_text, write_if_changed
 from sgdsweep.sweep.precision import extension_reasons
+
+#: The directory under ``plan/`` of the specs named by their content (:meth:`PlanFiles.by_content`).
+BY_CONTENT = "by-content"
+#: Hex digits of a plan file's SHA-256 in the names of its versions.
+DIGEST_DIGITS = 16
 
 
 def _dump(obj: Any) -> str:
@@ -52,8 +67,24 @@ class PlanFiles:
     def shard_spec(self, shard: str) -> Path:
         return self.root / "plan" / "shards" / f"{shard}.json"
 
-    def shard_receipt(self, shard: str) -> Path:
-        return self.root / "shards" / f"{shard}.json"
+    def shard_receipt(self, version: str) -> Path:
+        """The receipt of the shard job that ran the shard spec ``version``
+        (:meth:`version`: ``<shard>.<digest>``)."""
+        return self.root / "shards" / f"{version}.json"
+
+    def shard_log(self, version: str) -> Path:
+        """The log of the shard job that ran the shard spec ``version``."""
+        return self.root / "logs" / "simulate" / f"{version}.log"
+
+    def version(self, path: Path, text: str) -> str:
+        """``<name>.<digest>``: the plan file ``path`` while its content is ``text``, as named
+        in :meth:`by_content` (without the directories and ``.json``)."""
+        return self.by_content(path, text).name[: -len(".json")]
+
+    def done(self, rule: str, path: Path, text: str) -> Path:
+        """The marker that the workflow's job ``rule`` ran the plan file ``path`` while its
+        content was ``text``: ``plan/done/<rule>.<digest>``."""
+        return self.root / "plan" / "done" / f"{rule}.{self.version(path, text).rsplit('.', 1)[1]}"
 
     @property
     def sweep_spec(self) -> Path:
@@ -70,6 +101,14 @@ class PlanFiles:
     @property
     def execution_spec(self) -> Path:
         return self.root / "plan" / "execution.json"
+
+    def by_content(self, path: Path, text: str) -> Path:
+        """Where the workflow's jobs read the plan file ``path`` (one of :func:`plan_texts`'s
+        keys, under ``plan/``) while its content is ``text``:
+        ``plan/by-content/<name>.<first 16 hex digits of the SHA-256 of text>.json``."""
+        name = Path(path).relative_to(self.root / "plan").with_suffix("")
+        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:DIGEST_DIGITS]
+        return self.root / "plan" / BY_CONTENT / name.parent / f"{name.name}.{digest}.json"
 
     @property
     def ensemble(self) -> Path:
@@ -136,13 +175,17 @@ def plan_texts(sweep: Sweep) -> dict[Path, str]:
     pending = pending_points(sweep)
     check_memory(sweep, [h for hashes in pending.values() for h in hashes])
     texts: dict[Path, str] = {}
+    try:
+        ran = {name.split(".")[0] for name in os.listdir(files.root / "shards")}
+    except OSError:
+        ran = set()
     for shard, points in sweep.shards.items():
         spec = files.shard_spec(shard)
         repair = _previous_repair(spec)
-        if shard in pending and (files.shard_receipt(shard).exists() or files.ensemble.exists()):
-            # Stores are missing or corrupt although the shard ran before. Snakemake compares
-            # input checksums, so only a change of content makes it rerun the shard (and what
-            # depends on it): count the repairs in the spec.
+        if shard in pending and (shard in ran or files.ensemble.exists()):
+            # Stores are missing or corrupt although the shard ran before: only a spec of new
+            # content makes the workflow rerun the shard (and what depends on it), so count the
+            # repairs in the spec.
             repair += 1
         texts[spec] = _dump({"shard": shard, "points_dir": str(files.points_dir), "repair": repair,
                              "points": [p.spec() for p in points]})
@@ -171,9 +214,76 @@ def write_plan(sweep: Sweep) -> PlanFiles:
     Raises:
         ConfigError: before writing anything, as :func:`plan_texts`.
     """
+    files = PlanFiles(sweep.directory)
     for path, text in plan_texts(sweep).items():
-        write_if_changed(path, text)
-    return PlanFiles(sweep.directory)
+        write_plan_file(files, path, text)
+    return files
+
+
+def write_plan_file(files: PlanFiles, path: Path, text: str) -> bool:
+    """Make ``text`` the current content of the plan file ``path``: its version named by content
+    (:meth:`PlanFiles.by_content`, written unless it already holds exactly ``text``, then its
+    other versions removed) and its readable copy ``path`` (written only when it changed).
+    Returns whether the version named by content was written, which makes what reads it rerun.
+    The execution settings, which no job reads as an input, have only the copy ``path``."""
+    if Path(path) == files.execution_spec:
+        return write_if_changed(path, text)
+    target = files.by_content(path, text)
+    wrote = write_if_changed(target, text)
+    write_if_changed(path, text)
+    stem = target.name.rsplit(".", 2)[0]
+    for other in target.parent.glob(f"{stem}.*.json"):
+        if other != target and other.name.rsplit(".", 2)[0] == stem:
+            other.unlink(missing_ok=True)
+    return wrote
+
+
+def write_plan_job(files: PlanFiles, path: str, text: str | None, output: str, log: str) -> None:
+    """The workflow's plan rule: write ``output``, the version named by content of the plan file
+    ``path`` whose content is ``text`` (:func:`write_plan_file`), and its ``log`` (the logs of
+    the file's earlier versions removed).
+
+    Raises:
+        StoreError: if ``output`` is no spec of the plan the workflow computed (``text`` None, or
+            of another content), as when it is asked for by name after the config changed.
+    """
+    if text is None or str(files.by_content(Path(path), text)) != str(output):
+        raise StoreError(f"{output} is no spec of the current plan; ask for the sweep's results "
+                         f"(snakemake's default target), not for a plan file by name")
+    write_plan_file(files, Path(path), text)
+    stem = Path(log).name.rsplit(".", 2)[0]
+    for old in Path(log).parent.glob(f"{stem}.*.log"):
+        old.unlink(missing_ok=True)
+    atomic_write_text(log, f"wrote {output} ({len(text)} characters)\n")
+
+
+#: The plan's versioned files (:meth:`PlanFiles.version`): directory under the sweep → what their
+#: names look like. Versions the current plan does not name are removed when a run starts.
+_VERSIONED = {
+    "shards": re.compile(rf"[0-9a-f]+\.[0-9a-f]{{{DIGEST_DIGITS}}}\.json"),
+    "logs/simulate": re.compile(rf"[0-9a-f]+\.[0-9a-f]{{{DIGEST_DIGITS}}}\.log"),
+    "plan/done": re.compile(rf"[a-z]+\.[0-9a-f]{{{DIGEST_DIGITS}}}"),
+}
+
+
+def remove_other_versions(files: PlanFiles, current: set[str]) -> int:
+    """Remove the shard receipts, shard job logs and done markers (:meth:`PlanFiles.done`) that
+    are not in ``current`` (paths as strings): the records of earlier plans. The workflow does
+    so when a run starts; a config taken back to an earlier version then finds its records gone
+    and reruns what that version needs. Returns how many files were removed."""
+    removed = 0
+    for sub, pattern in _VERSIONED.items():
+        directory = files.root / sub
+        try:
+            names = os.listdir(directory)
+        except OSError:
+            continue
+        for name in names:
+            path = directory / name
+            if pattern.fullmatch(name) and str(path) not in current:
+                path.unlink(missing_ok=True)
+                removed += 1
+    return removed
 
 
 def pending_points(sweep: Sweep) -> dict[str, list[str]]:

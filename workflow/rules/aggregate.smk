@@ -7,10 +7,11 @@
 
 rule aggregate:
     input:
-        sweep=str(PLAN.sweep_spec),
-        receipts=expand(str(PLAN.root / "shards" / "{shard}.json"), shard=SHARDS),
+        sweep=PLAN_INPUT[str(PLAN.sweep_spec)],
+        receipts=SHARD_RECEIPTS,
     output:
         receipt=str(PLAN.ensemble_receipt),
+        done=touch(DONE["aggregate"]),
     log:
         str(PLAN.root / "logs" / "aggregate.log"),
     conda:

@@ -11,8 +11,9 @@ from sgdsweep.errors import ConfigError, SgdsweepError
 from sgdsweep.run import locking
 from sgdsweep.run.cluster import scheduler_address
 from sgdsweep.sweep.config import build_sweep, check_place
+from sgdsweep.sweep.paths import write_if_changed
 from sgdsweep.run.progress import VERBOSITY_ENV
-from sgdsweep.sweep.plan import PlanFiles, explain, format_explanation, plan_texts
+from sgdsweep.sweep.plan import PlanFiles, explain, format_explanation, plan_texts, remove_other_versions
 from sgdsweep.sweep.schema import read_yaml
 
 try:
@@ -26,20 +27,32 @@ try:
     if workflow.is_main_process and VERBOSITY_ENV not in os.environ:  # sgdsweep run has said it
         print(format_explanation(SWEEP, explain(SWEEP), max_lines=20), file=sys.stderr)
     PLAN_TEXTS = {str(path): text for path, text in plan_texts(SWEEP).items()}
+    # what the jobs read: each spec under its name by content (sgdsweep.sweep.plan); a changed
+    # spec is a missing file, which the plan rule writes and which then reruns what reads it
+    PLAN_INPUT = {path: str(PLAN.by_content(path, text)) for path, text in PLAN_TEXTS.items()}
+    PLAN_BY_CONTENT = {PLAN_INPUT[path]: path for path in PLAN_TEXTS}
+    # the jobs' records name the spec version they ran: a record of another version is no record
+    SHARD_VERSIONS = [PLAN.version(PLAN.shard_spec(s), PLAN_TEXTS[str(PLAN.shard_spec(s))]) for s in sorted(SWEEP.shards)]
+    SHARD_RECEIPTS = [str(PLAN.shard_receipt(version)) for version in SHARD_VERSIONS]
+    DONE = {rule: str(PLAN.done(rule, spec, PLAN_TEXTS[str(spec)]))
+            for rule, spec in (("aggregate", PLAN.sweep_spec), ("fit", PLAN.fit_spec), ("report", PLAN.report_spec),
+                               ("edge", PLAN.report_spec))}
 except ConfigError as _exc:
     raise WorkflowError(f"invalid sweep configuration: {_exc}") from None
 except SgdsweepError as _exc:
     raise WorkflowError(str(_exc)) from None
-SHARDS = sorted(SWEEP.shards)
 # a sweep with fit targets keeps each round's fits (sgdsweep.sweep.precision reads them back)
 FIT_ARCHIVE = f"--archive {PLAN.fit_archive}" if SWEEP.config.get("precision", {}).get("fits") else ""
 SWEEP_LOCK = []  # the lock held while this run's jobs run
 
 
 # One run per sweep: a kernel lock that dies with this process (never stale after kill -9),
-# inherited from `sgdsweep run` when it started this Snakemake process.
+# inherited from `sgdsweep run` when it started this Snakemake process. Then the execution
+# settings, which are no job's input (they never change results), for the shard jobs to read.
 onstart:
     try:
         SWEEP_LOCK.append(locking.acquire_or_inherit(SWEEP.directory))
     except SgdsweepError as exc:
         raise WorkflowError(str(exc)) from None
+    write_if_changed(PLAN.execution_spec, PLAN_TEXTS[str(PLAN.execution_spec)])
+    remove_other_versions(PLAN, {*SHARD_RECEIPTS, *map(str, map(PLAN.shard_log, SHARD_VERSIONS)), *DONE.values()})

@@ -1,7 +1,7 @@
 # An edge search's result: results/<sweep>/edge.json, per combination of the other axes the
 # measured bracket of the almost-sure edge beside the exact mean-square edge
 # (sgdsweep.sweep.search.edge_summary), from the rounds recorded in plan/report.json.
-EDGE_TARGETS = [str(PLAN.edge)] if "search" in SWEEP.config else []
+EDGE_TARGETS = [str(PLAN.edge), DONE["edge"]] if "search" in SWEEP.config else []
 
 
 localrules:
@@ -10,9 +10,10 @@ localrules:
 
 rule edge:
     input:
-        spec=str(PLAN.report_spec),
+        spec=PLAN_INPUT[str(PLAN.report_spec)],
     output:
         str(PLAN.edge),
+        touch(DONE["edge"]),
     log:
         str(PLAN.root / "logs" / "edge.log"),
     run:

@@ -4,8 +4,9 @@
 rule fit:
     input:
         receipt=str(PLAN.ensemble_receipt),
-        spec=str(PLAN.fit_spec),
+        spec=PLAN_INPUT[str(PLAN.fit_spec)],
     output:
+        done=touch(DONE["fit"]),
         fits=report(str(PLAN.fits), caption="../report/fits.rst", category="Fits"),
     log:
         str(PLAN.root / "logs" / "fit.log"),

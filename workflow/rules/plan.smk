@@ -1,35 +1,24 @@
-# The plan: one spec per shard, and one each for aggregation, fits, report and execution.
-# Each file's content is its rule's params: Snakemake reruns a rule whose params changed, so a
-# file is rewritten only when its content changes, and only the jobs that depend on it rerun.
-from sgdsweep.sweep.paths import atomic_write_text
+# The plan: one spec per shard, and one each for aggregation, fits and the report, each named by
+# its content (sgdsweep.sweep.plan.PlanFiles.by_content). A spec whose content changed is a file
+# that does not exist yet: this rule writes it (and the readable copy plan/<name>.json, and
+# removes the spec's other versions), and what reads it reruns. Nothing depends on Snakemake's
+# records, so every entry point and working directory sees every change.
+from sgdsweep.sweep.plan import write_plan_job
 
 
 localrules:
-    shard_plan,
     plan_file,
-
-
-rule shard_plan:
-    output:
-        str(PLAN.root / "plan" / "shards" / "{shard}.json"),
-    log:
-        str(PLAN.root / "logs" / "plan" / "shards" / "{shard}.log"),
-    params:
-        content=lambda wildcards: PLAN_TEXTS[str(PLAN.shard_spec(wildcards.shard))],
-    run:
-        atomic_write_text(output[0], params.content)
-        atomic_write_text(log[0], f"wrote {output[0]} ({len(params.content)} characters)\n")
 
 
 rule plan_file:
     output:
-        str(PLAN.root / "plan" / "{name}.json"),
+        str(PLAN.root / "plan" / "by-content" / "{name}.{digest}.json"),
     log:
-        str(PLAN.root / "logs" / "plan" / "{name}.log"),
+        str(PLAN.root / "logs" / "plan" / "{name}.{digest}.log"),
     wildcard_constraints:
-        name="sweep|fit|report|execution",
+        name="shards/[0-9a-f]+|sweep|fit|report",
+        digest="[0-9a-f]{16}",
     params:
-        content=lambda wildcards: PLAN_TEXTS[str(PLAN.root / "plan" / f"{wildcards.name}.json")],
+        path=lambda wildcards, output: PLAN_BY_CONTENT.get(output[0], ""),
     run:
-        atomic_write_text(output[0], params.content)
-        atomic_write_text(log[0], f"wrote {output[0]} ({len(params.content)} characters)\n")
+        write_plan_job(PLAN, params.path, PLAN_TEXTS.get(params.path), output[0], log[0])

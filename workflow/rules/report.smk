@@ -5,8 +5,9 @@ rule report:
     input:
         receipt=str(PLAN.ensemble_receipt),
         fits=str(PLAN.fits),
-        spec=str(PLAN.report_spec),
+        spec=PLAN_INPUT[str(PLAN.report_spec)],
     output:
+        done=touch(DONE["report"]),
         report=report(str(PLAN.report), caption="../report/report.rst", category="Report"),
         figures=report(
             directory(str(PLAN.figures)),
