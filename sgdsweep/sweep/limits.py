@@ -241,7 +241,7 @@ def slurm_memory_bytes(value: Any) -> int:
 
     try:
         size = int(parse_bytes(value))
-    except (ValueError, TypeError, AttributeError):
+    except (ValueError, TypeError, AttributeError, OverflowError):  # OverflowError: beyond a float ('1e400G')
         size = 0
     if size <= 0:
         raise ConfigError("execution.slurm.memory", value, "a memory size such as 4G, 4GB, 4000MB or 4GiB",

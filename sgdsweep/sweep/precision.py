@@ -349,7 +349,7 @@ def disk_limit(budget: Mapping[str, Any]) -> int:
     value = budget.get("disk", DEFAULT_DISK)
     try:
         limit = parse_bytes(value)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, OverflowError):  # OverflowError: a size beyond a float ('1e400')
         limit = 0
     if limit < 1:
         raise ConfigError("precision.budget.disk", value, "a size of at least 1 byte: a number of bytes or a "

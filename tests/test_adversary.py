@@ -1,0 +1,28 @@
+"""Crafted inputs on real processes and real files: sizes beyond what a float holds, odd
+environment variables, planted files and links at written paths. Each refused with exit status 2
+and a message naming what was given, or kept from doing harm (docs/bad-inputs.md,
+docs/reliability.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import run_cli, tiny_config, write_yaml
+
+
+def _config(tmp_path: Path, **sections) -> Path:
+    cfg = tiny_config(results_dir=str(tmp_path / "results"), **sections)
+    return write_yaml(tmp_path / "config.yaml", cfg)
+
+
+@pytest.mark.parametrize(("sections", "key"), [
+    ({"precision": {"observables": {"weight_var": {"rel_se": 0.05}}, "budget": {"disk": "1e400GB"}}},
+     "precision.budget.disk"),
+    ({"execution": {"cluster": "slurm", "slurm": {"memory": "9" * 400 + "G"}}}, "execution.slurm.memory"),
+])
+def test_a_size_beyond_a_float_is_refused_naming_its_key(tmp_path, sections, key):
+    proc = run_cli("validate", str(_config(tmp_path, **sections)), cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert f"config key '{key}'" in proc.stderr
