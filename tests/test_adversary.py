@@ -26,3 +26,13 @@ def test_a_size_beyond_a_float_is_refused_naming_its_key(tmp_path, sections, key
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     assert f"config key '{key}'" in proc.stderr
+
+
+@pytest.mark.parametrize("threads", ["abc", "0"])
+def test_a_bad_threads_variable_is_refused_before_any_job_or_cluster(tmp_path, threads):
+    cfg = _config(tmp_path)
+    proc = run_cli("run", str(cfg), "--cores", "1", cwd=tmp_path, env={"SGDSWEEP_THREADS": threads}, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert f"SGDSWEEP_THREADS={threads!r}" in proc.stderr and "positive integer" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "results" / "tiny" / ".cluster").exists()  # no cluster was started for it

@@ -69,13 +69,39 @@ WORKER_ENVIRON = {"MALLOC_MMAP_THRESHOLD_": str(32 * 1024 * 1024),
 log = logging.getLogger("sgdsweep.run.cluster")
 
 
+#: The environment variable of :data:`sgdsweep.sim.kernels.loop.THREADS_ENV` (repeated here:
+#: reading it must not compile the kernels).
+THREADS_ENV = "SGDSWEEP_THREADS"
+
+
+def check_threads_env() -> None:
+    """Refuse a ``SGDSWEEP_THREADS`` that every simulation would refuse (not a positive integer),
+    before any job or cluster starts, instead of in each of them.
+
+    Raises:
+        UsageError: naming the variable, what it holds and what is allowed.
+    """
+    raw = os.environ.get(THREADS_ENV)
+    if raw is None:
+        return
+    try:
+        ok = int(raw) >= 1
+    except ValueError:
+        ok = False
+    if not ok:
+        raise UsageError(f"environment variable {THREADS_ENV}={raw!r}: allowed: a positive integer, the threads "
+                         "of the simulation kernels in one process (default 1); set it so, or unset it")
+
+
 def scheduler_address(execution: Mapping[str, Any]) -> str | None:
-    """The existing scheduler to use, or None to use a local cluster.
+    """The existing scheduler to use, or None to use a local cluster. First the environment the
+    jobs will read is checked (:func:`check_threads_env`).
 
     Raises:
         UsageError: ``SGDSWEEP_SCHEDULER`` or ``execution.scheduler`` is set but is not a
-            scheduler address.
+            scheduler address; ``SGDSWEEP_THREADS`` is set but is not a positive integer.
     """
+    check_threads_env()
     env = os.environ.get(SCHEDULER_ENV)
     if env is not None and env.strip():
         if not _valid_address(env.strip()):
