@@ -28,7 +28,13 @@ from sgdsweep.errors import SgdsweepError
 from sgdsweep.run.cluster import dask_client
 from sgdsweep.run.gpus import check_gpu_workers, task_resources
 from sgdsweep.run.progress import REDRAW_S, ShardProgress, verbosity
-from sgdsweep.store.leftovers import remove_failed_markers, remove_lane_leftovers, remove_stale_temporaries
+from sgdsweep.store.leftovers import (
+    remove_failed_markers,
+    remove_lane_leftovers,
+    remove_pack_leftovers,
+    remove_stale_temporaries,
+)
+from sgdsweep.store.packs import label_for, pack_points
 from sgdsweep.store.points import complete_points, failed_marker
 from sgdsweep.sweep.paths import atomic_write_text
 
@@ -113,6 +119,20 @@ def _collect(fut: Any, batch: Sequence[Mapping[str, Any]], points_dir: str) -> N
     remove_failed_markers(points_dir, (p["hash"] for p in batch))
 
 
+def _pack(points_dir: str, shard: str, hashes: list[str]) -> None:
+    """Pack the shard's single point stores into its pack (:func:`sgdsweep.store.packs.pack_points`,
+    when the rule there says so). A pack that cannot be written is a warning, not a failure: the
+    points stay stored as single files, and the next run packs them."""
+    try:
+        pack = pack_points(points_dir, label_for(shard), hashes)
+    except OSError as exc:
+        log.warning("shard %s: could not pack its point stores (%s); they stay single files, the next run "
+                    "packs them", shard, exc.strerror or exc)
+        return
+    if pack is not None:
+        log.info("shard %s: packed its point stores into %s", shard, pack.name)
+
+
 def run_shard(spec_path: Path, receipt_path: Path, execution: Mapping[str, Any]) -> dict:
     """Simulate the shard described by ``spec_path`` and write its receipt.
 
@@ -129,7 +149,8 @@ def run_shard(spec_path: Path, receipt_path: Path, execution: Mapping[str, Any])
     log.info("shard %s: %d points, %d already stored, %d to simulate", shard, len(points), n_cached, len(todo))
     # under the sweep's lock: what killed writes left, of any point or lanes (an earlier round's
     # too), once older than any write in progress (sgdsweep.store.leftovers)
-    stale = remove_stale_temporaries(points_dir, None) + remove_lane_leftovers(points_dir, None)
+    stale = (remove_stale_temporaries(points_dir, None) + remove_lane_leftovers(points_dir, None)
+             + remove_pack_leftovers(points_dir))
     if stale:
         log.info("shard %s: removed %d temporary or cut-short file(s) that killed writes left, e.g. %s", shard,
                  len(stale), stale[0].name)
@@ -192,6 +213,7 @@ def run_shard(spec_path: Path, receipt_path: Path, execution: Mapping[str, Any])
     if past:
         log.info("shard %s: removed %d failure record(s) of points stored since, e.g. %s", shard, len(past),
                  past[0].name)
+    _pack(points_dir, shard, [p["hash"] for p in points])
     seconds = time.perf_counter() - t0
     receipt = {"shard": shard, "points": [p["hash"] for p in points],
                "simulated": [p["hash"] for p in todo], "replica_steps": total, "seconds": seconds}

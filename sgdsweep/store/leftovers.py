@@ -28,6 +28,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from sgdsweep.store.packs import PACK_NAME, packs_dir
 from sgdsweep.store.points import CHECKSUM_MARKER, STALE_TEMPORARY_SECONDS, SUFFIXES, failed_marker
 
 #: A lane part's name (:func:`sgdsweep.store.lanes.part_path`) and its temporary's.
@@ -84,6 +85,22 @@ def remove_stale_temporaries(points_dir: str | Path, hashes: Iterable[str] | Non
             if not _POINT_TEMPORARY.match(name):
                 continue
         elif point not in wanted or not f".{suffix}".startswith(tags):
+            continue
+        if _remove(entry, cutoff):
+            removed.append(Path(entry.path))
+    return removed
+
+
+def remove_pack_leftovers(points_dir: str | Path, older_than: float = STALE_TEMPORARY_SECONDS) -> list[Path]:
+    """Remove, in ``points_dir/packs`` (:mod:`sgdsweep.store.packs`), the temporaries of packs
+    whose write was killed (``.<pack>.tmp-*``), last modified ``older_than`` seconds ago or
+    earlier. A pack itself is never removed here (a packing removes the packs it replaces).
+    Returns the paths removed."""
+    cutoff = time.time() - older_than
+    removed = []
+    for entry in _entries(packs_dir(points_dir)):
+        name, _, tag = entry.name.partition(".tmp-")
+        if not (tag and name.startswith(".") and PACK_NAME.match(name[1:])):
             continue
         if _remove(entry, cutoff):
             removed.append(Path(entry.path))

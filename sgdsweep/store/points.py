@@ -31,6 +31,10 @@ renamed onto another point's name is therefore not that point's (:func:`complete
 found under its name is moved to its own name if that point has none, else replaced, with a
 warning (:func:`place_members`).
 
+Packs: once a shard's points are all stored, the shard job packs their stores into one file
+(:mod:`sgdsweep.store.packs`, each store's bytes unchanged, its checksum checked alone); a packed
+store's path is ``packs/<pack>.zip/<hash>.npz`` and it is read here like a single one.
+
 Stores of earlier layouts are still read, through Zarr's public API only: one Zarr (format 3)
 group per point in a zip file (``<hash>.zarr.zip``, layout 2, its CRC-32 in the same comment)
 or in a directory (``<hash>.zarr``, layout 1; it has no checksum, so every array must have all
@@ -55,6 +59,7 @@ from typing import Any
 import numpy as np
 
 from sgdsweep.errors import StoreError, UsageError
+from sgdsweep.store import packs
 from sgdsweep.store.point_identity import HASH_ATTR, identity_problem, misnamed, set_aside
 
 #: Attribute that marks a store as complete (set in the metadata member written with the arrays).
@@ -92,13 +97,21 @@ _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 
 
 def point_path(points_dir: str | Path, point_hash: str) -> Path:
-    """Path of a point's store: ``<hash>.npz``, where :func:`write_point` places it, or the store
-    of an earlier layout (``<hash>.zarr.zip``, then ``<hash>.zarr``) where only that exists."""
+    """Path of a point's store: ``<hash>.npz``, where :func:`write_point` places it, if it is
+    there; else its member of a pack (:class:`~sgdsweep.store.packs.MemberPath`), else the store
+    of an earlier layout (``<hash>.zarr.zip``, then ``<hash>.zarr``) where only that exists;
+    else ``<hash>.npz``."""
+    single = Path(points_dir) / f"{point_hash}{POINT_SUFFIX}"
+    if single.exists():
+        return single
+    pack = packs.index(points_dir).get(point_hash)
+    if pack is not None:
+        return packs.member_path(pack, point_hash)
     for suffix in SUFFIXES[1:]:
         legacy = Path(points_dir) / f"{point_hash}{suffix}"
-        if legacy.exists() and not (Path(points_dir) / f"{point_hash}{POINT_SUFFIX}").exists():
+        if legacy.exists():
             return legacy
-    return Path(points_dir) / f"{point_hash}{POINT_SUFFIX}"
+    return single
 
 
 def failed_marker(points_dir: str | Path, point_hash: str) -> Path:
@@ -138,7 +151,7 @@ def write_point(path: str | Path, arrays: Mapping[str, tuple], attrs: Mapping[st
         StoreError: any other failure to write (a full disk...), naming the store.
     """
     path = Path(path)
-    target = path.with_name(_stem(path) + POINT_SUFFIX)
+    target = packs.points_dir_of(path) / (_stem(path) + POINT_SUFFIX)
     members: dict[str, np.ndarray] = {}
     described: dict[str, dict[str, Any]] = {}
     columns: dict[str, list[tuple[str, np.ndarray]]] = {}
@@ -188,13 +201,14 @@ def place_members(path: str | Path, members: Mapping[str, np.ndarray], meta: Map
     owner = meta.get("attributes", {}).get(HASH_ATTR)
     if is_complete(existing, point_hash=owner):
         return False
-    if owner is not None and existing.exists():
+    packed = packs.split_member(existing) is not None  # a pack's damaged member: left to the next packing
+    if owner is not None and existing.exists() and not packed:
         try:
             set_aside(existing, owner, read_attrs(existing), SUFFIXES)
         except StoreError:  # incomplete: replaced as any incomplete store
             pass
     members = {**members, META_MEMBER: np.array(json.dumps(meta, allow_nan=True).encode())}
-    return _place(path, _archive(members), existing if existing != path else None, owner)
+    return _place(path, _archive(members), existing if existing != path and not packed else None, owner)
 
 
 def _archive(members: Mapping[str, np.ndarray]) -> memoryview:
@@ -355,12 +369,16 @@ class PointStore:
         self.arrays: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = meta["arrays"]
 
     def _open_npz(self) -> dict[str, Any]:
-        with open(self.path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size > MAX_POINT_BYTES:
-                raise StoreError(f"point store {self.path} is {size} bytes, more than {MAX_POINT_BYTES} "
-                                 "(not a store sgdsweep wrote); delete it and rerun the workflow")
-            raw = f.read()
+        member = packs.split_member(self.path)
+        if member is not None:  # a packed store: its bytes as written, read from its pack
+            raw = packs.read_member(*member)
+        else:
+            with open(self.path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size > MAX_POINT_BYTES:
+                    raise StoreError(f"point store {self.path} is {size} bytes, more than {MAX_POINT_BYTES} "
+                                     "(not a store sgdsweep wrote); delete it and rerun the workflow")
+                raw = f.read()
         self._zip = zipfile.ZipFile(io.BytesIO(raw))  # reads the zip's directory only
         _check_crc(raw, self._zip.comment)
         infos = self._zip.infolist()
@@ -513,7 +531,7 @@ def read_arrays(path: str | Path, names: Iterable[str], prefixes: tuple[str, ...
 
     Raises: StoreError if the store is damaged, incomplete or an array is unreadable.
     """
-    if not Path(path).exists():
+    if not packs.member_exists(path):
         return {}
     with PointStore(path) as store:
         return store.read_many(names, prefixes)
@@ -535,20 +553,23 @@ def is_complete(path: str | Path, point_hash: str | None = None) -> bool:
 
 
 def complete_points(points_dir: str | Path, hashes: Iterable[str]) -> set[str]:
-    """The hashes among ``hashes`` whose point store in ``points_dir`` is complete and is that
-    point's own (:func:`is_complete` with the hash; one directory listing, then only the stores
-    that exist are opened: planning 10⁴ points stays fast)."""
+    """The hashes among ``hashes`` whose point store in ``points_dir`` (single or packed) is
+    complete and is that point's own (:func:`is_complete` with the hash; one listing of the
+    directory and one of its packs, then only the stores that exist are opened: planning 10⁴
+    points stays fast)."""
     try:
         present = set(os.listdir(points_dir))
     except FileNotFoundError:
         return set()
+    packed = packs.index(points_dir)
     done = set()
     for h in hashes:
-        for name in (f"{h}{suffix}" for suffix in SUFFIXES):  # as point_path prefers them
-            if name in present:
-                if is_complete(Path(points_dir) / name, point_hash=h):
-                    done.add(h)
-                break
+        if f"{h}{POINT_SUFFIX}" not in present and h in packed:  # as point_path prefers them
+            found: Path | None = packs.member_path(packed[h], h)
+        else:
+            found = next((Path(points_dir) / f"{h}{s}" for s in SUFFIXES if f"{h}{s}" in present), None)
+        if found is not None and is_complete(found, point_hash=h):
+            done.add(h)
     return done
 
 
@@ -561,39 +582,11 @@ def has_array(path: str | Path, name: str) -> bool:
         return False
 
 
-def write_zarr_group(path: str | Path, directory: str | Path) -> None:
-    """Write the point store at ``path`` (any layout) as a Zarr (format 3) group in the new
-    directory ``directory``, through Zarr's public API: one array per array of the store, with
-    its dimension names and attributes and every chunk written (also one holding only the fill
-    value, so that a missing chunk file means a lost one), then the group's attributes (so an
-    interrupted write is not marked complete). :class:`PointStore` reads such a directory back
-    (layout 1).
+def __getattr__(name: str) -> Any:
+    """:func:`write_zarr_group` and :func:`copy_point`, which live in
+    :mod:`sgdsweep.store.point_copies` (imported when first asked for)."""
+    if name in ("write_zarr_group", "copy_point"):
+        from sgdsweep.store import point_copies
 
-    Raises: StoreError if the store is missing, damaged or incomplete; zarr's errors if
-    ``directory`` exists.
-    """
-    import zarr
-
-    with PointStore(path) as store:
-        group = zarr.open_group(str(directory), mode="w-", zarr_format=3)
-        for name in sorted(store.arrays):
-            dims, attributes = store.arrays[name]
-            data = store.read(name)
-            arr = group.create_array(name, shape=data.shape, dtype=data.dtype,
-                                     chunks=tuple(max(s, 1) for s in data.shape) or "auto",
-                                     dimension_names=list(dims), compressors=None, attributes=attributes,
-                                     config={"write_empty_chunks": True})
-            arr[...] = data
-        group.attrs.update(store.attrs)
-
-
-def copy_point(source: str | Path, path: str | Path, require_chunks: bool = True) -> bool:
-    """Write the point store at ``source`` (any layout; ``require_chunks`` as
-    :class:`PointStore`) as the ``.npz`` store ``path`` (:func:`write_point`: atomic, a complete
-    store there is kept). Returns what it returns.
-
-    Raises: StoreError if ``source`` is missing, damaged or incomplete.
-    """
-    with PointStore(source, require_chunks=require_chunks) as store:
-        arrays = {name: (dims, store.read(name), attributes) for name, (dims, attributes) in store.arrays.items()}
-        return write_point(path, arrays, store.attrs)
+        return getattr(point_copies, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -38,6 +38,8 @@ import yaml
 from sgdsweep.errors import StoreError, UsageError
 from sgdsweep.store import points as point_store
 from sgdsweep.store.leftovers import remove_stale_imports
+from sgdsweep.store.packs import pack_points
+from sgdsweep.store.point_copies import zarr_group_keys
 from sgdsweep.store.point_identity import identity_problem
 from sgdsweep.store.share_verify import (
     COMMENT_PREFIX,
@@ -239,13 +241,10 @@ def export_sweep(sweep_dir: str | Path, dest: str) -> dict[str, Any]:
 
 def _point_members(points_dir: Path, hashes: list[str]) -> Iterable[tuple[str, bytes]]:
     """Every point store as export members ``points/<hash>.zarr/<key>``: the keys of the store
-    written as a Zarr group (:func:`sgdsweep.store.points.write_zarr_group`), one store at a time."""
-    for h in hashes:
-        with tempfile.TemporaryDirectory() as tmp:
-            group = Path(tmp) / "point.zarr"
-            point_store.write_zarr_group(point_store.point_path(points_dir, h), group)
-            for file in sorted(f for f in group.rglob("*") if f.is_file()):
-                yield f"points/{h}.zarr/{file.relative_to(group).as_posix()}", file.read_bytes()
+    written as a Zarr group (:func:`sgdsweep.store.point_copies.zarr_group_keys`), one store at a time."""
+    for h in hashes:  # written in memory (zarr_group_keys), single or packed stores alike
+        for key, data in zarr_group_keys(point_store.point_path(points_dir, h)):
+            yield f"points/{h}.zarr/{key}", data
 
 
 def verify(src: str | Path) -> dict[str, Any]:
@@ -385,6 +384,7 @@ def _extract(zf: zipfile.ZipFile, manifest: dict[str, Any], staging: Path, src: 
                              "the file was crafted or exported from an unfinished sweep, do not use it") from None
         shutil.rmtree(group)
     shutil.rmtree(staging / ".import-points", ignore_errors=True)
+    pack_points(staging / "points", "imported", stores)  # as a shard job packs its points
 
 
 def merge_exports(sources: list[str], dest: str) -> dict[str, Any]:
