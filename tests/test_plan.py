@@ -106,8 +106,9 @@ def test_memory_estimate_is_within_a_factor_2_of_the_measured_peak(tmp_path, cas
 
 
 def test_plan_prints_the_estimated_cost(tmp_path):
-    """Replica-steps, memory per task and at once against the limit, and a time at the kernel
-    rate measured now (labelled as such; not checked against a clock). --summary stays one line."""
+    """Replica-steps, memory per task and at once against the limit, and a time at a kernel rate
+    (the cost model's or one cached for this machine, labelled as such; not checked against a
+    clock). --summary stays one line."""
     cfg = write_yaml(tmp_path / "t.yaml", tiny_config(execution={"workers": 2, "points_per_task": 2,
                                                                  "max_memory": "4GiB"}))
     out = run_cli("plan", str(cfg), cwd=tmp_path).stdout
@@ -115,7 +116,8 @@ def test_plan_prints_the_estimated_cost(tmp_path):
     assert "cost (estimates): 2 task(s) of up to 2 points, 9.6e4 replica-steps" in out, out
     assert "for the largest task (2 point(s), 16 replicas)" in out
     assert "with 2 task(s) at once (2 local worker(s))" in out and "limit 4 GiB (execution.max_memory)" in out
-    assert "time: about" in out and "replica-steps/s per worker: the kernel rate measured just now" in out
+    assert "time: about" in out and ("replica-steps/s per worker: the cost model's rate" in out
+                                      or "replica-steps/s per worker: measured on this machine" in out)
 
 
 def test_time_and_memory_follow_the_work(tmp_path):

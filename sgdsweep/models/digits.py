@@ -34,13 +34,34 @@ def data_params(params: Mapping[str, Any]) -> dict[str, Any]:
             "pixel_scale": params["pixel_scale"]}
 
 
-@functools.lru_cache(maxsize=4)
-def _make(test_fraction: float, pixel_scale: float, seed: int) -> AffineProblem:
+def load_digit_images() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's 1,797 digit images (64 pixels, 0–16) and their labels, as
+    ``sklearn.datasets.load_digits`` returns them: read from the data file that scikit-learn ships
+    (``sklearn/datasets/data/digits.csv.gz``) without importing scikit-learn, which imports SciPy's
+    sparse matrices (seconds that every plan of a digits sweep would pay); through
+    ``load_digits`` where that file is not found."""
+    import gzip
+    import importlib.util
+    from pathlib import Path
+
+    found = importlib.util.find_spec("sklearn")
+    for root in (found.submodule_search_locations or []) if found else []:
+        path = Path(root) / "datasets" / "data" / "digits.csv.gz"
+        if path.is_file():
+            with gzip.open(path, mode="rt", encoding="utf-8") as fh:
+                data = np.loadtxt(fh, delimiter=",")
+            return data[:, :-1], data[:, -1].astype(int)
     from sklearn.datasets import load_digits
 
-    data = load_digits()
-    x_all = data.data.astype(np.float64) / pixel_scale
-    y_all = np.eye(10)[data.target]
+    bunch = load_digits()
+    return bunch.data, bunch.target
+
+
+@functools.lru_cache(maxsize=4)
+def _make(test_fraction: float, pixel_scale: float, seed: int) -> AffineProblem:
+    images, labels = load_digit_images()
+    x_all = images.astype(np.float64) / pixel_scale
+    y_all = np.eye(10)[labels]
     rng = data_rng({"model": "digits", "test_fraction": test_fraction, "seed": seed})
     order = rng.permutation(len(x_all))
     n_test = int(round(test_fraction * len(x_all)))

@@ -102,6 +102,44 @@ def _thesis_f(a, b, x):
     return a * a + x * (1.0 + b / (1.0 + np.exp(-a * x)))
 
 
+def _descend(grad, hessian, loss, start, iterations: int = 500) -> np.ndarray:
+    """A local minimum of ``loss`` (2 parameters) from ``start``: Newton steps where the Hessian
+    is positive definite, gradient steps elsewhere, each halved until the loss decreases; stops
+    when no step decreases it or the gradient is below 1e-10."""
+    w = np.asarray(start, float)
+    value = loss(w)
+    for _ in range(iterations):
+        g = grad(w)
+        if float(np.max(np.abs(g))) < 1e-10:
+            break
+        h = hessian(w)
+        step = -np.linalg.solve(h, g) if np.all(np.linalg.eigvalsh(h) > 0) else -g
+        for _ in range(60):
+            trial = w + step
+            new = loss(trial)
+            if new < value:
+                w, value = trial, new
+                break
+            step = step / 2
+        else:
+            break
+    return w
+
+
+def _stationary(grad, hessian, start, iterations: int = 50) -> np.ndarray:
+    """A root of ``grad`` (2 parameters) by Newton's method from ``start``, polished until a step
+    no longer lowers the gradient's norm (rounding)."""
+    w = np.asarray(start, float)
+    norm = float(np.linalg.norm(grad(w)))
+    for _ in range(iterations):
+        trial = w - np.linalg.solve(hessian(w), grad(w))
+        new = float(np.linalg.norm(grad(trial)))
+        if not new < norm:
+            break
+        w, norm = trial, new
+    return w
+
+
 class Thesis(Problem):
     """See the module docstring. Parameters w = (a, b); loss = mean squared error (no ½)."""
 
@@ -111,20 +149,17 @@ class Thesis(Problem):
     kernel = "thesis"
 
     def __init__(self, x: np.ndarray, y: np.ndarray, start: str) -> None:
-        import scipy.optimize  # here: importing it costs 0.6 s, which every plan of any sweep would pay
-
         self.x, self.y = x, y
         self.n_samples = x.size
         self.dim = 2
         self.layers = (Layer("w", 0, 1, 2),)
         full = lambda v: self.grad(np.asarray(v, float)[None])[0]
         lossf = lambda v: float(self.loss(np.asarray(v, float)[None])[0])
-        # BFGS finds each basin's minimum, but on some data sets stops with a gradient of 1e-6 (its
-        # line search loses precision); a root of the gradient started there polishes it to rounding
-        real, spur = (scipy.optimize.root(full, scipy.optimize.minimize(
-            lossf, start_at, jac=full, method="BFGS", options={"gtol": 1e-10}).x, tol=1e-14).x
-            for start_at in ([1.0, 5.0], [-5.6, 3.0]))
-        saddle = scipy.optimize.root(full, [-0.30, 0.16], tol=1e-12).x
+        # each basin's minimum by a descent from its start, polished by Newton's method on the
+        # gradient to rounding; the saddle by Newton's method alone (no SciPy: planning imports none)
+        real, spur = (_stationary(full, self.hessian, _descend(full, self.hessian, lossf, start_at))
+                      for start_at in ([1.0, 5.0], [-5.6, 3.0]))
+        saddle = _stationary(full, self.hessian, np.array([-0.30, 0.16]))
         self.minima = {"real": real, "spurious": spur}
         self.saddle_point = saddle
         self.w_min = self.minima[start]

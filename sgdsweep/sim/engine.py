@@ -40,10 +40,8 @@ from sgdsweep.sim.noise import (
     sample_indices,
     uniforms_per_step,
 )
+from sgdsweep.sim.shapes import BLOCK_RANDOM_NUMBERS  # defined there for the planner's memory estimate
 
-#: Upper bound on the random numbers held per block of the numpy loop, and per lane chunk of a
-#: kernel's block (memory ≈ 8 bytes each).
-BLOCK_RANDOM_NUMBERS = 1_000_000
 #: Longest block of steps.
 BLOCK_STEPS = 512
 

@@ -22,6 +22,7 @@ import numba
 import numpy as np
 
 from sgdsweep.models.base import ADDED_NOISE
+from sgdsweep.sim.shapes import MODE
 
 #: Student-t degrees of freedom of ``student_t`` (finite variance needs ν > 2).
 STUDENT_NU = 4
@@ -31,7 +32,6 @@ STUDENT_NU = 4
 #: gradients with P normals: the same Gaussian, and for such d forming the covariance (P·d²
 #: multiply-adds) costs less than P normals (the thesis landscape: d = 2, P = 600).
 MATCHED_COV_MAX_DIM = 4
-MODE = {"minibatch": 0, "minibatch_replace": 1, "epoch": 2, "label": 0}
 
 
 def lane_streams(seed_sequence: np.random.SeedSequence) -> tuple[np.random.Generator, ...]:

@@ -30,31 +30,9 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 
+from sgdsweep.sim.shapes import ObserveSpec, accumulator_layout, noise_lag_list, sketch_width
 
-@dataclass(frozen=True)
-class ObserveSpec:
-    """Which observables to accumulate (``dynamics.observe`` in the config).
-
-    Attributes:
-        cov_max_dim: full covariance up to this many parameters, diagonal beyond (plus the
-            leading ``n_eigenpairs`` eigenpairs from a streaming sketch).
-        n_eigenpairs: eigenpairs estimated beyond ``cov_max_dim``.
-        loss: accumulate the training loss (and its autocorrelation).
-        test_loss: accumulate the test loss (models that define one).
-        autocorr_lags: K, lags of the loss autocorrelation ring buffer (0 = off).
-        autocorr_stride: steps between loss samples fed to the autocorrelation buffer.
-        noise_lags: lags m of D(m) (0 included automatically); empty = off.
-        escape: stop lanes when the model says they escaped and record the step.
-    """
-
-    cov_max_dim: int = 64
-    n_eigenpairs: int = 8
-    loss: bool = True
-    test_loss: bool = True
-    autocorr_lags: int = 128
-    autocorr_stride: int = 1
-    noise_lags: tuple[int, ...] = ()
-    escape: bool = False
+__all__ = ["Accumulators", "ObserveSpec", "noise_lag_list", "sketch_width"]
 
 
 @dataclass
@@ -65,47 +43,15 @@ class Accumulators:
 
     @classmethod
     def create(cls, n_lanes: int, problem, spec: ObserveSpec, reference_per_lane: bool) -> Accumulators:
-        d = problem.dim
-        a: dict[str, np.ndarray] = {
-            "n": np.zeros(n_lanes, np.int64),
-            "sum_d": np.zeros((n_lanes, d)),
-            "diverged_step": np.full(n_lanes, -1, np.int64),
-            "escape_step": np.full(n_lanes, -1, np.int64),
-        }
-        if d <= spec.cov_max_dim:
-            a["sum_dd"] = np.zeros((n_lanes, d, d))
-        else:
-            a["sum_d2"] = np.zeros((n_lanes, d))
-            if spec.n_eigenpairs > 0:
-                a["sketch"] = np.zeros((n_lanes, d, sketch_width(spec, d)))
-        if reference_per_lane:
-            a["reference"] = np.full((n_lanes, d), np.nan)
-        if spec.loss or spec.test_loss:
-            a["loss_count"] = np.zeros(n_lanes, np.int64)
-        if spec.loss:
-            a["sum_loss"] = np.zeros(n_lanes)
-            if spec.autocorr_lags > 0:
-                k = spec.autocorr_lags
-                a["loss_buf"] = np.zeros((n_lanes, k))
-                a["loss_lag"] = np.zeros((n_lanes, k))
-                a["loss_head"] = np.zeros((n_lanes, k))
-        if spec.test_loss:
-            a["sum_test_loss"] = np.zeros(n_lanes)
-        if spec.noise_lags and problem.linear_in_w:
-            n_in, kmax = problem.n_inputs, max(spec.noise_lags) + 1
-            a["noise_buf"] = np.zeros((n_lanes, kmax, problem.n_outputs, n_in))
-            a["noise_lag"] = np.zeros((n_lanes, len(noise_lag_list(spec)), n_in, n_in))
-            a["sum_gram"] = np.zeros((n_lanes, n_in, n_in))
-        return cls(a)
+        """Fresh accumulators of ``n_lanes`` lanes (:func:`sgdsweep.sim.shapes.accumulator_layout`);
+        the zeroed ones from ``np.zeros``, whose pages are not touched until written."""
+        layout = accumulator_layout(problem, spec, reference_per_lane)
+        return cls({name: np.zeros((n_lanes, *shape), dtype) if fill == 0 else np.full((n_lanes, *shape), fill, dtype)
+                    for name, (shape, dtype, fill) in layout.items()})
 
     def take(self, keep: np.ndarray) -> None:
         for k, v in self.arrays.items():
             self.arrays[k] = v[keep]
-
-
-def noise_lag_list(spec: ObserveSpec) -> list[int]:
-    """Lags of D(m): 0 first, then the configured ones."""
-    return [0] + sorted(m for m in set(spec.noise_lags) if m > 0)
 
 
 def update_moments(acc: Accumulators, delta: np.ndarray, sel: np.ndarray | None) -> None:
@@ -152,12 +98,6 @@ def symmetrize(sum_dd: np.ndarray, count: np.ndarray) -> None:  # pragma: no cov
         for i in range(d):
             for j in range(i):
                 sum_dd[lane, j, i] = sum_dd[lane, i, j]
-
-
-def sketch_width(spec: ObserveSpec, d: int) -> int:
-    """Columns of the random test matrix: the eigenpairs wanted plus 24 for oversampling (a
-    Nyström estimate is biased low by the energy of the spectrum's tail beyond the sketch)."""
-    return min(d, spec.n_eigenpairs + 24)
 
 
 _OMEGA: dict[tuple[int, int], np.ndarray] = {}

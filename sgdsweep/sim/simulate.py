@@ -28,8 +28,8 @@ from sgdsweep.models import get_model
 from sgdsweep.sim import tangent
 from sgdsweep.sim.engine import Dynamics, run_lanes
 from sgdsweep.sim.noise import lane_streams
-from sgdsweep.sim.observables import ObserveSpec
 from sgdsweep.sim.results import array_attrs, finite_or_none, point_result
+from sgdsweep.sim.shapes import observe_spec
 from sgdsweep.store import lanes as lanes_store
 from sgdsweep.store import points as point_store
 from sgdsweep.store.provenance import code_version
@@ -54,15 +54,6 @@ def loss_stride(problem, params: Mapping[str, Any], burn_in: int, substeps: int)
     window = (int(params["steps"]) - int(burn_in)) * substeps
     by_window = window // (2 * int(params["observe"]["autocorr_lags"]) + 2)
     return max(1, min(by_tau, by_window))
-
-
-def observe_spec(params: Mapping[str, Any]) -> ObserveSpec:
-    """The :class:`ObserveSpec` of the config's ``dynamics.observe``."""
-    o = params["observe"]
-    return ObserveSpec(cov_max_dim=int(o["cov_max_dim"]), n_eigenpairs=int(o["n_eigenpairs"]), loss=bool(o["loss"]),
-                       test_loss=bool(o["test_loss"]), autocorr_lags=int(o["autocorr_lags"]) if o["loss"] else 0,
-                       noise_lags=tuple(o["noise_lags"]) if o["gradient_noise"] else (),
-                       escape=bool(o["escape"]))
 
 
 def simulate_points(points: Sequence[Mapping[str, Any]], points_dir: str,

@@ -17,8 +17,10 @@ Measured against ``tracemalloc`` peaks of :func:`~sgdsweep.sim.simulate.simulate
 ``tests/test_plan.py``), the estimate is within a factor of 2. The machine holds the largest
 tasks that run at once (:func:`tasks_at_once`), each in a worker process of about
 :data:`PROCESS_BYTES` (its Python, NumPy, Numba and Dask). :func:`check_memory` refuses a sweep
-whose estimate exceeds ``execution.max_memory``; :func:`measure_rate` times the engine on a
-point's own problem, for the time estimate that ``sgdsweep plan`` prints.
+whose estimate exceeds ``execution.max_memory``. The time estimate that ``sgdsweep plan`` prints
+takes its kernel rate from :mod:`sgdsweep.sweep.rates` (a cached measurement of
+:func:`measure_rate`, else a cost model): planning compiles nothing and imports no Numba, SciPy
+or theory module, only shapes and constants (:mod:`sgdsweep.sim.shapes`).
 """
 
 from __future__ import annotations
@@ -89,24 +91,24 @@ class Footprint:
     lane_bytes: int = 0
 
 
+#: Unknowns of the exact theory's direct solve (:data:`sgdsweep.theory.linear.DIRECT_MAX_UNKNOWNS`,
+#: restated here so that planning imports no theory module; ``tests/test_plan_imports.py`` pins the two).
+THEORY_DIRECT_MAX_UNKNOWNS = 2500
+
+
 def theory_bytes(d: int) -> int:
     """Peak bytes of the exact theory of a d-parameter point (:mod:`sgdsweep.theory.linear`): its
-    direct solve holds ~4 matrices of d² × d² doubles up to d² = ``DIRECT_MAX_UNKNOWNS``, its
-    eigenbasis method beyond ~256 matrices of d × d (fitted to ``tracemalloc`` peaks at d = 20 … 200)."""
-    from sgdsweep.theory.linear import DIRECT_MAX_UNKNOWNS
-
-    return 32 * d**4 if d * d <= DIRECT_MAX_UNKNOWNS else 2048 * d * d
+    direct solve holds ~4 matrices of d² × d² doubles up to d² = :data:`THEORY_DIRECT_MAX_UNKNOWNS`,
+    its eigenbasis method beyond ~256 matrices of d × d (fitted to ``tracemalloc`` peaks at d = 20 … 200)."""
+    return 32 * d**4 if d * d <= THEORY_DIRECT_MAX_UNKNOWNS else 2048 * d * d
 
 
 def footprint(problem: Any, params: Mapping[str, Any]) -> Footprint:
-    """The :class:`Footprint` of a point's tasks, from its problem and resolved parameters."""
-    from sgdsweep.sim.engine import BLOCK_RANDOM_NUMBERS
-    from sgdsweep.sim.noise import MODE
-    from sgdsweep.sim.observables import Accumulators
-    from sgdsweep.sim.simulate import observe_spec
+    """The :class:`Footprint` of a point's tasks, from its problem and resolved parameters: shapes
+    only (:mod:`sgdsweep.sim.shapes`), nothing compiled, no theory imported."""
+    from sgdsweep.sim.shapes import BLOCK_RANDOM_NUMBERS, MODE, lane_accumulator_bytes, observe_spec
 
-    acc = Accumulators.create(0, problem, observe_spec(params), problem.w_min is None)
-    acc_bytes = sum(math.prod(a.shape[1:]) * a.itemsize for a in acc.arrays.values())
+    acc_bytes = lane_accumulator_bytes(problem, observe_spec(params), problem.w_min is None)
     d = int(problem.dim)
     permutation = 8 * int(problem.n_samples or 0) if params["noise"] in MODE else 0
     per_lane = 2 * acc_bytes + STREAM_BYTES + 4 * 8 * d + permutation + 16 * 8
@@ -316,15 +318,26 @@ def format_duration(seconds: float) -> str:
     return f"{seconds / 86400:.1f} days"
 
 
-#: Task kinds (shard and batch size) whose rate :func:`describe` measures, the costliest first;
-#: the others are assumed to run at the slowest rate measured.
+#: Task kinds (shard and batch size) whose rate ``python -m sgdsweep.sweep.rates`` measures, the
+#: costliest first.
 CALIBRATED_KINDS = 4
+
+
+def task_kinds(task_list: list[Task]) -> dict[tuple[str, int], list[Task]]:
+    """(shard, batch size) → its tasks: the kinds that run at one kernel rate."""
+    kinds: dict[tuple[str, int], list[Task]] = {}
+    for t in task_list:
+        kinds.setdefault((t.shard, int(t.first.params["batch_size"])), []).append(t)
+    return kinds
 
 
 def describe(sweep: Sweep, hashes: Iterable[str] | None = None, measure: bool = True) -> list[str]:
     """Lines for ``sgdsweep plan``: the estimated cost of simulating ``hashes`` (default: every
     point): tasks and replica-steps, memory per task and at once against the limit, and (when
-    ``measure``) the time at the kernel rate :func:`measure_rate` measures now."""
+    ``measure``) the time at each task kind's kernel rate (:mod:`sgdsweep.sweep.rates`: the rate
+    cached for it on this machine, else the cost model); nothing is compiled or run."""
+    from sgdsweep.sweep import rates as kernel_rates
+
     task_list = tasks(sweep, hashes)
     if not task_list:
         return ["cost: nothing to simulate"]
@@ -348,19 +361,27 @@ def describe(sweep: Sweep, hashes: Iterable[str] | None = None, measure: bool = 
                      f"{format_bytes(disk.limit)} (precision.budget.disk)")
     if not measure:
         return lines
-    kinds: dict[tuple[str, int], list[Task]] = {}
-    for t in task_list:
-        kinds.setdefault((t.shard, int(t.first.params["batch_size"])), []).append(t)
-    costliest = sorted(kinds, key=lambda k: -sum(t.replica_steps for t in kinds[k]))[:CALIBRATED_KINDS]
-    rates = {k: measure_rate(kinds[k][0].first, max(t.lanes for t in kinds[k])) for k in costliest}
-    slowest = min(rates.values())
-    seconds = [t.replica_steps / rates.get((t.shard, int(t.first.params["batch_size"])), slowest)
-               for t in task_list]
+    kinds = task_kinds(task_list)
+    cached = kernel_rates.read_cache()
+    rates: dict[tuple[str, int], float] = {}
+    measured = 0
+    for kind, members in kinds.items():
+        params = members[0].first.params
+        rate = cached.get(kernel_rates.kind_key(params))
+        measured += rate is not None
+        rates[kind] = rate if rate is not None else kernel_rates.model_rate(params, sweep.footprints[kind[0]].dim)
+    seconds = [t.replica_steps / rates[(t.shard, int(t.first.params["batch_size"]))] for t in task_list]
     slots = min(tasks_at_once(sweep.config["execution"])[0], len(task_list))
     wall = max(sum(seconds) / slots, max(seconds))
-    shown = _sci(slowest, 2) if len(rates) == 1 else f"{_sci(slowest, 2)}–{_sci(max(rates.values()), 2)}"
-    others = f"; the other {len(kinds) - len(rates)} kind(s) at the slowest" if len(kinds) > len(rates) else ""
+    low, high = min(rates.values()), max(rates.values())
+    shown = _sci(low, 2) if _sci(low, 2) == _sci(high, 2) else f"{_sci(low, 2)}–{_sci(high, 2)}"
+    if measured == len(kinds):
+        source = f"measured on this machine ({kernel_rates.cache_path()})"
+    else:
+        source = ("the cost model's rate, an estimate" if not measured else
+                  f"measured on this machine for {measured} of {len(kinds)} task kind(s), the cost model's "
+                  "for the others")
+        source += "; `python -m sgdsweep.sweep.rates CONFIG` measures and caches the kernel rate"
     lines.append(f"  time: about {format_duration(wall)} on {slots} worker(s) ({format_duration(sum(seconds))} "
-                 f"of one worker), at {shown} replica-steps/s per worker: the kernel rate measured just now "
-                 f"on this machine for {len(rates)} task kind(s) (shard and batch size){others}")
+                 f"of one worker), at {shown} replica-steps/s per worker: {source}")
     return lines
