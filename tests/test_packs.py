@@ -205,3 +205,22 @@ def test_killed_packings_leave_nothing_that_is_read_wrong(stored, tmp_path):
     tmp.write_bytes(b"partial")
     os.utime(tmp, (time.time() - 3600, time.time() - 3600))
     assert remove_pack_leftovers(points_dir) == [tmp] and not tmp.exists()
+
+
+def test_export_keys_of_packed_stores_are_zarrs_own(stored, tmp_path):
+    """The export's members of a point (its store as a Zarr group's keys, written in memory) are
+    byte for byte what Zarr's own API writes into a directory, for single and packed stores."""
+    from sgdsweep.store.point_copies import write_zarr_group, zarr_group_keys
+
+    _, original = stored
+    points_dir = _copy(original / "points", tmp_path / "points")
+    hashes = sorted(p.name[:-4] for p in points_dir.glob("*.npz"))
+    single = {h: dict(zarr_group_keys(point_path(points_dir, h))) for h in hashes[:2]}
+    packs.pack_points(points_dir, "s", hashes)
+    for h in hashes[:2]:
+        path = point_path(points_dir, h)
+        assert isinstance(path, packs.MemberPath)
+        group = tmp_path / f"{h}.zarr"
+        write_zarr_group(path, group)
+        on_disk = {f.relative_to(group).as_posix(): f.read_bytes() for f in group.rglob("*") if f.is_file()}
+        assert dict(zarr_group_keys(path)) == on_disk == single[h]
