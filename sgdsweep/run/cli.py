@@ -131,18 +131,19 @@ def cmd_simulate_shard(args: argparse.Namespace) -> int:
 
 
 def cmd_aggregate(args: argparse.Namespace) -> int:
-    from sgdsweep.store.aggregate import build_ensemble, write_ensemble
+    from sgdsweep.store.aggregate_incremental import update_ensemble
 
+    spec = _read_json(args.sweep_spec)
+    if args.receipt:  # the receipt says the ensemble is current: not while it is being changed
+        Path(args.receipt).unlink(missing_ok=True)
     with heartbeat("aggregate: reading the point stores and writing the ensemble"):
-        spec = _read_json(args.sweep_spec)
-        ds = build_ensemble(spec)
-        write_ensemble(ds, args.out)
+        n, how = update_ensemble(spec, args.out)
     if args.receipt:
         from sgdsweep.sweep.paths import atomic_write_text
 
         atomic_write_text(args.receipt, json.dumps({"ensemble": str(args.out), "points": len(spec["points"]),
                                                     "sweep_hash": spec.get("sweep_hash")}) + "\n")
-    log.info("ensemble with %d points written to %s", ds.sizes["point"], args.out)
+    log.info("ensemble with %d points written to %s (%s)", n, args.out, how)
     return 0
 
 

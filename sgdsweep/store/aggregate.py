@@ -208,6 +208,25 @@ def build_ensemble(sweep_spec: dict[str, Any]) -> xr.Dataset:
 #: Codecs after the ``bytes`` serialiser of every ensemble array: zstd (Zarr's default) and
 #: the CRC-32C of the compressed chunk, which Zarr verifies whenever it reads the chunk.
 ENSEMBLE_COMPRESSORS = (zarr.codecs.ZstdCodec(level=0), zarr.codecs.Crc32cCodec())
+#: About how many bytes (uncompressed) one chunk of an ensemble array holds along ``point``.
+CHUNK_BYTES = 1 << 17
+#: The fewest points in a chunk of an array along ``point``.
+MIN_CHUNK_POINTS = 64
+
+
+def ensemble_chunks(dims: tuple[str, ...], shape: tuple[int, ...], itemsize: int) -> tuple[int, ...] | None:
+    """The chunk shape of an ensemble array along ``point``, None for one without it: whole along
+    every other dimension, and along ``point`` the largest power of two of rows that holds at most
+    :data:`CHUNK_BYTES` (at least :data:`MIN_CHUNK_POINTS`; ``itemsize`` in bytes, 16 for a string).
+    It does not depend on the number of points, so an ensemble grown by appending rows
+    (:mod:`sgdsweep.store.aggregate_incremental`) is chunked as one written whole."""
+    if "point" not in dims:
+        return None
+    row = max(int(itemsize), 1) * int(np.prod([s for d, s in zip(dims, shape) if d != "point"], dtype=np.int64))
+    rows = max(MIN_CHUNK_POINTS, 1 << max(int(CHUNK_BYTES // max(row, 1)).bit_length() - 1, 0))
+    return tuple(rows if d == "point" else max(int(s), 1) for d, s in zip(dims, shape))
+
+
 #: Name patterns of what a killed :func:`write_ensemble` leaves beside ``<name>``.
 _TEMPORARY_TAGS = (".tmp-", ".old-")
 
@@ -230,6 +249,10 @@ def write_ensemble(ds: xr.Dataset, path: str | Path) -> None:
     ds = ds.drop_encoding()
     ds.attrs = {k: v for k, v in ds.attrs.items() if k != METADATA_ATTR}  # one read back: recorded anew
     encoding = {name: {"compressors": ENSEMBLE_COMPRESSORS} for name in ds.variables}
+    for name, var in ds.variables.items():  # chunks that appending rows keeps as they are
+        chunks = ensemble_chunks(var.dims, var.shape, 16 if var.dtype.kind in "OUS" else var.dtype.itemsize)
+        if chunks is not None:
+            encoding[name]["chunks"] = chunks
     try:
         with warnings.catch_warnings():  # consolidated metadata: not in the v3 spec, read by xarray
             warnings.filterwarnings("ignore", message="Consolidated metadata", category=UserWarning)

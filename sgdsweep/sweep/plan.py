@@ -161,6 +161,21 @@ def _previous_repair(spec: Path) -> int:
         return 0
 
 
+def _append_order(files: PlanFiles, sweep: Sweep) -> list[Point]:
+    """The sweep's points in the order the sweep spec lists them: those of the previous sweep
+    spec (``plan/sweep.json``) in its order, then the others in the sweep's order. So a grown
+    sweep lists its old points first, and its ensemble grows by appending rows
+    (:mod:`sgdsweep.store.aggregate_incremental`)."""
+    try:  # the spec as _dump writes it: each point {"hash":"…",…}; read without building every entry
+        rank = {h: i for i, h in enumerate(dict.fromkeys(_SPEC_HASH.findall(files.sweep_spec.read_text())))}
+    except (OSError, ValueError):
+        rank = {}
+    return sorted(sweep.points, key=lambda p: rank.get(p.hash, len(rank)))  # stable: new points in sweep order
+
+
+_SPEC_HASH = re.compile(r'\{"hash":"([0-9a-f]+)"')
+
+
 def plan_texts(sweep: Sweep) -> dict[Path, str]:
     """The content of every plan file of ``sweep``, by path; nothing is written.
 
@@ -196,7 +211,7 @@ def plan_texts(sweep: Sweep) -> dict[Path, str]:
         "sweep": sweep.name, "sweep_hash": sweep.sweep_hash, "repair": rebuilds,
         "simulation_config": sweep.simulation_config(), "coords": list(sweep.coords),
         "points_dir": str(files.points_dir),
-        "points": [{"hash": p.hash, "shard": p.shard, "key": axis_key(p)} for p in sweep.points]})
+        "points": [{"hash": p.hash, "shard": p.shard, "key": axis_key(p)} for p in _append_order(files, sweep)]})
     texts[files.fit_spec] = _dump(sweep.config["fit"])
     shown = {k: v for k, v in sweep.config.items() if k != "execution"}  # execution never changes results
     report = {"report": sweep.config["report"], "config": shown, "config_hash": sweep.config_hash}
