@@ -41,16 +41,21 @@ import zarr
 from sgdsweep.errors import StoreError
 from sgdsweep.store import points as point_store
 from sgdsweep.store.integrity import METADATA_ATTR, check_ensemble, damaged_chunk, record_metadata
-from sgdsweep.store.provenance import provenance
+from sgdsweep.store.provenance import code_version, provenance
 from sgdsweep.store.variables import (
     COORDS,
+    FILL_VALUES,
     INT_SCALARS,
     LAYER_VECTORS,
+    MODEL_UNITS,
     REPLICA_ARRAYS,
+    SCALAR_COORDS,
     THEORY_SOURCES,
     VARIABLES,
     VECTOR_ARRAYS,
+    ancillary_variables,
     describe,
+    describe_dimension,
     ensemble_dims,
 )
 from sgdsweep.sweep.identity import points_digest
@@ -63,6 +68,31 @@ def _pad(rows: list[np.ndarray], fill: float) -> np.ndarray:
         out[i, : r.shape[-1]] = r
     return out
 
+
+#: The metadata conventions the ensemble follows (its ``Conventions`` attribute).
+CONVENTIONS = "CF-1.11 ACDD-1.3"
+_LIU = "Liu, Ziyin & Ueda (2021), Noise and fluctuation of finite learning rate stochastic gradient descent"
+_GROSS = ("Gross, Raulf & Räth (2024), Weight fluctuations in deep linear neural networks and a derivation of "
+          "the inverse-variance flatness relation")
+_HAN = "Han, Park, Lee & Han (2021), Fluctuation-dissipation-type theorem in stochastic linear learning"
+_KRAMERS = "Kramers (1940), Brownian motion in a field of force and the diffusion model of chemical reactions"
+_VESCOVI = ("Vescovi (2024), Statistical-mechanics approach to optimization algorithms for machine learning "
+            "(thesis, Università degli Studi di Padova)")
+#: model kind → the papers whose theory its columns hold (the ``references`` attribute; docs/physics.md).
+REFERENCES: dict[str, tuple[str, ...]] = {
+    "quadratic": (_LIU, _GROSS),
+    "linear": (_LIU, _GROSS, _HAN),
+    "two_layer": (_GROSS,),
+    "matrix": ("Park, Favoni, Lucini & Aarts (2024), Random matrix theory for stochastic gradient descent",),
+    "landscape": (_KRAMERS, "Mori, Liu, Ziyin & Ueda (2022), Power-law escape rate of SGD", _VESCOVI),
+    "digits": (_HAN,),
+}
+#: key of the config's ``metadata`` section → the dataset attribute it fills (CF and ACDD names).
+METADATA_ATTRIBUTES = {"institution": "institution", "creator": "creator_name", "creator_email": "creator_email",
+                       "license": "license", "comment": "comment"}
+
+#: The row of an array a point does not hold (read only).
+_EMPTY = np.zeros(0)
 
 #: why a point's theory column is empty when its point recorded no reason
 NO_FINITE_VALUE = "the formula gives no finite value here (see 'formula'), e.g. beyond the float range"
@@ -121,18 +151,21 @@ def build_ensemble(sweep_spec: dict[str, Any]) -> xr.Dataset:
             dims = ensemble_dims(name)
             if dims is not None and len(dims) == 3:  # a layer's singular values, per replica
                 sv_dims[name] = dims[2]
-                per_replica.setdefault(name, [None] * n)[i] = arr
+                table, empty = per_replica, None
             elif dims is not None and dims[1] != "replica":
-                vectors.setdefault(name, [np.zeros(0)] * n)[i] = arr
+                table, empty = vectors, _EMPTY
             else:
-                per_replica.setdefault(name, [np.zeros(0)] * n)[i] = arr
+                table, empty = per_replica, _EMPTY
+            if name not in table:  # one list of n rows per array, made once (not at every point)
+                table[name] = [empty] * n
+            table[name][i] = arr
 
     data_vars: dict[str, Any] = {}
     scalar_names = [k for k in VARIABLES if any(k in s for s in summaries)]
     for k in scalar_names:
         values = [s.get(k) for s in summaries]
-        if k == "diverged":
-            arr = np.asarray([bool(v) for v in values])
+        if k == "diverged":  # a CF flag (0/1) of the same type as its flag_values
+            arr = np.asarray([bool(v) for v in values], dtype=np.int64)
         elif k in INT_SCALARS:
             arr = np.asarray([-1 if v is None else v for v in values], dtype=np.int64)
         else:
@@ -150,8 +183,10 @@ def build_ensemble(sweep_spec: dict[str, Any]) -> xr.Dataset:
                     arr[i, : r.shape[0], : r.shape[1]] = r
             data_vars[name] = (("point", "replica", sv_dims[name]), arr, describe(name))
             continue
-        fill = -1 if name in ("diverged_step", "escape_step") else np.nan
+        fill = -1 if name in FILL_VALUES else np.nan
         arr = _pad(rows, fill)
+        if name in FILL_VALUES:  # "did not happen" is missing: NaN here, the fill value on disk
+            arr = np.where(arr == FILL_VALUES[name], np.nan, arr.astype(np.float64))
         n_rep = max(n_rep, arr.shape[1])
         data_vars[name] = (("point", "replica"), arr, describe(name))
     for name, rows in vectors.items():
@@ -192,8 +227,17 @@ def build_ensemble(sweep_spec: dict[str, Any]) -> xr.Dataset:
             ds = ds.assign_coords({dim: (dim, np.arange(ds.sizes[dim]), describe(dim, COORDS))})
     if "lag" in ds.dims and lag_values is not None and lag_values.size == ds.sizes["lag"]:
         ds = ds.assign_coords(lag=("lag", lag_values, describe("lag", COORDS)))
+    ds = ds.assign_coords({name: ((), np.array(value, dtype=object), describe(name, COORDS))  # cell_methods names
+                           for name, value in SCALAR_COORDS.items()})
+    for dim in ds.dims:  # a coordinate for every dimension (CF): an index where it has no values
+        if dim not in ds.coords:
+            ds = ds.assign_coords({dim: (dim, np.arange(ds.sizes[dim]), describe_dimension(dim))})
+    for name in ds.data_vars:
+        linked = ancillary_variables(name, ds.data_vars)
+        if linked:
+            ds[name].attrs["ancillary_variables"] = " ".join(linked)
+    ds.attrs.update(dataset_attributes(sweep_spec, n))
     ds.attrs.update({
-        "title": f"sgdsweep ensemble of sweep '{sweep_spec['sweep']}'",
         "sweep": sweep_spec["sweep"],
         "sweep_hash": sweep_spec["sweep_hash"],
         "config": json.dumps(sweep_spec["simulation_config"], sort_keys=True),
@@ -202,7 +246,34 @@ def build_ensemble(sweep_spec: dict[str, Any]) -> xr.Dataset:
     })
     prov = provenance()
     ds.attrs.update({k: json.dumps(v) if isinstance(v, dict) else v for k, v in prov.items()})
+    ds.attrs["history"] = (f"{prov['created_utc']} sgdsweep aggregate: built from {n} point stores "
+                           f"({prov['code_version']})")
     return ds
+
+
+def dataset_attributes(sweep_spec: dict[str, Any], n_points: int) -> dict[str, str]:
+    """The CF and ACDD attributes of the ensemble of ``sweep_spec``: ``Conventions``, ``title``,
+    ``source`` (sgdsweep's version and the simulation method), ``references`` (the papers of the
+    model's theory, :data:`REFERENCES`), ``model_units`` (:data:`~sgdsweep.store.variables.MODEL_UNITS`)
+    and, when the config's ``metadata`` section gives them, ``institution``, ``creator_name``,
+    ``creator_email``, ``license``, ``comment``; ``history`` is set by :func:`build_ensemble`."""
+    sim = sweep_spec.get("simulation_config", {})
+    kind = sim.get("model", {}).get("kind", "linear")
+    method = sim.get("dynamics", {}).get("method", "sgd")
+    engine = ("stochastic gradient descent simulated step by step" if method != "sde"
+              else "Euler–Maruyama integration of the SGD's stochastic differential equation")
+    out = {
+        "Conventions": CONVENTIONS,
+        "title": f"sgdsweep ensemble of sweep '{sweep_spec['sweep']}' ({n_points} points, model {kind})",
+        "source": f"{code_version()}: {engine} (dynamics.method {method})",
+        "references": "; ".join(REFERENCES.get(kind, ())),
+        "model_units": MODEL_UNITS,
+    }
+    for key, attr in METADATA_ATTRIBUTES.items():
+        value = sweep_spec.get("metadata", {}).get(key)
+        if value:
+            out[attr] = str(value)
+    return out
 
 
 #: Codecs after the ``bytes`` serialiser of every ensemble array: zstd (Zarr's default) and
@@ -248,7 +319,10 @@ def write_ensemble(ds: xr.Dataset, path: str | Path) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
     ds = ds.drop_encoding()
     ds.attrs = {k: v for k, v in ds.attrs.items() if k != METADATA_ATTR}  # one read back: recorded anew
-    encoding = {name: {"compressors": ENSEMBLE_COMPRESSORS} for name in ds.variables}
+    encoding: dict[str, dict[str, Any]] = {name: {"compressors": ENSEMBLE_COMPRESSORS} for name in ds.variables}
+    for name, fill in FILL_VALUES.items():  # "did not happen": a declared fill value, read back as NaN
+        if name in ds.variables:
+            encoding[name].update({"_FillValue": fill, "dtype": "int64"})
     for name, var in ds.variables.items():  # chunks that appending rows keeps as they are
         chunks = ensemble_chunks(var.dims, var.shape, 16 if var.dtype.kind in "OUS" else var.dtype.itemsize)
         if chunks is not None:
@@ -314,9 +388,15 @@ def load_ensemble(path: str | Path) -> xr.Dataset:
 def open_ensemble(path: str | Path, grid: bool = False) -> xr.Dataset:
     """Open an ensemble lazily (its metadata checked and its chunks listed first:
     :func:`check_ensemble`; each chunk's CRC-32C is checked by Zarr when it is read); with
-    ``grid=True`` unstack ``point`` into the swept axes."""
-    check_ensemble(path)
-    ds = xr.open_zarr(path)
+    ``grid=True`` unstack ``point`` into the swept axes. ``path`` may be a URL of a shared sweep,
+    ``zip::https://…/SWEEP.zip`` or an export directory (:mod:`sgdsweep.store.share_remote`)."""
+    if isinstance(path, str) and "://" in path:
+        from sgdsweep.store.share_remote import open_remote_ensemble
+
+        ds = open_remote_ensemble(path)
+    else:
+        check_ensemble(path)
+        ds = xr.open_zarr(path)
     ds.attrs.pop(METADATA_ATTR, None)  # checked: the record is not part of the results
     if not grid:
         return ds

@@ -10,11 +10,12 @@ describe the arrays they store (:func:`describe`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
-#: (long_name, units, description) of every variable the ensemble may hold. Units: weights
-#: and losses are in the model's own units (label units for regression); times in SGD steps.
-VARIABLES: dict[str, tuple[str, str, str]] = {
+#: (long_name, units in the model, description) of every variable the ensemble may hold. Units:
+#: weights and losses are in the model's own units (label units for regression); times in SGD
+#: steps. The ensemble's ``units`` attribute is their CF form (:func:`cf_units_of`).
+VARIABLES: dict[str, tuple[str, str | None, str]] = {
     "weight_var": ("weight variance", "weight²",
                    ("mean per-coordinate stationary variance Tr E[(w-w*)(w-w*)ᵀ]/d after burn-in (around each "
                     "replica's own time mean when minima form a manifold), averaged over time and non-diverged "
@@ -56,7 +57,7 @@ VARIABLES: dict[str, tuple[str, str, str]] = {
     "joint_anisotropy": ("joint anisotropy", "1",
                          ("per replica std/mean of the covariance eigenvalues on the range of Γ, averaged "
                           "(0 = isotropic)")),
-    "missing_because": ("why a theory value is missing", "1",
+    "missing_because": ("why a theory value is missing", None,
                         ("per point and theory column (coordinate theory_column): why the point has no value of "
                          "that column (the theory does not apply, or its solver failed); empty where it has one")),
     "escape_time": ("mean escape time", "steps",
@@ -74,8 +75,9 @@ VARIABLES: dict[str, tuple[str, str, str]] = {
                                          ("the exact discrete-chain escape time of N(0, C(w)) noise standing in for "
                                           "sampled minibatch noise of the same covariance")),
     "lr_curvature": ("λh", "1", "learning rate times the largest Hessian eigenvalue at the starting minimum"),
-    "diverged": ("diverged", "1", ("True if any replica of the point diverged (|w−w*|² beyond the bound "
-                 "or not finite); such replicas are excluded from every average")),
+    "diverged": ("diverged", "1", ("1 if any replica of the point diverged (|w−w*|² beyond the bound "
+                 "or not finite), else 0 (a flag: see flag_meanings; a bool in ensembles written before); such "
+                 "replicas are excluded from every average")),
     "diverged_replicas": ("diverged replicas", "1", "number of replicas that diverged"),
     "lyapunov": ("top Lyapunov exponent", "1/step",
                  ("mean over replicas of each replica's growth rate of log‖z‖, z a tangent vector of SGD linearised "
@@ -94,8 +96,10 @@ VARIABLES: dict[str, tuple[str, str, str]] = {
     "loss_replica": ("training loss per replica", "loss", "per-replica time average; NaN for diverged replicas"),
     "test_loss_replica": ("test loss per replica", "loss", "per-replica time average; NaN for diverged replicas"),
     "loss_autocorr_time_replica": ("loss autocorrelation time per replica", "steps", "τ_int per replica"),
-    "diverged_step": ("divergence step", "steps", "step at which the replica diverged; -1 if it did not"),
-    "escape_step": ("escape step", "steps", "step at which the replica escaped; -1 if censored (did not escape)"),
+    "diverged_step": ("divergence step", "steps",
+                      "step at which the replica diverged; missing (the fill value, read as NaN) if it did not"),
+    "escape_step": ("escape step", "steps",
+                    "step at which the replica escaped; missing (the fill value, read as NaN) if censored"),
     "escape_time_replica": ("escape time per replica", "steps",
                             ("SGD steps until the replica escaped, or the cap (steps) when censored "
                              "(escape_step = -1); NaN for diverged replicas")),
@@ -144,24 +148,30 @@ VECTOR_ARRAYS = {"weight_cov_eigenvalues": "mode", "weight_cov_eigenvalues_theor
                  "mode_curvature": "mode", "mode_curvature_theory": "mode", "noise_cov_ratio": "lag",
                  "range_cov_eigenvalues": "range_mode",
                  "fdr_fourier_lhs": "fourier_k", "fdr_fourier_noise": "fourier_k"}
-COORDS: dict[str, tuple[str, str, str]] = {
-    "point": ("point hash", "1", "content hash of the point's fully resolved parameters"),
+#: (long_name, units in the model, description) of the coordinates; units None for text.
+COORDS: dict[str, tuple[str, str | None, str]] = {
+    "point": ("point hash", None, "content hash of the point's fully resolved parameters"),
     "replica": ("replica index", "1", "index of the independent replica"),
     "mode": ("mode index", "1", "covariance eigenmode, largest eigenvalue first"),
     "lag": ("lag m", "steps", "lag of the gradient-noise covariance D(m)"),
-    "theory_column": ("theory column", "1", "name of a theory column of the ensemble (*_theory*)"),
+    "theory_column": ("theory column", None, "name of a theory column of the ensemble (*_theory*)"),
     "q_mode": ("Q mode index", "1", "singular value of the antisymmetric matrix Q, largest first (they come in pairs)"),
-    "shard": ("shard id", "1", "the shard (group of points sharing data) that simulated the point"),
+    "shard": ("shard id", None, "the shard (group of points sharing data) that simulated the point"),
     "lr": ("learning rate λ", "1", "SGD step size"),
     "batch_size": ("batch size S", "samples", "samples per gradient step"),
     "momentum": ("momentum μ", "1", "heavy-ball momentum"),
     "samples_per_param": ("samples per parameter P/N", "1", "data-set size over input dimension"),
     "hidden_width": ("hidden width N_h", "units", "hidden width of a two-layer network"),
-    "noise": ("noise type", "1", "how the gradient noise is generated (docs/physics.md §7)"),
+    "noise": ("noise type", None, "how the gradient noise is generated (docs/physics.md §7)"),
     "n_inputs": ("input dimension N", "1", "number of inputs"),
     "label_noise": ("label noise σ_ε", "label", "standard deviation of the label noise"),
     "steps": ("steps", "steps", "updates per replica"),
     "replicas": ("replicas", "1", "replicas per point"),
+    "time_after_burn_in": ("time after burn-in", None,
+                           ("the time a mean over time is taken over (cell_methods): the measured_steps updates "
+                            "that follow burn_in, of every replica")),
+    "replicas_not_diverged": ("replicas not diverged", None,
+                              "the replicas a mean over replicas is taken over (cell_methods): diverged ones excluded"),
 }
 #: theory column → the key of its formula (and of the reason when it is missing) in the point summaries
 THEORY_SOURCES = {"weight_var_theory": "weight_cov", "weight_cov_eigenvalues_theory": "weight_cov",
@@ -203,10 +213,66 @@ def layer_vector(name: str) -> tuple[str, str, bool] | None:
     return None
 
 
-def describe(name: str, table: Mapping[str, tuple[str, str, str]] = VARIABLES) -> dict[str, str]:
-    """The ``long_name``, ``units`` and ``description`` attributes of the variable ``name``: from
-    ``table`` (:data:`VARIABLES` by default; :data:`COORDS` for coordinates), or generated for a
-    per-layer vector (:data:`LAYER_VECTORS`) or a layer's singular values (``singular_values_<layer>``).
+#: Units of the ensemble that UDUNITS (cf-units) knows: kept as they are. Every other unit of the
+#: catalogue is a number in the model's own units (weight, loss, gradient, label) or a count (SGD
+#: steps, samples, hidden units): its CF ``units`` is ``"1"`` and the attribute ``model_units``
+#: keeps what it counts (:data:`MODEL_UNITS`, once for the whole dataset).
+CF_UNITS = frozenset({"1", "s"})
+#: The dataset attribute ``model_units``: how to read a variable whose ``units`` is ``"1"``.
+MODEL_UNITS = ("Quantities of the model are dimensionless numbers in the model's own units: weights in weight "
+               "units, losses in loss units, gradients in gradient units, labels in label units (for regression "
+               "the unit of the labels y); times and counts are numbers of SGD steps (an SDE step for "
+               "dynamics.method sde), samples or hidden units. Such a variable has units '1' and says which in "
+               "its attribute model_units (weight², loss, loss/weight², gradient², steps, 1/step, samples, units, "
+               "label); simulation_seconds is in seconds.")
+#: Scalar (label) coordinates that name what a mean is taken over, for ``cell_methods`` (CF
+#: §7.3: a collapsed axis is named by a scalar coordinate) → their value; described in :data:`COORDS`.
+SCALAR_COORDS: dict[str, str] = {"time_after_burn_in": "the SGD steps after burn-in",
+                                 "replicas_not_diverged": "the replicas of the point that did not diverge"}
+#: cell_methods of the means over the time after burn-in and over the non-diverged replicas.
+TIME_AND_REPLICA_MEANS = "time_after_burn_in: mean replicas_not_diverged: mean"
+#: Replica means of per-replica statistics (a covariance's eigenvalues, an autocorrelation time).
+REPLICA_MEAN = "replicas_not_diverged: mean"
+#: cell_methods of each variable that is such a mean (per-replica values: over time only).
+CELL_METHODS: dict[str, str] = {
+    **dict.fromkeys(("weight_var", "loss", "test_loss"), TIME_AND_REPLICA_MEANS),
+    **dict.fromkeys(("loss_autocorr_time", "joint_eigenvalue", "joint_anisotropy", "lyapunov"), REPLICA_MEAN),
+    **dict.fromkeys(("weight_var_replica", "loss_replica", "test_loss_replica"), "time_after_burn_in: mean"),
+}
+#: Flag variables: flag_values and flag_meanings (CF §3.5).
+FLAGS: dict[str, dict[str, object]] = {
+    "diverged": {"flag_values": [0, 1], "flag_meanings": "no_replica_diverged some_replica_diverged"},
+}
+#: Per-replica step arrays whose "did not happen" is the fill value (written as _FillValue; read
+#: back through xarray as NaN). Ensembles written before hold −1 there without a _FillValue.
+FILL_VALUES: dict[str, int] = {"diverged_step": -1, "escape_step": -1}
+#: Index coordinates of the dimensions the tables do not name: prefix → (long_name, description).
+DIMENSION_INDEXES: dict[str, tuple[str, str]] = {
+    "sv_": ("singular value index of {layer}", "singular value of the weight matrix {layer}, largest first"),
+    "mode_": ("mode index of {layer}", "covariance eigenmode of the weights of {layer}, largest eigenvalue first"),
+    "range_mode": ("range mode index", "covariance eigenmode on the range of Γ, largest eigenvalue first"),
+    "fourier_k": ("Fourier index j", "k_x = 2πj/(number of image pixels)"),
+    "lag": ("lag index", "index of the lags of the gradient-noise covariance D(m)"),
+}
+
+
+def cf_units_of(units: str | None) -> dict[str, str]:
+    """The ``units`` (and, for a number in the model's units, ``model_units``) attributes of a
+    catalogue unit: see :data:`CF_UNITS`; nothing for text (``None``)."""
+    if units is None:
+        return {}
+    if units in CF_UNITS:
+        return {"units": units}
+    return {"units": "1", "model_units": units}
+
+
+def describe(name: str, table: Mapping[str, tuple[str, str | None, str]] = VARIABLES) -> dict[str, object]:
+    """The attributes of the variable ``name``: ``long_name``, ``description``, ``units`` in CF
+    form (:func:`cf_units_of`; none for text) and ``model_units``, plus ``cell_methods``
+    (:data:`CELL_METHODS`), flags (:data:`FLAGS`) and, for ``replica``, the standard name
+    ``realization``. From ``table`` (:data:`VARIABLES` by default; :data:`COORDS` for
+    coordinates), or generated for a per-layer vector (:data:`LAYER_VECTORS`) or a layer's
+    singular values (``singular_values_<layer>``).
 
     Raises: KeyError for a name none of these describe.
     """
@@ -215,16 +281,50 @@ def describe(name: str, table: Mapping[str, tuple[str, str, str]] = VARIABLES) -
         prefix, layer, theory = lv
         long_name, units, description = (t.format(layer=layer) for t in LAYER_VECTORS[prefix])
         if theory:
-            return {"long_name": "predicted " + long_name, "units": units,
+            return {"long_name": "predicted " + long_name, **cf_units_of(units),
                     "description": "theory of " + long_name + " for each replica's own weights, averaged over "
                                    "replicas (see 'formula')"}
-        return {"long_name": long_name, "units": units, "description": description}
+        return {"long_name": long_name, **cf_units_of(units), "description": description,
+                "cell_methods": REPLICA_MEAN}
     if name.startswith("singular_values_"):
         layer = name[len("singular_values_"):]
-        return {"long_name": f"singular values of {layer}", "units": "weight",
+        return {"long_name": f"singular values of {layer}", **cf_units_of("weight"),
                 "description": f"final singular values of the weight matrix {layer} per replica, descending"}
     long_name, units, description = table[name]
-    return {"long_name": long_name, "units": units, "description": description}
+    out: dict[str, object] = {"long_name": long_name, **cf_units_of(units), "description": description}
+    if table is COORDS and name == "replica":
+        out["standard_name"] = "realization"
+    elif table is not COORDS:
+        if name in CELL_METHODS:
+            out["cell_methods"] = CELL_METHODS[name]
+        out.update(FLAGS.get(name, {}))
+    return out
+
+
+def describe_dimension(dim: str) -> dict[str, object]:
+    """The attributes of the index coordinate (0, 1, …) of a dimension that has no values of
+    its own (``sv_<layer>``, ``mode_<layer>``, ``range_mode``, ``fourier_k``, ``lag`` without
+    its lags): see :data:`DIMENSION_INDEXES`.
+
+    Raises: KeyError for a dimension they do not name.
+    """
+    for prefix, (long_name, description) in DIMENSION_INDEXES.items():
+        if dim == prefix or (prefix.endswith("_") and dim.startswith(prefix)):
+            layer = dim[len(prefix):]
+            return {"long_name": long_name.format(layer=layer), "units": "1",
+                    "description": description.format(layer=layer)}
+    raise KeyError(dim)
+
+
+def ancillary_variables(name: str, names: Collection[str]) -> list[str]:
+    """The variables of ``names`` that go with the measurement ``name`` (CF
+    ``ancillary_variables``): its standard error ``<name>_se`` and its theory columns
+    ``<name>_theory`` and ``<name>_theory_<approximation>``; none for a standard error, a
+    theory column or ``missing_because``."""
+    if name.endswith("_se") or "_theory" in name or name == "missing_because":
+        return []
+    se = [name + "_se"] if name + "_se" in names else []
+    return se + sorted(k for k in names if k == name + "_theory" or k.startswith(name + "_theory_"))
 
 
 def ensemble_dims(name: str) -> tuple[str, ...] | None:
