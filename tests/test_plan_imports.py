@@ -162,3 +162,44 @@ def _env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     return env
+
+
+def test_tasks_group_as_the_shard_jobs_do(tmp_path):
+    """The plan's tasks (grouped by shard and batch size without encoding each point) are the
+    batches that the shard jobs make (:func:`sgdsweep.run.execute.make_batches`)."""
+    from sgdsweep.run.execute import make_batches
+    from sgdsweep.sweep.config import build_sweep
+    from sgdsweep.sweep.cost import tasks
+
+    sweep = build_sweep(tiny_config(results_dir=str(tmp_path / "results"),
+                                    grid={"lr": [0.1, 0.2, 0.3], "batch_size": [2, 4], "samples_per_param": [10, 12],
+                                          "momentum": [0.0, 0.5]},
+                                    execution={"workers": 2, "points_per_task": 4}))
+    expected = sorted(tuple(s["hash"] for s in batch)
+                      for points in sweep.shards.values() for batch in make_batches([p.spec() for p in points], 4))
+    got = tasks(sweep)
+    assert sorted(tuple(p.hash for p in _members(sweep, t)) for t in got) == expected
+
+
+def _members(sweep, task):
+    """The points of ``task``: ``task.points`` points of its shard and batch size from its first."""
+    group = [p for p in sweep.shards[task.shard] if p.params["batch_size"] == task.first.params["batch_size"]]
+    start = group.index(task.first)
+    return group[start : start + task.points]
+
+
+def test_a_sweep_builds_each_data_set_once(tmp_path, monkeypatch):
+    """More data sets than the models' own caches hold (20 samples_per_param values, crossed with
+    lr and batch_size) are built once each, not once per point: no step that grows with
+    points × data sets."""
+    from sgdsweep.models import linear
+    from sgdsweep.sweep.config import build_sweep
+
+    calls = []
+    real = linear.make_problem
+    monkeypatch.setattr(linear, "make_problem", lambda d: calls.append(d["n_samples"]) or real(d))
+    sweep = build_sweep(tiny_config(results_dir=str(tmp_path / "results"), dynamics={"burn_in": 100},
+                                    grid={"lr": [0.1, 0.2, 0.3], "batch_size": [1, 2],
+                                          "samples_per_param": [10 + i for i in range(20)]}))
+    assert len(sweep.points) == 120
+    assert sorted(calls) == sorted(set(calls)) and len(calls) == 20

@@ -26,7 +26,7 @@ from sgdsweep.sweep import grid as gridmod
 from sgdsweep.sweep import limits
 from sgdsweep.sweep.cost import Footprint, footprint
 from sgdsweep.sweep.device import router as device_router
-from sgdsweep.sweep.identity import LYAPUNOV, content_hash
+from sgdsweep.sweep.identity import LYAPUNOV, canonical_json, content_hash
 from sgdsweep.sweep.paths import nested_sweep, sweep_dir
 from sgdsweep.sweep.schema import check_tree, load_schema, read_yaml, validate_and_fill
 
@@ -116,17 +116,21 @@ def describe_point(gp: Mapping[str, Any]) -> str:
     return "point " + ", ".join(f"{k}={v}" for k, v in gp.items())
 
 
-def make_point(model, raw_params: Mapping[str, Any], where: str, footprints: dict[str, Footprint]) -> Point:
+def make_point(model, raw_params: Mapping[str, Any], where: str, footprints: dict[str, Footprint],
+               problems: dict[str, Any] | None = None) -> Point:
     """The :class:`Point` of ``raw_params`` (the config's base parameters with one grid point's
     axes): values coerced, the model's checks passed, ``init: auto`` and the burn-in resolved;
-    the footprint of a new shard is added to ``footprints``.
+    the footprint of a new shard is added to ``footprints``. ``problems`` (canonical JSON of the
+    model's data parameters → problem), when given, keeps every problem built for a sweep: the
+    models' own caches hold a few, and a sweep of more data sets than that would rebuild one
+    per point.
 
     Raises:
         ConfigError: naming the key and ``where``.
     """
     params = {k: gridmod.coerce(k, v) for k, v in raw_params.items()}
     _check_dynamics(params, model, where)
-    problem = _checked_problem(model, params, where)
+    problem = _checked_problem(model, params, where, problems)
     if params["init"] == "auto":  # hash the concrete start, so 'auto' and its meaning hash alike
         params["init"] = problem.auto_init
     burn = _resolve_burn_in(params, problem, where)
@@ -157,13 +161,19 @@ def _resolve_burn_in(params: Mapping[str, Any], problem, where: str) -> int:
     return burn
 
 
-def _checked_problem(model, params: Mapping[str, Any], where: str):
+def _checked_problem(model, params: Mapping[str, Any], where: str, problems: dict[str, Any] | None = None):
     """The point's problem, after the model's own checks (``check_point``); a data set too
     large for memory, or one numpy cannot factorise (a degenerate covariance), is a
     :class:`ConfigError` naming the model's options."""
     try:
         model.check_point(params, where)
-        return model.make_problem(model.data_params(params))
+        if problems is None:
+            return model.make_problem(model.data_params(params))
+        data = model.data_params(params)
+        key = canonical_json(data)
+        if key not in problems:
+            problems[key] = model.make_problem(data)
+        return problems[key]
     except (MemoryError, np.linalg.LinAlgError) as exc:
         options = {k: v for k, v in model.data_params(params).items() if k not in ("model", "seed")}
         what = "does not fit in memory" if isinstance(exc, MemoryError) else f"is degenerate ({exc})"
@@ -220,6 +230,7 @@ def build_sweep(raw: Mapping[str, Any], rounds: bool = True) -> Sweep:
     points: list[Point] = []
     seen: dict[str, int] = {}
     footprints: dict[str, Footprint] = {}
+    problems: dict[str, Any] = {}
     for i, gp in enumerate(expanded):
         where = describe_point(gp)
         for axis in gp:
@@ -230,7 +241,7 @@ def build_sweep(raw: Mapping[str, Any], rounds: bool = True) -> Sweep:
             if axis not in gp:
                 raise ConfigError(f"grid.{axis}", None, "a value or a list of values",
                                   f"Every {kind} sweep sets '{axis}'; add it to grid (or to every point).")
-        point = make_point(model, route({**base, **gp}, where), where, footprints)
+        point = make_point(model, route({**base, **gp}, where), where, footprints, problems)
         if point.hash in seen:
             raise ConfigError("points" if i >= len(expanded) - len(cfg.get("points", [])) else "grid",
                               dict(gp), "distinct points",

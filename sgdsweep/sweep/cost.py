@@ -133,23 +133,27 @@ class Task:
 
 def tasks(sweep: Sweep, hashes: Iterable[str] | None = None) -> list[Task]:
     """The tasks that simulate ``hashes`` (default: every point), grouped as the shard jobs group
-    them."""
-    from sgdsweep.run.execute import make_batches
-
+    them (:func:`sgdsweep.run.execute.make_batches`: the points of one shard and batch size, in
+    sweep order, in chunks of ``execution.points_per_task``). A shard's points differ only in
+    ``lr``, ``batch_size``, ``momentum`` and ``replicas``, so grouping them by batch size is that
+    grouping, without encoding every point's parameters (linear in the points)."""
     wanted = None if hashes is None else set(hashes)
     per_task = int(sweep.config["execution"]["points_per_task"])
     out: list[Task] = []
     for shard, points in sweep.shards.items():
-        by_hash = {p.hash: p for p in points if wanted is None or p.hash in wanted}
-        if not by_hash:
-            continue
+        groups: dict[Any, list[Point]] = {}
+        for p in points:
+            if wanted is None or p.hash in wanted:
+                groups.setdefault(p.params["batch_size"], []).append(p)
         fp = sweep.footprints[shard]
-        for batch in make_batches([p.spec() for p in by_hash.values()], per_task):
-            lanes = sum(int(s["params"]["replicas"]) for s in batch)
-            p0 = batch[0]["params"]
-            substeps = 1 if p0["method"] == "sgd" else round(1.0 / p0["dt_over_lr"])
-            out.append(Task(shard, by_hash[batch[0]["hash"]], len(batch), lanes,
-                            lanes * int(p0["steps"]) * substeps, fp.fixed + lanes * fp.per_lane))
+        for group in groups.values():
+            for i in range(0, len(group), per_task):
+                batch = group[i : i + per_task]
+                lanes = sum(int(p.params["replicas"]) for p in batch)
+                p0 = batch[0].params
+                substeps = 1 if p0["method"] == "sgd" else round(1.0 / p0["dt_over_lr"])
+                out.append(Task(shard, batch[0], len(batch), lanes, lanes * int(p0["steps"]) * substeps,
+                                fp.fixed + lanes * fp.per_lane))
     return out
 
 
