@@ -206,9 +206,10 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from sgdsweep.store.share import export_sweep
 
-    manifest = export_sweep(args.sweep_dir, args.dest)
+    manifest = export_sweep(args.sweep_dir, args.dest, license_id=args.license, fmt=args.format)
     print(f"exported sweep '{manifest['sweep']}' ({len(manifest['points'])} points, "
-          f"{len(manifest['members'])} members) to {args.dest}")
+          f"{len(manifest['members'])} members) to {args.dest}"
+          + (" (a directory: publish it on any web server)" if args.format == "directory" else ""))
     return 0
 
 
@@ -328,15 +329,24 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = verb("export", "write a finished sweep to one verifiable zip file (path or fsspec URL)")
     p.add_argument("sweep_dir", help="the sweep's results directory, results/<sweep>")
-    p.add_argument("dest", help="the export to write: FILE.zip or an fsspec URL ending in .zip (must not exist)")
+    p.add_argument("dest", help="the export to write: FILE.zip or an fsspec URL ending in .zip, or with --format "
+                   "directory a new directory (must not exist)")
+    p.add_argument("--format", choices=("zip", "directory"), default="zip",
+                   help="zip: one verifiable file (default); directory: the same files unzipped, a Zarr group "
+                   "with consolidated metadata that any static web server can publish")
+    p.add_argument("--license", default=None, metavar="SPDX",
+                   help="the licence the export's RO-Crate declares (default: the config's metadata.license, "
+                   "else CC-BY-4.0)")
     p.set_defaults(func=cmd_export)
 
     p = verb("verify", "check an export's checksums, manifest and schema version")
-    p.add_argument("file", help="an export written by 'sgdsweep export' or 'sgdsweep merge' (.zip)")
+    p.add_argument("file", help="an export written by 'sgdsweep export' or 'sgdsweep merge': a .zip file or its "
+                   "URL (https://…/SWEEP.zip, read in place through range requests)")
     p.set_defaults(func=cmd_verify)
 
     p = verb("import", "verify an export and place it under results/")
-    p.add_argument("file", help="an export written by 'sgdsweep export' or 'sgdsweep merge' (.zip)")
+    p.add_argument("file", help="an export written by 'sgdsweep export' or 'sgdsweep merge': a .zip file or its "
+                   "URL (https://…/SWEEP.zip, read in place through range requests)")
     p.add_argument("--results-dir", default="results", help="where to place the sweep (default: results)")
     p.set_defaults(func=cmd_import)
 

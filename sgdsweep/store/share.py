@@ -10,12 +10,25 @@ also holds
 - ``fits.json`` — the fits (also in the root group's ``fits`` attribute); with ``precision:``,
   also ``rounds/fits/<name>.json``, each round's fits, from which an import replays the rounds
   (:mod:`sgdsweep.store.share_rounds`);
+- ``report.html`` and ``figures/<name>.png|svg`` — the sweep's report and figures, when it has
+  them, so that a collaborator sees the results before running anything;
+- ``config.yaml`` — the resolved config (also in the manifest, which an import uses);
+- ``workflow/Snakefile`` and ``workflow/rules/*.smk`` — the workflow that made it;
+- ``ro-crate-metadata.json`` — its RO-Crate (:mod:`sgdsweep.store.crate`): the dataset, its
+  variables and licence, the software, config and workflow;
 - ``README.txt`` — how to open and verify the file;
 - ``sgdsweep-manifest.json`` — schema version, sweep name, resolved config and its hash,
   provenance, the point hashes, and the SHA-256 and size of every other member.
 
 The zip comment holds the manifest's own SHA-256, so a changed manifest is detected too. No
-pickle anywhere: JSON and Zarr only.
+pickle anywhere: JSON and Zarr only. Every member, the report and the crate included, is checked
+by ``sgdsweep verify`` against its SHA-256.
+
+An export is read where it lies, too (:mod:`sgdsweep.store.share_remote`): ``verify`` and
+``import`` of a URL read the zip through range requests with the checks of a local file, and
+:func:`sgdsweep.open_ensemble` opens ``zip::https://…/x.zip`` lazily. ``--format directory``
+writes the same members unzipped into a new directory (its root a Zarr group with consolidated
+metadata), which any static web server can publish.
 """
 
 from __future__ import annotations
@@ -37,31 +50,48 @@ import yaml
 
 from sgdsweep.errors import StoreError, UsageError
 from sgdsweep.store import points as point_store
+from sgdsweep.store.crate import CRATE, DEFAULT_LICENSE, check_license, crate_metadata
 from sgdsweep.store.leftovers import remove_stale_imports
 from sgdsweep.store.packs import pack_points
 from sgdsweep.store.point_copies import zarr_group_keys
 from sgdsweep.store.point_identity import identity_problem
+from sgdsweep.store.share_parts import answer_members, unzip_to_directory, workflow_members
+from sgdsweep.store.share_remote import is_url, open_export_source
 from sgdsweep.store.share_verify import (
     COMMENT_PREFIX,
     MANIFEST,
     SCHEMA_VERSION,
     ShareError,
     member_blocks,
-    open_export,
     verified,
 )
 
-__all__ = ["COMMENT_PREFIX", "MANIFEST", "SCHEMA_VERSION", "ShareError", "export_sweep",
+__all__ = ["COMMENT_PREFIX", "FORMATS", "MANIFEST", "SCHEMA_VERSION", "ShareError", "export_sweep",
            "import_sweep", "merge_exports", "verify"]
+#: What ``sgdsweep export --format`` writes: one zip file, or the same members in a new directory.
+FORMATS = ("zip", "directory")
+#: Members an import places at the top of the sweep directory as they are named (the report,
+#: its figures and the crate); ``config.yaml`` and ``workflow/`` are verified but not placed (an
+#: import writes its own config; the installed sgdsweep's workflow runs it).
+_ANSWER = ("report.html", CRATE)
+_NOT_PLACED = ("config.yaml",)
 log = logging.getLogger(__name__)
 
 README = """sgdsweep export of sweep '{sweep}'
 ====================================
 
+report.html is the sweep's report (open it in a browser), when the sweep had one; figures/
+holds its figures.
+
 This zip file is a Zarr (format 3) store. Its root group is the ensemble:
 
     import xarray as xr, zarr
     ds = xr.open_zarr(zarr.storage.ZipStore("{name}", mode="r"))
+
+or, published on a web server, without downloading it:
+
+    import sgdsweep
+    ds = sgdsweep.open_ensemble("zip::https://HOST/PATH/{name}")
 
 Variables: weight_var, weight_var_se, weight_var_theory, loss, loss_theory, diverged, ... along
 the `point` dimension, with one coordinate per swept axis (lr, batch_size, momentum, ...). Every
@@ -137,11 +167,19 @@ def _ensemble_members(ensemble: Path, fits: dict[str, Any]) -> dict[str, bytes |
     return members
 
 
-def _new_destination(dest: str) -> None:
-    """Refuse an export destination that is not a ``.zip`` name or that already exists (a file,
-    a directory or a link: sgdsweep never overwrites one), before any work is done."""
-    if not str(dest).endswith(".zip"):
-        raise UsageError(f"export destination {dest!r} must end in .zip")
+def _new_destination(dest: str, fmt: str = "zip") -> None:
+    """Refuse an export destination that is not a ``.zip`` name (a local directory name not
+    ending in ``.zip``, for ``fmt="directory"``) or that already exists (a file, a directory or a
+    link: sgdsweep never overwrites one), before any work is done."""
+    if fmt not in FORMATS:
+        raise UsageError(f"export --format {fmt!r}: allowed: {', '.join(FORMATS)}")
+    if fmt == "directory":
+        if is_url(dest) or str(dest).endswith(".zip"):
+            raise UsageError(f"export destination {dest!r} with --format directory: give a local directory "
+                             "that does not exist yet (not a URL, not ending in .zip); copy it to a web server "
+                             "to publish it")
+    elif not str(dest).endswith(".zip"):
+        raise UsageError(f"export destination {dest!r} must end in .zip (or give --format directory)")
     if "://" in dest:
         import fsspec
 
@@ -190,8 +228,14 @@ def _download(src: str, tmpdir: Path) -> Path:
     return local
 
 
-def export_sweep(sweep_dir: str | Path, dest: str) -> dict[str, Any]:
-    """Export a finished sweep directory (``results/<sweep>``) to ``dest`` (a path or fsspec URL).
+def export_sweep(sweep_dir: str | Path, dest: str, license_id: str | None = None,
+                 fmt: str = "zip") -> dict[str, Any]:
+    """Export a finished sweep directory (``results/<sweep>``) to ``dest`` (a path or fsspec URL),
+    with its report and figures (:func:`sgdsweep.store.share_parts.answer_members`), config, workflow and RO-Crate
+    declaring ``license_id`` (an SPDX identifier; by default the config's ``metadata.license``, or
+    :data:`sgdsweep.store.crate.DEFAULT_LICENSE`). ``fmt="directory"``: the same members, the
+    manifest and ``sgdsweep-manifest.sha256`` (its checksum, the zip comment of a zip) written
+    into the new local directory ``dest``, to publish on a static web server.
 
     Before anything is written, the ensemble is read whole as :func:`sgdsweep.open_ensemble`
     and the fits read it (:func:`sgdsweep.store.aggregate.load_ensemble`: its metadata against
@@ -202,16 +246,20 @@ def export_sweep(sweep_dir: str | Path, dest: str) -> dict[str, Any]:
         The manifest written.
 
     Raises:
-        UsageError: ``dest`` exists or is not a ``.zip``; the sweep is not finished, or its
+        UsageError: ``dest`` exists or is not a ``.zip`` (a directory name for ``fmt="directory"``);
+            the licence is not an SPDX identifier; the sweep is not finished, or its
             ensemble or a point store fails those checks (naming it and the fix).
     """
     from sgdsweep.store.aggregate import load_ensemble
 
     sweep_dir = Path(sweep_dir)
-    _new_destination(dest)
+    _new_destination(dest, fmt)
+    if license_id is not None:
+        check_license(license_id)
     report_spec, fits, points = _sweep_parts(sweep_dir)
+    license_id = license_id or str((report_spec["config"].get("metadata") or {}).get("license") or DEFAULT_LICENSE)
     try:
-        load_ensemble(sweep_dir / "ensemble.zarr")
+        ensemble = load_ensemble(sweep_dir / "ensemble.zarr")
     except StoreError as exc:
         raise UsageError(f"{sweep_dir} is not exported: {exc}") from None
     ens_attrs = json.loads((sweep_dir / "ensemble.zarr" / "zarr.json").read_text()).get("attributes", {})
@@ -232,9 +280,20 @@ def export_sweep(sweep_dir: str | Path, dest: str) -> dict[str, Any]:
     provenance["package_versions"] = json.loads(ens_attrs.get("package_versions", "{}"))
     base = {"sweep": report_spec["config"]["sweep"], "config": report_spec["config"],
             "config_hash": report_spec["config_hash"], "provenance": provenance, "points": points}
+    members.update(answer_members(sweep_dir))
+    members["config.yaml"] = yaml.safe_dump(report_spec["config"], sort_keys=False).encode()
+    workflow = workflow_members()
+    members.update(workflow)
+    variables = {str(n): dict(ensemble[n].attrs) for n in list(ensemble.data_vars) + list(ensemble.coords)}
+    members[CRATE] = crate_metadata(base["sweep"], [*members, "README.txt", MANIFEST], variables, license_id,
+                                    provenance.get("created_utc"), workflow)
     with tempfile.TemporaryDirectory() as tmp:
-        local = Path(tmp) / (Path(dest).name if "://" not in dest else "export.zip")
+        local = Path(tmp) / (Path(dest).name if "://" not in dest and fmt == "zip" else "export.zip")
         _write_zip(local, itertools.chain(members.items(), _point_members(points_dir, points)), base)
+        if fmt == "directory":
+            manifest = verify(local)
+            unzip_to_directory(local, Path(dest))
+            return manifest
         _upload(local, dest)
     return verify(dest)
 
@@ -259,10 +318,8 @@ def verify(src: str | Path) -> dict[str, Any]:
         ShareError: naming what is wrong (truncated, tampered member, missing or extra member, a
             crafted name, size or config, …).
     """
-    with tempfile.TemporaryDirectory() as tmp:
-        path = _download(str(src), Path(tmp))
-        with open_export(path, src) as zf:
-            return verified(zf, path.stat().st_size, src)
+    with open_export_source(src) as (zf, size):
+        return verified(zf, size, src)
 
 
 def import_sweep(src: str | Path, results_dir: str | Path = "results") -> Path:
@@ -273,42 +330,57 @@ def import_sweep(src: str | Path, results_dir: str | Path = "results") -> Path:
     any working directory) and without an ``execution`` section (it describes the machine that
     ran the sweep; this machine's defaults apply), so that ``sgdsweep run
     <results_dir>/<sweep>/config.yaml`` re-runs fits and report and simulates nothing. The
-    members are copied from the same local copy of the file that was verified, in blocks,
-    hashed again as they stream, into a staging directory renamed to ``<sweep>`` only once all
-    is placed (and removed otherwise): a failed import writes nothing.
+    members are copied from the same file that was verified (a URL read in place, through range
+    requests), in blocks, hashed again as they stream, into a staging directory renamed to
+    ``<sweep>`` only once all is placed (and removed otherwise): a failed import writes nothing.
+    The export's report, figures and crate are placed beside the ensemble.
     """
     results_dir = Path(results_dir)
-    with tempfile.TemporaryDirectory() as tmp:
-        path = _download(str(src), Path(tmp))
-        with open_export(path, src) as zf:
-            manifest = verified(zf, path.stat().st_size, src)
-            target = results_dir / manifest["sweep"]
-            if target.exists() or target.is_symlink():
-                raise UsageError(f"{target} already exists; sgdsweep never overwrites results. "
-                                 "Remove it, or import elsewhere with --results-dir DIR")
-            _check_import_place(target)
-            try:
-                results_dir.mkdir(parents=True, exist_ok=True)
-            except (FileExistsError, NotADirectoryError):
-                raise UsageError(f"results directory {results_dir} is not a directory (a file is "
-                                 "there, or in its path); import elsewhere with --results-dir DIR"
-                                 ) from None
-            remove_stale_imports(results_dir)  # what killed imports left (sgdsweep.store.leftovers)
-            staging = results_dir / f".import-{uuid.uuid4().hex[:8]}"
-            try:
-                _extract(zf, manifest, staging, src)
-                config = _imported_config(manifest["config"], results_dir)
-                (staging / "config.yaml").write_text(config)
-                os.rename(staging, target)
-            finally:
-                if staging.exists():
-                    shutil.rmtree(staging, ignore_errors=True)
+    with open_export_source(src) as (zf, size):
+        manifest = verified(zf, size, src)
+        target = results_dir / manifest["sweep"]
+        if target.exists() or target.is_symlink():
+            raise UsageError(f"{target} already exists; sgdsweep never overwrites results. "
+                             "Remove it, or import elsewhere with --results-dir DIR")
+        _check_import_place(target)
+        try:
+            results_dir.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise UsageError(f"results directory {results_dir} is not a directory (a file is "
+                             "there, or in its path); import elsewhere with --results-dir DIR"
+                             ) from None
+        remove_stale_imports(results_dir)  # what killed imports left (sgdsweep.store.leftovers)
+        staging = results_dir / f".import-{uuid.uuid4().hex[:8]}"
+        try:
+            _extract(zf, manifest, staging, src)
+            config = _imported_config(manifest["config"], results_dir)
+            (staging / "config.yaml").write_text(config)
+            _place(staging, target)
+        finally:
+            if staging.exists():
+                shutil.rmtree(staging, ignore_errors=True)
     if "execution" in manifest["config"]:
         log.warning("the export's execution section %s was not imported: it describes the machine "
                     "that ran the sweep, not the data; this machine's defaults apply (set "
                     "execution in %s to choose others)", json.dumps(manifest["config"]["execution"]),
                     target / "config.yaml")
     return target
+
+
+def _place(staging: Path, target: Path) -> None:
+    """Rename the finished ``staging`` directory to ``target``; refuse, naming it, when another
+    import or run placed a sweep there while this import ran (never writing over it).
+
+    Raises: UsageError naming ``target`` and the fix.
+    """
+    try:
+        os.rename(staging, target)
+    except OSError as exc:  # ENOTEMPTY or EEXIST: a sweep appeared there since the check
+        if not (target.exists() or target.is_symlink()):
+            raise
+        raise UsageError(f"{target} appeared while this import ran (another import or run placed it); sgdsweep "
+                         "never overwrites results. Remove it, or import elsewhere with --results-dir DIR"
+                         ) from exc
 
 
 def _check_import_place(target: Path) -> None:
@@ -353,12 +425,13 @@ def _extract(zf: zipfile.ZipFile, manifest: dict[str, Any], staging: Path, src: 
     members = manifest["members"]
     stores: dict[str, list[str]] = {}
     for name, entry in members.items():
-        if name in ("README.txt", MANIFEST):
+        if name in ("README.txt", MANIFEST, *_NOT_PLACED) or name.startswith("workflow/"):
             continue
         if name.startswith("points/"):  # points/<hash>.zarr/<key>, as verify checked
             stores.setdefault(name.split("/")[1][:-len(".zarr")], []).append(name)
             continue
-        out = staging / (name if name == "fits.json" or name.startswith("rounds/") else f"ensemble.zarr/{name}")
+        top = name in ("fits.json", *_ANSWER) or name.startswith(("rounds/", "figures/"))
+        out = staging / (name if top else f"ensemble.zarr/{name}")
         out.parent.mkdir(parents=True, exist_ok=True)
         with open(out, "xb") as fh:
             fh.writelines(member_blocks(zf, name, entry, src))

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 import warnings
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -89,8 +90,8 @@ def _declared(name: str, arr: Any, where: str, strings: frozenset[str], members:
     return size
 
 
-def check_declared(path: Path, manifest: dict[str, Any], size: int, src: str | Path) -> int:
-    """Check the arrays of the export at ``path`` (the local copy of ``src``, ``size`` bytes,
+def check_declared(source: Path | zipfile.ZipFile, manifest: dict[str, Any], size: int, src: str | Path) -> int:
+    """Check the arrays of the export ``source`` (``src``'s local path or open zip, ``size`` bytes,
     its manifest checked) against the bounds of the module docstring, from their metadata only.
 
     Returns:
@@ -99,11 +100,11 @@ def check_declared(path: Path, manifest: dict[str, Any], size: int, src: str | P
     Raises:
         ShareError: naming the array, what it declares and the bound it exceeds.
     """
-    import zarr
+    from sgdsweep.store.share_remote import export_store
 
     members = max(len(manifest["members"]), 1)
     total = 0
-    with zarr.storage.ZipStore(path, mode="r") as store:
+    with export_store(source) as store:
         groups: list[tuple[str, str, frozenset[str], list[bool | None]]] = [
             ("", "the ensemble (the zip's root group)", ENSEMBLE_STRINGS, [False, None])]
         groups += [(f"points/{h}.zarr", f"point {h}'s store (points/{h}.zarr)", frozenset(), [False])

@@ -119,16 +119,16 @@ def verified(zf: zipfile.ZipFile, size: int, src: str | Path) -> dict[str, Any]:
             pass
     from sgdsweep.store.share_bounds import check_declared
 
-    check_declared(Path(str(zf.filename)), manifest, size, src)  # before any array is read
-    check_contents(Path(str(zf.filename)), manifest, src)
+    check_declared(zf, manifest, size, src)  # before any array is read
+    check_contents(zf, manifest, src)
     from sgdsweep.store.share_rounds import check_rounds
 
     check_rounds(zf, manifest, src)
     return manifest
 
 
-def check_contents(path: Path, manifest: dict[str, Any], src: str | Path) -> None:
-    """Check what the export at ``path`` (the local copy of ``src``, its members verified) holds,
+def check_contents(source: Path | zipfile.ZipFile, manifest: dict[str, Any], src: str | Path) -> None:
+    """Check what the export ``source`` (``src``'s local path or open zip, its members verified) holds,
     through Zarr's public API: its ensemble as :func:`sgdsweep.store.integrity.check_ensemble`
     checks one, and that the point store under each point's name is that point's
     (:func:`sgdsweep.store.point_identity.identity_problem` of its group attributes).
@@ -140,8 +140,9 @@ def check_contents(path: Path, manifest: dict[str, Any], src: str | Path) -> Non
 
     from sgdsweep.store.integrity import check_ensemble
     from sgdsweep.store.point_identity import identity_problem
+    from sgdsweep.store.share_remote import export_store
 
-    with zarr.storage.ZipStore(path, mode="r") as store:
+    with export_store(source) as store:
         try:
             check_ensemble(src, store=store, keys=set(manifest["members"]))
         except (StoreError, zarr.errors.NodeNotFoundError) as exc:

@@ -211,6 +211,7 @@ def plan_texts(sweep: Sweep) -> dict[Path, str]:
         "sweep": sweep.name, "sweep_hash": sweep.sweep_hash, "repair": rebuilds,
         "simulation_config": sweep.simulation_config(), "coords": list(sweep.coords),
         "points_dir": str(files.points_dir),
+        **({"metadata": sweep.config["metadata"]} if sweep.config.get("metadata") else {}),  # the ensemble's attrs
         "points": [{"hash": p.hash, "shard": p.shard, "key": axis_key(p)} for p in _append_order(files, sweep)]})
     texts[files.fit_spec] = _dump(sweep.config["fit"])
     shown = {k: v for k, v in sweep.config.items() if k != "execution"}  # execution never changes results
