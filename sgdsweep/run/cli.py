@@ -206,6 +206,13 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from sgdsweep.store.share import export_sweep
 
+    if args.format == "netcdf":  # the ensemble alone, for netCDF tools (sgdsweep.store.netcdf)
+        from sgdsweep.store.netcdf import export_netcdf
+
+        path = export_netcdf(args.sweep_dir, args.dest)
+        print(f"exported the ensemble of {args.sweep_dir} to the netCDF-4 file {path}")
+        return 0
+
     manifest = export_sweep(args.sweep_dir, args.dest, license_id=args.license, fmt=args.format)
     print(f"exported sweep '{manifest['sweep']}' ({len(manifest['points'])} points, "
           f"{len(manifest['members'])} members) to {args.dest}"
@@ -331,9 +338,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("sweep_dir", help="the sweep's results directory, results/<sweep>")
     p.add_argument("dest", help="the export to write: FILE.zip or an fsspec URL ending in .zip, or with --format "
                    "directory a new directory (must not exist)")
-    p.add_argument("--format", choices=("zip", "directory"), default="zip",
+    p.add_argument("--format", choices=("zip", "directory", "netcdf"), default="zip",
                    help="zip: one verifiable file (default); directory: the same files unzipped, a Zarr group "
-                   "with consolidated metadata that any static web server can publish")
+                   "with consolidated metadata that any static web server can publish; netcdf: the ensemble "
+                   "alone as one netCDF-4 file FILE.nc (CF-1.11) for netCDF tools")
     p.add_argument("--license", default=None, metavar="SPDX",
                    help="the licence the export's RO-Crate declares (default: the config's metadata.license, "
                    "else CC-BY-4.0)")
