@@ -36,3 +36,30 @@ def test_a_bad_threads_variable_is_refused_before_any_job_or_cluster(tmp_path, t
     assert f"SGDSWEEP_THREADS={threads!r}" in proc.stderr and "positive integer" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "results" / "tiny" / ".cluster").exists()  # no cluster was started for it
+
+
+def test_an_import_racing_another_to_the_same_place_is_refused_and_keeps_the_first(tmp_path, monkeypatch):
+    """Two imports of one export into one results directory: the one that finishes second finds
+    the sweep's directory placed by the other after its own check, and is refused (exit status
+    2, naming it), leaving the first's sweep whole and no staging directory behind."""
+    from conftest import make_finished_sweep
+
+    from sgdsweep.errors import UsageError
+    from sgdsweep.store import share
+
+    export = tmp_path / "tiny.zip"
+    share.export_sweep(make_finished_sweep(tmp_path / "made"), str(export))
+    results = tmp_path / "results"
+    extract = share._extract
+
+    def racing(zf, manifest, staging, src):  # the other import lands while this one extracts
+        monkeypatch.setattr(share, "_extract", extract)
+        share.import_sweep(export, results)
+        extract(zf, manifest, staging, src)
+
+    monkeypatch.setattr(share, "_extract", racing)
+    with pytest.raises(UsageError, match=r"tiny appeared while this import ran.*never overwrites") as info:
+        share.import_sweep(export, results)
+    assert info.value.exit_code == 2
+    assert sorted(p.name for p in results.iterdir()) == ["tiny"]  # no .import-* staging left
+    assert (results / "tiny" / "config.yaml").is_file() and (results / "tiny" / "fits.json").is_file()
