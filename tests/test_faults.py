@@ -188,7 +188,7 @@ def test_corrupted_point_store_is_recomputed(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     log = next((sweep / "logs" / "simulate").glob("*.log")).read_text()
     assert "4 to simulate" in log
-    assert "removed 1 temporary file(s) that killed writes left" in log
+    assert "removed 1 temporary or cut-short file(s) that killed writes left" in log
     assert "removed 1 temporary file(s) of writes that did not finish, e.g. " + young.name in log
     assert not orphan.exists() and not young.exists()
     assert {name: ino for name, ino in _stores(sweep).items() if name in intact} == intact  # not recomputed

@@ -264,6 +264,10 @@ def test_labels_are_mathtext_without_pseudo_units():
         for fig in drawn:
             figures.plt.close(fig)
     assert plotting.axis_label({"long_name": "simulation time", "units": "s"}, "x") == "simulation time [s]"
+    # a number in the model's units: CF units "1", the label shows the model's (steps), not "1" or "loss"
+    steps = {"long_name": "escape time", "units": "1", "model_units": "steps"}
+    assert plotting.axis_label(steps, "x") == "escape time [steps]"
+    assert plotting.axis_label({"long_name": "loss", "units": "1", "model_units": "loss"}, "x") == "loss"
     assert plotting.axis_label({"long_name": "training loss", "units": "loss"}, "x") == "training loss"
 
 

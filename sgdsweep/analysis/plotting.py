@@ -177,6 +177,12 @@ def math_text(text: str) -> str:
     return text.replace("$$", "")  # adjacent symbols in one math run
 
 
+def shown_units(attrs: dict) -> str:
+    """The units a label shows: the model's units (``model_units``: steps, loss, …) where the
+    variable's CF ``units`` is the dimensionless ``1``, else ``units``."""
+    return str(attrs.get("model_units", attrs.get("units", "")))
+
+
 def unit_suffix(units: object) -> str:
     """`` [units]`` for a unit of :data:`REAL_UNITS`, else nothing."""
     return f" [{units}]" if str(units) in REAL_UNITS else ""
@@ -186,7 +192,7 @@ def axis_label(attrs: dict, name: str, dtype_kind: str = "f") -> str:
     """``long name [units]`` of a variable from its attributes, the long name in mathtext
     (:func:`math_text`), with the units only when they are real (:data:`REAL_UNITS`).
     ``dtype_kind`` is kept for callers that pass it; every quantity follows the same rule."""
-    return math_text(str(attrs.get("long_name", name))) + unit_suffix(attrs.get("units", ""))
+    return math_text(str(attrs.get("long_name", name))) + unit_suffix(shown_units(attrs))
 
 
 def integer_ticks(ax, values: np.ndarray, max_ticks: int = 12) -> None:

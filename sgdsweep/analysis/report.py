@@ -437,7 +437,7 @@ def _points_table(ds: xr.Dataset) -> str:
     z = ((ds["weight_var"] - ds["weight_var_theory"]) / ds["weight_var_se"]).values if {
         "weight_var", "weight_var_theory", "weight_var_se"} <= set(ds.data_vars) else None
     rows = _rows(ds, ["point", *axes, *cols], [z] if z is not None else [])
-    header = ["point"] + axes + [c + plotting.unit_suffix(ds[c].attrs.get("units", "")) for c in cols]
+    header = ["point"] + axes + [c + plotting.unit_suffix(plotting.shown_units(ds[c].attrs)) for c in cols]
     return _table(header + (["(meas−theory)/SE"] if z is not None else []), rows, "points")
 
 
@@ -514,7 +514,7 @@ def _build(ds: xr.Dataset, fits: dict[str, Any], report_spec: dict[str, Any], fi
     if others:
         parts.append("<h2>Other observables</h2><p>Per point, as stored in <code>ensemble.zarr</code> "
                      "(units in each variable's attributes).</p>")
-        header = ["point"] + [v + plotting.unit_suffix(ds[v].attrs.get("units", "")) for v in others]
+        header = ["point"] + [v + plotting.unit_suffix(plotting.shown_units(ds[v].attrs)) for v in others]
         parts.append(_table(header, _rows(ds, ["point", *others]), "points"))
     theory_rows = [[v, ds[v].attrs.get("formula", ""), _missing_because(ds, v)]
                    for v in ds.data_vars if "_theory" in v]
