@@ -267,3 +267,31 @@ def test_plan_lists_the_previous_points_first_in_their_order(tmp_path):
     kept = [e["hash"] for e in json.loads(plan_texts(fewer)[files.sweep_spec])["points"]]
     assert kept == [h for h in before if h in {p.hash for p in fewer.points}] + [
         p.hash for p in fewer.points if p.hash not in set(before)]
+
+
+def test_stores_read_by_several_processes_give_the_same_ensemble_and_first_error(tmp_path, monkeypatch):
+    """Many points are read by several processes (slices put back in order): the ensemble is the
+    one read point by point, and a damaged store stops it naming the first such store in order."""
+    from sgdsweep.errors import StoreError
+    from sgdsweep.store import aggregate_read
+
+    monkeypatch.setattr(aggregate_read, "SLICE_POINTS", 2)  # slices of 2 points: 5 slices over 2 processes
+    points = tmp_path / "points"
+    entries = [_store(points, i, reps=2 + i % 3) for i in range(9)]
+    one = aggregate_read.read_points(points, entries, workers=1)
+    several = aggregate_read.read_points(points, entries, workers=2)
+    assert [a["point_hash"] for a, _ in several] == [e["hash"] for e in entries]
+    for (a1, r1), (a2, r2) in zip(one, several):
+        assert a1 == a2 and list(r1) == [k for k in r2 if k != "lag" or k in r1]
+        assert all(np.array_equal(r1[k], r2[k]) for k in r1)
+    monkeypatch.setattr(aggregate_read, "readers", lambda n: 2)
+    spec = _spec(points, entries)
+    ds = aggregate.build_ensemble(spec)
+    monkeypatch.setattr(aggregate_read, "readers", lambda n: 1)
+    seq = aggregate.build_ensemble(spec)
+    for name in ds.variables:
+        assert np.array_equal(ds[name].values, seq[name].values, equal_nan=ds[name].dtype.kind == "f"), name
+    for i in (6, 3):
+        point_store.point_path(points, entries[i]["hash"]).write_bytes(b"not a zip")
+    with pytest.raises(StoreError, match=entries[3]["hash"]):
+        aggregate_read.read_points(points, entries, workers=2)

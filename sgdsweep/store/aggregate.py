@@ -8,9 +8,11 @@ says why a point has no value of a theory column (empty where it has one). Every
 coordinate carries ``long_name``, ``units`` and ``description``. The dataset attributes hold
 the provenance.
 
-Points are read one at a time through :class:`sgdsweep.store.points.PointStore` (only scalars,
-per-replica and per-mode vectors are kept in memory); which arrays are copied, along which
-dimensions and with which attributes is said by :mod:`sgdsweep.store.variables`.
+Points are read in order through :class:`sgdsweep.store.points.PointStore`, by several
+processes for many points (:mod:`sgdsweep.store.aggregate_read`; only scalars, per-replica and
+per-mode vectors are kept in memory); which arrays are copied, along which dimensions and with
+which attributes is said by :mod:`sgdsweep.store.variables`. A grown sweep's ensemble is
+appended to rather than rebuilt (:mod:`sgdsweep.store.aggregate_incremental`).
 
 Integrity (:mod:`sgdsweep.store.integrity`): every chunk of the ensemble ends with its CRC-32C
 (Zarr's ``crc32c`` codec, after ``zstd``), which Zarr checks on every read, also when the
@@ -40,19 +42,17 @@ import zarr
 
 from sgdsweep.errors import StoreError
 from sgdsweep.store import points as point_store
+from sgdsweep.store.aggregate_read import read_points
 from sgdsweep.store.integrity import METADATA_ATTR, check_ensemble, damaged_chunk, record_metadata
 from sgdsweep.store.provenance import code_version, provenance
 from sgdsweep.store.variables import (
     COORDS,
     FILL_VALUES,
     INT_SCALARS,
-    LAYER_VECTORS,
     MODEL_UNITS,
-    REPLICA_ARRAYS,
     SCALAR_COORDS,
     THEORY_SOURCES,
     VARIABLES,
-    VECTOR_ARRAYS,
     ancillary_variables,
     describe,
     describe_dimension,
@@ -113,7 +113,9 @@ def _missing_because(columns: list[str], data_vars: dict[str, Any],
 def build_ensemble(sweep_spec: dict[str, Any]) -> xr.Dataset:
     """The ensemble dataset of the points listed in ``sweep_spec`` (``plan/sweep.json``).
 
-    Points are read one at a time; only scalars, per-replica and per-mode vectors are kept.
+    Points are read in order (by several processes for many points:
+    :func:`sgdsweep.store.aggregate_read.read_points`); only scalars, per-replica and per-mode
+    vectors are kept.
 
     Raises:
         StoreError: a point store is missing, incomplete, or not its point's own (a store
@@ -131,12 +133,7 @@ def build_ensemble(sweep_spec: dict[str, Any]) -> xr.Dataset:
     vectors: dict[str, list[np.ndarray]] = {}
     sv_dims: dict[str, str] = {}
     lag_values = None
-    for i, entry in enumerate(entries):
-        with point_store.PointStore(point_store.point_path(points_dir, entry["hash"])) as store:
-            store.check_identity(entry["hash"])
-            attrs = store.attrs
-            arrays = store.read_many([*REPLICA_ARRAYS, *VECTOR_ARRAYS, *([] if lag_values is not None else ["lag"])],
-                                     prefixes=("singular_values_", *LAYER_VECTORS))
+    for i, (attrs, arrays) in enumerate(read_points(points_dir, entries)):
         summary = attrs["summary"]
         summaries.append(summary)
         for k, v in summary.get("theory_formulas", {}).items():
@@ -145,8 +142,9 @@ def build_ensemble(sweep_spec: dict[str, Any]) -> xr.Dataset:
         for c, values in coords.items():
             values.append(attrs["params"].get(c))
         seconds.append(attrs.get("simulation_seconds", np.nan))
-        if "lag" in arrays:
-            lag_values = arrays.pop("lag")
+        if "lag" in arrays:  # the first point's that has it
+            lag = arrays.pop("lag")
+            lag_values = lag if lag_values is None else lag_values
         for name, arr in arrays.items():
             dims = ensemble_dims(name)
             if dims is not None and len(dims) == 3:  # a layer's singular values, per replica
@@ -302,6 +300,26 @@ def ensemble_chunks(dims: tuple[str, ...], shape: tuple[int, ...], itemsize: int
 _TEMPORARY_TAGS = (".tmp-", ".old-")
 
 
+def write_zarr(ds: xr.Dataset, store: Any) -> None:
+    """Write ``ds`` into ``store`` (a path or a Zarr store; Zarr format 3, consolidated) as every
+    ensemble is written: each array with :data:`ENSEMBLE_COMPRESSORS`, its declared fill value
+    (:data:`~sgdsweep.store.variables.FILL_VALUES`) and :func:`ensemble_chunks`, every chunk
+    written, even one holding only the fill value; a metadata record in ``ds.attrs`` left out."""
+    ds = ds.drop_encoding()
+    ds.attrs = {k: v for k, v in ds.attrs.items() if k != METADATA_ATTR}  # one read back: recorded anew
+    encoding: dict[str, dict[str, Any]] = {name: {"compressors": ENSEMBLE_COMPRESSORS} for name in ds.variables}
+    for name, fill in FILL_VALUES.items():  # "did not happen": a declared fill value, read back as NaN
+        if name in ds.variables:
+            encoding[name].update({"_FillValue": fill, "dtype": "int64"})
+    for name, var in ds.variables.items():  # chunks that appending rows keeps as they are
+        chunks = ensemble_chunks(var.dims, var.shape, 16 if var.dtype.kind in "OUS" else var.dtype.itemsize)
+        if chunks is not None:
+            encoding[name]["chunks"] = chunks
+    with warnings.catch_warnings():  # consolidated metadata: not in the v3 spec, read by xarray
+        warnings.filterwarnings("ignore", message="Consolidated metadata", category=UserWarning)
+        ds.to_zarr(store, mode="w", zarr_format=3, consolidated=True, encoding=encoding, write_empty_chunks=True)
+
+
 def write_ensemble(ds: xr.Dataset, path: str | Path) -> None:
     """Write ``ds`` to ``path`` (Zarr format 3, consolidated) atomically, replacing any old one.
 
@@ -317,21 +335,8 @@ def write_ensemble(ds: xr.Dataset, path: str | Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_orphan_temporaries(path, older_than=point_store.STALE_TEMPORARY_SECONDS)
     tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
-    ds = ds.drop_encoding()
-    ds.attrs = {k: v for k, v in ds.attrs.items() if k != METADATA_ATTR}  # one read back: recorded anew
-    encoding: dict[str, dict[str, Any]] = {name: {"compressors": ENSEMBLE_COMPRESSORS} for name in ds.variables}
-    for name, fill in FILL_VALUES.items():  # "did not happen": a declared fill value, read back as NaN
-        if name in ds.variables:
-            encoding[name].update({"_FillValue": fill, "dtype": "int64"})
-    for name, var in ds.variables.items():  # chunks that appending rows keeps as they are
-        chunks = ensemble_chunks(var.dims, var.shape, 16 if var.dtype.kind in "OUS" else var.dtype.itemsize)
-        if chunks is not None:
-            encoding[name]["chunks"] = chunks
     try:
-        with warnings.catch_warnings():  # consolidated metadata: not in the v3 spec, read by xarray
-            warnings.filterwarnings("ignore", message="Consolidated metadata", category=UserWarning)
-            ds.to_zarr(tmp, mode="w", zarr_format=3, consolidated=True, encoding=encoding,
-                       write_empty_chunks=True)
+        write_zarr(ds, tmp)
         record_metadata(tmp)
         old = None
         if path.exists():

@@ -130,16 +130,14 @@ def append_points(sweep_spec: dict[str, Any], path: Path) -> int:
     group, old = _old_points(sweep_spec, path)
     n_old, entries = len(old), sweep_spec["points"]
     k = len(entries) - n_old
+    rows_store = zarr.storage.MemoryStore()  # the new rows, written as a whole ensemble is
+    aggregate.write_zarr(aggregate.build_ensemble({**sweep_spec, "points": entries[n_old:]}), rows_store)
+    rows = zarr.open_group(rows_store, mode="r")
+    plan = _plan(group, rows, n_old, k)
+    root_attrs = _root_attributes(sweep_spec, group, rows, n_old, k)
     aggregate.remove_orphan_temporaries(path, older_than=point_store.STALE_TEMPORARY_SECONDS)
-    scratch = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
-    scratch.mkdir()
+    work = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
     try:
-        rows_path = scratch / "rows.zarr"
-        aggregate.write_ensemble(aggregate.build_ensemble({**sweep_spec, "points": entries[n_old:]}), rows_path)
-        rows = zarr.open_group(str(rows_path), mode="r")
-        plan = _plan(group, rows, n_old, k)
-        root_attrs = _root_attributes(sweep_spec, group, rows, n_old, k)
-        work = scratch / "ensemble.zarr"
         _replicate(path, work, group, n_old, rewrite={"shard"})
         with zarr.config.set({"array.write_empty_chunks": True}):
             grown = zarr.open_group(str(work), mode="r+", use_consolidated=False)
@@ -157,7 +155,8 @@ def append_points(sweep_spec: dict[str, Any], path: Path) -> int:
         check_ensemble(work)
         _replace(work, path)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        if work.exists():
+            shutil.rmtree(work, ignore_errors=True)
     aggregate.remove_orphan_temporaries(path, older_than=0.0)
     return k
 
