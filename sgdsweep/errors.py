@@ -24,10 +24,16 @@ class ConfigError(SgdsweepError, ValueError):
     """
 
     exit_code = 2
+    #: Longest ``repr`` of the given value a message shows whole (a longer one is cut, with its
+    #: length said): a config value of megabytes must not flood the terminal.
+    MAX_SHOWN = 300
 
     def __init__(self, key: str, given: object, allowed: str, hint: str = "") -> None:
         self.key, self.given, self.allowed, self.hint = key, given, allowed, hint
-        msg = f"config key '{key}': got {given!r}; allowed: {allowed}"
+        shown = repr(given)
+        if len(shown) > self.MAX_SHOWN:
+            shown = f"{shown[:self.MAX_SHOWN // 2]}… (a value of {len(shown)} characters)"
+        msg = f"config key '{key}': got {shown}; allowed: {allowed}"
         if hint:
             msg += f". {hint}"
         super().__init__(msg)

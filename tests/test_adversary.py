@@ -63,3 +63,38 @@ def test_an_import_racing_another_to_the_same_place_is_refused_and_keeps_the_fir
     assert info.value.exit_code == 2
     assert sorted(p.name for p in results.iterdir()) == ["tiny"]  # no .import-* staging left
     assert (results / "tiny" / "config.yaml").is_file() and (results / "tiny" / "fits.json").is_file()
+
+
+def test_a_linked_cluster_directory_is_replaced_not_written_through(tmp_path):
+    """``<sweep>/.cluster`` planted as a link to another directory (another sweep's cluster
+    directory, say): starting the run's cluster removes the link and writes its files in a new
+    directory; the other directory's scheduler file, status record and log stay as they were."""
+    from sgdsweep.run.cluster import start_run_cluster, stop_run_cluster
+
+    victim = tmp_path / "other"
+    victim.mkdir()
+    for name in ("scheduler.json", "status.json", "daemon.log"):
+        (victim / name).write_text("another run's\n")
+    cluster_dir = tmp_path / "sweep" / ".cluster"
+    cluster_dir.parent.mkdir()
+    cluster_dir.symlink_to(victim, target_is_directory=True)
+    proc = start_run_cluster(cluster_dir, 1)
+    try:
+        assert cluster_dir.is_dir() and not cluster_dir.is_symlink()
+        assert (cluster_dir / "status.json").is_file()
+    finally:
+        stop_run_cluster(proc, cluster_dir)
+    assert {p.name: p.read_text() for p in victim.iterdir()} == dict.fromkeys(
+        ("scheduler.json", "status.json", "daemon.log"), "another run's\n")
+
+
+def test_a_value_of_megabytes_is_named_in_a_short_message(tmp_path):
+    """A 5 MB string where a noise type belongs: refused (exit 2) naming its key, what is allowed
+    and its length, in a message of a few hundred characters, not megabytes."""
+    cfg = tiny_config(results_dir=str(tmp_path / "results"))
+    cfg["grid"]["noise"] = ["B" * 5_000_000]
+    proc = run_cli("validate", str(write_yaml(tmp_path / "config.yaml", cfg)), cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2
+    assert "config key 'grid.noise[0]'" in proc.stderr and "'minibatch'" in proc.stderr
+    assert "(a value of 5000002 characters)" in proc.stderr
+    assert len(proc.stderr) < 2000

@@ -197,8 +197,14 @@ def _environment(values: Mapping[str, str]) -> Iterator[None]:
 def start_run_cluster(cluster_dir: Path, workers: int, host: str = "127.0.0.1", gpus: int = 0) -> subprocess.Popen:
     """Start the run's cluster process without waiting for it; return the process, which the
     caller stops with :func:`stop_run_cluster`. What an earlier run left in ``cluster_dir`` is
-    removed first (the caller holds the sweep's lock: no live run owns it)."""
+    removed first (the caller holds the sweep's lock: no live run owns it). A symbolic link at
+    ``cluster_dir`` is removed, never followed: the run's files are not written, nor another
+    directory's ``scheduler.json`` removed, through it."""
     cluster_dir = Path(cluster_dir)
+    if cluster_dir.is_symlink():
+        log.warning("%s was a symbolic link (to %s); removed, and the run's cluster files written in a new "
+                    "directory there", cluster_dir, os.readlink(cluster_dir))
+        cluster_dir.unlink()
     cluster_dir.mkdir(parents=True, exist_ok=True)
     (cluster_dir / SCHEDULER_FILE).unlink(missing_ok=True)
     log_fh = create_afresh(cluster_dir / DAEMON_LOG)  # a link there is removed, not followed
