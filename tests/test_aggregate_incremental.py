@@ -275,7 +275,6 @@ def test_stores_read_by_several_processes_give_the_same_ensemble_and_first_error
     from sgdsweep.errors import StoreError
     from sgdsweep.store import aggregate_read
 
-    monkeypatch.setattr(aggregate_read, "SLICE_POINTS", 2)  # slices of 2 points: 5 slices over 2 processes
     points = tmp_path / "points"
     entries = [_store(points, i, reps=2 + i % 3) for i in range(9)]
     one = aggregate_read.read_points(points, entries, workers=1)

@@ -5,21 +5,25 @@ arrays the ensemble keeps (per replica, per mode, per layer, and ``lag``), read 
 through :class:`sgdsweep.store.points.PointStore` (each store its point's own:
 :meth:`~sgdsweep.store.points.PointStore.check_identity`). With at least
 :data:`PARALLEL_MIN_POINTS` points and more than one core available to this process, the points
-are read in contiguous slices by up to :data:`MAX_READERS` processes (started fresh: this module
-imports only NumPy and the point store's reader), and put back in order; the result and the
-first error (in the spec's order) are those of reading them one by one.
+are read in contiguous slices by up to :data:`MAX_READERS` processes (``python -m
+sgdsweep.store.aggregate_read``, which imports only NumPy and the point store's reader; the
+caller's main module is not imported again, so a script without a ``__main__`` guard may call
+it), and put back in order; the result and the first error (in the spec's order) are those of
+reading them one by one.
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor
+import pickle
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from sgdsweep.errors import StoreError
 from sgdsweep.store import points as point_store
 from sgdsweep.store.variables import LAYER_VECTORS, REPLICA_ARRAYS, VECTOR_ARRAYS
 
@@ -27,7 +31,7 @@ from sgdsweep.store.variables import LAYER_VECTORS, REPLICA_ARRAYS, VECTOR_ARRAY
 PARALLEL_MIN_POINTS = 2000
 #: Most processes that read stores at once.
 MAX_READERS = 8
-#: Points per slice a reading process gets at a time (at least).
+#: Fewest points per reading process.
 SLICE_POINTS = 500
 
 Row = tuple[dict[str, Any], dict[str, np.ndarray]]
@@ -65,23 +69,54 @@ def read_slice(points_dir: str | Path, entries: list[dict[str, Any]]) -> list[Ro
 
 def read_points(points_dir: str | Path, entries: list[dict[str, Any]], workers: int | None = None) -> list[Row]:
     """(attributes, arrays) of each of ``entries``' point stores, in order (module docstring);
-    ``workers`` processes (default :func:`readers`). ``lag`` is in the arrays of the first point
-    that has it, and may be in later ones'.
+    ``workers`` processes (default :func:`readers`), each ``python -m sgdsweep.store.aggregate_read``
+    reading one contiguous slice. ``lag`` is in the arrays of the first point that has it, and
+    may be in later ones'.
 
     Raises: StoreError naming the first store, in ``entries``' order, that is missing, damaged
-    or not its point's own."""
+    or not its point's own (or saying how a reading process failed)."""
     workers = readers(len(entries)) if workers is None else workers
-    if workers <= 1:
+    if workers <= 1 or len(entries) < 2:
         return read_slice(points_dir, entries)
-    size = max(SLICE_POINTS, -(-len(entries) // (workers * 4)))  # a few slices each: the faster read more
-    slices = [entries[i: i + size] for i in range(0, len(entries), size)]
-    rows: list[Row] = []
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = [pool.submit(read_slice, str(points_dir), part) for part in slices]
-        try:
-            for future in futures:
-                rows.extend(future.result())
-        finally:
-            for future in futures:
-                future.cancel()
-    return rows
+    size = -(-len(entries) // workers)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(Path(__file__).resolve().parents[2]), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    procs = []
+    try:
+        for start in range(0, len(entries), size):
+            proc = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, env=env)
+            procs.append((proc, pickle.dumps((str(points_dir), entries[start: start + size]))))
+        rows: list[Row] = []
+        for proc, task in procs:
+            out, err = proc.communicate(task)
+            try:
+                kind, value = pickle.loads(out)
+            except Exception:  # noqa: BLE001 - it died before answering: say how
+                raise StoreError(f"a process reading point stores under {points_dir} failed (exit status "
+                                 f"{proc.returncode}): {err.decode(errors='replace').strip()[-2000:]}") from None
+            if kind == "error":
+                raise StoreError(value)
+            rows.extend(value)
+        return rows
+    finally:
+        for proc, _ in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def _serve() -> None:
+    """``python -m sgdsweep.store.aggregate_read``: read ``(points_dir, entries)`` pickled on
+    stdin (from :func:`read_points`, its parent), write ``("rows", rows)`` or ``("error", the
+    StoreError's message)`` pickled on stdout."""
+    points_dir, entries = pickle.load(sys.stdin.buffer)
+    try:
+        answer: tuple[str, Any] = ("rows", read_slice(points_dir, entries))
+    except StoreError as exc:
+        answer = ("error", str(exc))
+    sys.stdout.buffer.write(pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+if __name__ == "__main__":
+    _serve()
