@@ -38,17 +38,26 @@ def test_a_bad_threads_variable_is_refused_before_any_job_or_cluster(tmp_path, t
     assert not (tmp_path / "results" / "tiny" / ".cluster").exists()  # no cluster was started for it
 
 
-def test_an_import_racing_another_to_the_same_place_is_refused_and_keeps_the_first(tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def export(tmp_path_factory) -> Path:
+    """An export of a finished tiny sweep."""
+    from conftest import make_finished_sweep
+
+    from sgdsweep.store.share import export_sweep
+
+    root = tmp_path_factory.mktemp("adversary")
+    dest = root / "tiny.zip"
+    export_sweep(make_finished_sweep(root), str(dest))
+    return dest
+
+
+def test_an_import_racing_another_to_the_same_place_is_refused_and_keeps_the_first(tmp_path, monkeypatch, export):
     """Two imports of one export into one results directory: the one that finishes second finds
     the sweep's directory placed by the other after its own check, and is refused (exit status
     2, naming it), leaving the first's sweep whole and no staging directory behind."""
-    from conftest import make_finished_sweep
-
     from sgdsweep.errors import UsageError
     from sgdsweep.store import share
 
-    export = tmp_path / "tiny.zip"
-    share.export_sweep(make_finished_sweep(tmp_path / "made"), str(export))
     results = tmp_path / "results"
     extract = share._extract
 
@@ -88,13 +97,47 @@ def test_a_linked_cluster_directory_is_replaced_not_written_through(tmp_path):
         ("scheduler.json", "status.json", "daemon.log"), "another run's\n")
 
 
-def test_a_value_of_megabytes_is_named_in_a_short_message(tmp_path):
-    """A 5 MB string where a noise type belongs: refused (exit 2) naming its key, what is allowed
-    and its length, in a message of a few hundred characters, not megabytes."""
+def test_a_long_value_is_named_in_a_short_message(tmp_path):
+    """A string of 50,000 characters where a noise type belongs: refused (exit 2) naming its key,
+    what is allowed and its length, in a message of a few hundred characters."""
     cfg = tiny_config(results_dir=str(tmp_path / "results"))
-    cfg["grid"]["noise"] = ["B" * 5_000_000]
+    cfg["grid"]["noise"] = ["B" * 50_000]
     proc = run_cli("validate", str(write_yaml(tmp_path / "config.yaml", cfg)), cwd=tmp_path, timeout=120)
     assert proc.returncode == 2
     assert "config key 'grid.noise[0]'" in proc.stderr and "'minibatch'" in proc.stderr
-    assert "(a value of 5000002 characters)" in proc.stderr
+    assert "(a value of 50002 characters)" in proc.stderr
     assert len(proc.stderr) < 2000
+
+
+def _recrafted(src: Path, dest: Path, change_config) -> Path:
+    """``src`` rewritten as a forger would: its manifest's config changed by ``change_config``,
+    the manifest's checksum in the zip comment made anew (it proves integrity, not origin)."""
+    import json
+    import zipfile
+
+    from sgdsweep.store.share import _write_zip
+    from sgdsweep.store.share_verify import MANIFEST
+
+    with zipfile.ZipFile(src) as zf:
+        manifest = json.loads(zf.read(MANIFEST))
+        members = {n: zf.read(n) for n in zf.namelist() if n not in (MANIFEST, "README.txt")}
+    change_config(manifest["config"])
+    _write_zip(dest, members.items(), {k: v for k, v in manifest.items() if k not in ("schema_version", "members")})
+    return dest
+
+
+def test_an_export_whose_config_holds_a_string_of_megabytes_is_refused(tmp_path, export):
+    """A forged export whose config is valid but for a report title of 20 MB: its import would
+    write a config.yaml that no run reads (a config file holds at most 8 MiB) and a title of 20 MB
+    into every report. verify and import refuse it (exit 2) naming the key; nothing is written.
+    A config file with such a title is refused the same way."""
+    forged = _recrafted(export, tmp_path / "forged.zip", lambda c: c["report"].update(title="T" * 20_000_000))
+    for verb in (["verify"], ["import", "--results-dir", str(tmp_path / "results")]):
+        proc = run_cli(*verb, str(forged), cwd=tmp_path, timeout=300)
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        assert "report.title" in proc.stderr and "a string of 20000000 characters" in proc.stderr
+        assert len(proc.stderr) < 3000
+    assert not (tmp_path / "results").exists() or not any((tmp_path / "results").iterdir())
+    cfg = tiny_config(results_dir=str(tmp_path / "results"), report={"title": "T" * 200_000})
+    proc = run_cli("validate", str(write_yaml(tmp_path / "config.yaml", cfg)), cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2 and "config key 'report.title': got 'a string of 200000 characters'" in proc.stderr

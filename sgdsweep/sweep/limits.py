@@ -45,6 +45,10 @@ MAX_DATA_VALUES = 20_000_000
 WORKERS_PER_CORE = 2
 #: Bytes of one path component and of a whole path (Linux: NAME_MAX, PATH_MAX).
 MAX_NAME_BYTES, MAX_PATH_BYTES = 255, 4096
+#: Characters of any one string of a config, key or value (a report title, a comment): a config
+#: that passes these limits must also be one that a YAML file of :data:`MAX_FILE_BYTES` can hold,
+#: as an imported sweep's ``config.yaml`` is.
+MAX_STRING_CHARS = 100_000
 
 
 def _short(value: str, keep: int = 40) -> str:
@@ -56,6 +60,12 @@ def depth_error(key: str, where: str) -> ConfigError:
     return ConfigError(key, f"a value nested more than {MAX_DEPTH} levels deep",
                        f"values nested at most {MAX_DEPTH} levels (lists in lists, mappings in mappings)",
                        f"{where}No key of a sweep config is nested more than a few levels; check the brackets.")
+
+
+def string_error(key: str, length: int) -> ConfigError:
+    """A string (key or value) longer than :data:`MAX_STRING_CHARS` at ``key``."""
+    return ConfigError(key, f"a string of {length} characters", f"strings of at most {MAX_STRING_CHARS} characters",
+                       "A title or comment of a config is a line or a paragraph, not a document.")
 
 
 def list_error(key: str, where: str) -> ConfigError:

@@ -225,11 +225,14 @@ def check_tree(node: Any) -> None:
     make 9⁹ values from a few hundred bytes. The walk visits each object once, so it costs the
     size of what was loaded, never of its expansion. A value nested deeper than
     :data:`~sgdsweep.sweep.limits.MAX_DEPTH` is refused too (the recursive walks after this one
-    would overflow Python's stack)."""
+    would overflow Python's stack), and so is a string (key or value) longer than
+    :data:`~sgdsweep.sweep.limits.MAX_STRING_CHARS`."""
     seen: dict[int, tuple] = {}
     queue: deque[tuple[Any, tuple]] = deque([(node, ())])  # breadth first: the shallowest repeat
     while queue:
         item, path = queue.popleft()
+        if isinstance(item, str) and len(item) > limits.MAX_STRING_CHARS:
+            raise limits.string_error(key_path(path), len(item))
         if not isinstance(item, (dict, list)):
             continue
         if id(item) in seen:
@@ -239,6 +242,10 @@ def check_tree(node: Any) -> None:
         seen[id(item)] = path
         if len(path) >= limits.MAX_DEPTH:
             raise limits.depth_error(_deep_key(path), "")
+        long_key = next((k for k in item if isinstance(k, str) and len(k) > limits.MAX_STRING_CHARS), None) \
+            if isinstance(item, dict) else None
+        if long_key is not None:
+            raise limits.string_error(key_path((*path, long_key[:40] + "…")), len(long_key))
         children = item.items() if isinstance(item, dict) else enumerate(item)
         queue.extend((v, (*path, k)) for k, v in children)
 
