@@ -28,7 +28,9 @@ The theory's p-value is exact rather than normal: Δ̂² is a quadratic form who
 heavier than a normal one, and a report's family-wise decision reads p-values far in the tail
 (0.05/m). :func:`null_test` draws Δ̂² under the theory, log values ``ln theory_i + s_i·T_i``
 with ``T_i`` Student's t on the point's replicas less one (a mean's deviation over its estimated
-SE; normal without replica counts), from a fixed seed.
+SE; normal without replica counts), from a fixed seed. Over thousands of points the draws'
+mean and variance give a normal law instead (:data:`NULL_ELEMENTS`): Δ̂² is then a sum of many
+independent class terms, and drawing its far tail would cost draws × points.
 """
 
 from __future__ import annotations
@@ -42,14 +44,16 @@ from sgdsweep.analysis.fit.common import parameter, t_quantile, z_quantile
 
 
 def collapse_classes(x: np.ndarray) -> list[np.ndarray]:
-    """Indices of the points in each class of equal ``x`` (to 9 significant digits) with ≥ 2 points."""
+    """Indices of the points in each class of equal ``x`` (to 9 significant digits) with ≥ 2
+    points, classes in order of their first point."""
     keys = np.array([float(f"{v:.9g}") for v in np.asarray(x, float)])
-    out = []
-    for k in dict.fromkeys(keys.tolist()):
-        idx = np.flatnonzero(keys == k)
-        if idx.size >= 2:
-            out.append(idx)
-    return out
+    if keys.size == 0:
+        return []
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    order = np.argsort(inverse, kind="stable")  # the points of each class together, in index order
+    bounds = np.cumsum(np.bincount(inverse))[:-1]
+    classes = [(first[k], idx) for k, idx in enumerate(np.split(order, bounds)) if idx.size >= 2]
+    return [idx for _, idx in sorted(classes, key=lambda c: c[0])]
 
 
 def _spread2(logv: np.ndarray, rel_var: np.ndarray | None, classes: list[np.ndarray]) -> np.ndarray:
@@ -95,24 +99,29 @@ def score_interval(estimate: float, a: float, b: float, dof: int, z: float) -> t
 #: collapse (the first batch alone floors it at 1e-4: no rejection beyond 500 comparisons).
 NULL_DRAWS, NULL_SEED = 20000, 20240102
 NULL_TAIL, NULL_DRAWS_MAX = 10, 200000
+#: Most draws × points in one batch. A collapse over more points than NULL_ELEMENTS/NULL_DRAWS
+#: (2,000) takes NULL_ELEMENTS/points draws (at least :data:`NULL_DRAWS_LARGE`) in one batch, and
+#: its p-value from the normal law with the draws' mean and variance: with so many classes Δ̂² is a
+#: sum of many independent terms, close to normal, and the exact tail is not needed to decide.
+NULL_ELEMENTS, NULL_DRAWS_LARGE = 4 * 10**7, 2000
 
 
 def _null_draws(log_theory: np.ndarray, rel_var: np.ndarray, classes: list[np.ndarray],
-                replicas: np.ndarray | None, rng: np.random.Generator) -> np.ndarray:
-    """:data:`NULL_DRAWS` values of Δ̂² under the theory (module docstring)."""
-    shape = (NULL_DRAWS, rel_var.size)
+                replicas: np.ndarray | None, rng: np.random.Generator, draws: int = NULL_DRAWS) -> np.ndarray:
+    """``draws`` values of Δ̂² under the theory (module docstring)."""
+    shape = (draws, rel_var.size)
     if replicas is None:
         noise = rng.standard_normal(shape)
     else:  # (mean − truth)/SE over R replicas is Student's t on R − 1
         noise = rng.standard_t(np.maximum(np.asarray(replicas, float) - 1, 1)[None, :], size=shape)
-    logv = log_theory[None, :] + np.sqrt(rel_var)[None, :] * noise
-    ss = np.zeros(NULL_DRAWS)
-    dof_total = 0
-    for idx in classes:
-        y = logv[:, idx]
-        ss += ((y - y.mean(axis=1, keepdims=True)) ** 2).sum(axis=1) - (1 - 1 / idx.size) * rel_var[idx].sum()
-        dof_total += idx.size - 1
-    return ss / dof_total
+    members = np.concatenate(classes)  # the points of each class together
+    sizes = np.array([idx.size for idx in classes])
+    starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+    y = log_theory[members][None, :] + np.sqrt(rel_var[members])[None, :] * noise[:, members]
+    means = np.add.reduceat(y, starts, axis=1) / sizes
+    y -= np.repeat(means, sizes, axis=1)
+    correction = float(sum((1 - 1 / idx.size) * rel_var[idx].sum() for idx in classes))
+    return (np.add.reduceat(y * y, starts, axis=1).sum(axis=1) - correction) / int((sizes - 1).sum())
 
 
 def null_test(estimate: float, log_theory: np.ndarray, rel_var: np.ndarray, classes: list[np.ndarray],
@@ -120,9 +129,16 @@ def null_test(estimate: float, log_theory: np.ndarray, rel_var: np.ndarray, clas
     """(two-sided p-value, its tail: ``"lower"`` or ``"upper"``) of ``estimate`` under the theory
     (module docstring): twice the smaller tail of Δ̂² drawn with the points' noise, from
     :data:`NULL_DRAWS` draws, more where that tail holds fewer than :data:`NULL_TAIL` of them (down
-    to 2/:data:`NULL_DRAWS_MAX`). ``replicas`` (n,): each point's replica count (None: the SEs are
-    taken as exact). A lower tail is a spread smaller than the theory's and the noise allow."""
+    to 2/:data:`NULL_DRAWS_MAX`); over more points than NULL_ELEMENTS/NULL_DRAWS, from the normal
+    law matched to fewer draws (:data:`NULL_ELEMENTS`). ``replicas`` (n,): each point's replica
+    count (None: the SEs are taken as exact). A lower tail is a spread smaller than the theory's
+    and the noise allow."""
     rng = np.random.default_rng(NULL_SEED)
+    points = int(sum(idx.size for idx in classes))
+    if points * NULL_DRAWS > NULL_ELEMENTS:
+        draws = _null_draws(log_theory, rel_var, classes, replicas, rng, max(NULL_DRAWS_LARGE, NULL_ELEMENTS // points))
+        z = (estimate - float(draws.mean())) / max(float(draws.std(ddof=1)), np.finfo(float).tiny)
+        return float(min(1.0, math.erfc(abs(z) / math.sqrt(2)))), ("lower" if z < 0 else "upper")
     below = above = total = 0
     while True:
         draws = _null_draws(log_theory, rel_var, classes, replicas, rng)
