@@ -294,3 +294,31 @@ def test_stores_read_by_several_processes_give_the_same_ensemble_and_first_error
         point_store.point_path(points, entries[i]["hash"]).write_bytes(b"not a zip")
     with pytest.raises(StoreError, match=entries[3]["hash"]):
         aggregate_read.read_points(points, entries, workers=2)
+
+
+def test_npy_members_with_a_header_seen_before_read_as_numpy_reads_them():
+    """A member whose header bytes were parsed before is read from its data alone: the same
+    array as numpy.lib.format.read_array (data type, shape, order, bytes, writeable); a member
+    whose data do not match that header, or holds objects, is refused as NumPy refuses it."""
+    import io
+
+    from conftest import npy
+
+    from sgdsweep.store.npy import read_npy
+
+    table = np.zeros(3, dtype=[("a", "<f8"), ("b", "<i8")])
+    table["a"], table["b"] = [0.5, np.nan, 2.0], [1, -1, 3]
+    arrays = [np.arange(5.0), np.asfortranarray(np.arange(6.0).reshape(2, 3)), table, np.array(b"{}"),
+              np.arange(4, dtype=">i4").reshape(2, 2), np.zeros((0, 3))]
+    for array in arrays:
+        for _ in range(2):  # parsed, then from the remembered header
+            raw = npy(array)
+            got, want = read_npy(raw), np.lib.format.read_array(io.BytesIO(raw), allow_pickle=False)
+            assert got.dtype == want.dtype and got.shape == want.shape and got.tobytes("A") == want.tobytes("A")
+            assert got.flags.f_contiguous == want.flags.f_contiguous and got.flags.writeable
+    for raw in (npy(np.arange(5.0))[:-8],
+                npy(np.array([{"a": 1}], dtype=object), allow_pickle=True)):
+        with pytest.raises(ValueError):
+            np.lib.format.read_array(io.BytesIO(raw), allow_pickle=False)
+        with pytest.raises(ValueError):
+            read_npy(raw)

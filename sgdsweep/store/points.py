@@ -60,6 +60,7 @@ import numpy as np
 
 from sgdsweep.errors import StoreError, UsageError
 from sgdsweep.store import packs
+from sgdsweep.store.npy import read_npy
 from sgdsweep.store.point_identity import HASH_ATTR, identity_problem, misnamed, set_aside
 
 #: Attribute that marks a store as complete (set in the metadata member written with the arrays).
@@ -442,7 +443,7 @@ class PointStore:
         ``.npz`` archive (:func:`numpy.lib.format.read_array`, without pickle), its CRC-32
         checked by :mod:`zipfile`."""
         assert self._zip is not None
-        return np.lib.format.read_array(io.BytesIO(self._zip.read(f"{name}.npy")), allow_pickle=False)
+        return read_npy(self._zip.read(f"{name}.npy"))  # read_array's result, repeated headers parsed once
 
     def _meta_member(self) -> np.ndarray:
         """The metadata member's array, as :meth:`_member` reads it, after checking that its
