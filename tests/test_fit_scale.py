@@ -44,7 +44,8 @@ def test_null_draws_are_the_spread_of_each_draw_by_definition(replicas):
 
 
 def test_many_points_take_bounded_draws(monkeypatch):
-    """Over 10⁴ points the null takes one batch of at most NULL_ELEMENTS draws × points."""
+    """Over 10⁴ points the null takes one batch of NULL_DRAWS_LARGE draws, beyond whose reach
+    the p-value comes from the normal law."""
     seen = []
     real = collapse._null_draws
 
@@ -61,7 +62,7 @@ def test_many_points_take_bounded_draws(monkeypatch):
     se = 0.02 * theory
     value = theory * np.exp(rng.normal(size=n) * 0.02 + 0.03 * (np.arange(n) % 5))  # spread: a tiny p-value
     res = collapse.fit_collapse(x, value, se, theory)
-    assert len(seen) == 1 and seen[0] * n <= collapse.NULL_ELEMENTS
+    assert len(seen) == 1 and seen[0] * n <= collapse.NULL_DRAWS_LARGE * n
     assert res["params"]["spread2"]["pvalue"] < 1e-6
 
 
@@ -78,7 +79,7 @@ def _null_data(rng: np.random.Generator, n: int, reps: int) -> tuple[np.ndarray,
 
 
 def test_the_normal_law_over_many_points_keeps_false_alarms_nominal(monkeypatch):
-    """With the normal law taking over from 60 points on (NULL_ELEMENTS lowered for speed), data
+    """With the normal law taking over from 60 points on (NULL_EXACT_POINTS lowered), data
     drawn under the theory are called off it in 5 % of 300 data sets at α = 5 % (binomial 99.9 %
     range 1.0–9.1 %); over 600 points its p-values match the exact tail's."""
     rng = np.random.default_rng(5)
@@ -86,7 +87,8 @@ def test_the_normal_law_over_many_points_keeps_false_alarms_nominal(monkeypatch)
     log_theory, rel_var, ests = _null_data(rng, 600, reps)
     classes = collapse.collapse_classes(np.repeat(np.arange(200, dtype=float), 3))
     exact = [collapse.null_test(e, log_theory, rel_var, classes)[0] for e in ests[:6]]
-    monkeypatch.setattr(collapse, "NULL_ELEMENTS", 100)
+    monkeypatch.setattr(collapse, "NULL_EXACT_POINTS", 10)
+    monkeypatch.setattr(collapse, "NULL_TAIL", 10**9)  # the normal law, wherever the estimate lies
     normal = [collapse.null_test(e, log_theory, rel_var, classes)[0] for e in ests[:6]]
     np.testing.assert_allclose(normal, exact, atol=0.03)
     log_theory, rel_var, ests = _null_data(rng, 60, reps)

@@ -28,9 +28,10 @@ The theory's p-value is exact rather than normal: Δ̂² is a quadratic form who
 heavier than a normal one, and a report's family-wise decision reads p-values far in the tail
 (0.05/m). :func:`null_test` draws Δ̂² under the theory, log values ``ln theory_i + s_i·T_i``
 with ``T_i`` Student's t on the point's replicas less one (a mean's deviation over its estimated
-SE; normal without replica counts), from a fixed seed. Over thousands of points the draws'
-mean and variance give a normal law instead (:data:`NULL_ELEMENTS`): Δ̂² is then a sum of many
-independent class terms, and drawing its far tail would cost draws × points.
+SE; normal without replica counts), from a fixed seed. Over more than a hundred points one batch
+of draws is taken, and beyond its reach the normal law with its mean and variance
+(:data:`NULL_EXACT_POINTS`): Δ̂² is then a sum of many independent class terms, and drawing its far
+tail would cost draws × points.
 """
 
 from __future__ import annotations
@@ -99,11 +100,12 @@ def score_interval(estimate: float, a: float, b: float, dof: int, z: float) -> t
 #: collapse (the first batch alone floors it at 1e-4: no rejection beyond 500 comparisons).
 NULL_DRAWS, NULL_SEED = 20000, 20240102
 NULL_TAIL, NULL_DRAWS_MAX = 10, 200000
-#: Most draws × points in one batch. A collapse over more points than NULL_ELEMENTS/NULL_DRAWS
-#: (2,000) takes NULL_ELEMENTS/points draws (at least :data:`NULL_DRAWS_LARGE`) in one batch, and
-#: its p-value from the normal law with the draws' mean and variance: with so many classes Δ̂² is a
-#: sum of many independent terms, close to normal, and the exact tail is not needed to decide.
-NULL_ELEMENTS, NULL_DRAWS_LARGE = 4 * 10**7, 2000
+#: Over more than NULL_EXACT_POINTS points the null takes one batch of NULL_ELEMENTS/points
+#: draws (between :data:`NULL_DRAWS_LARGE` and :data:`NULL_DRAWS`): its tail where at least
+#: NULL_TAIL draws lie beyond the estimate, else the normal law with the draws' mean and
+#: variance. With so many classes Δ̂² is a sum of many independent terms, close to normal, and
+#: its far tail is not worth draws × points (a Student-t draw costs ~0.1 µs).
+NULL_EXACT_POINTS, NULL_ELEMENTS, NULL_DRAWS_LARGE = 100, 4 * 10**6, 1000
 
 
 def _null_draws(log_theory: np.ndarray, rel_var: np.ndarray, classes: list[np.ndarray],
@@ -129,14 +131,18 @@ def null_test(estimate: float, log_theory: np.ndarray, rel_var: np.ndarray, clas
     """(two-sided p-value, its tail: ``"lower"`` or ``"upper"``) of ``estimate`` under the theory
     (module docstring): twice the smaller tail of Δ̂² drawn with the points' noise, from
     :data:`NULL_DRAWS` draws, more where that tail holds fewer than :data:`NULL_TAIL` of them (down
-    to 2/:data:`NULL_DRAWS_MAX`); over more points than NULL_ELEMENTS/NULL_DRAWS, from the normal
-    law matched to fewer draws (:data:`NULL_ELEMENTS`). ``replicas`` (n,): each point's replica
-    count (None: the SEs are taken as exact). A lower tail is a spread smaller than the theory's
-    and the noise allow."""
+    to 2/:data:`NULL_DRAWS_MAX`); over more than :data:`NULL_EXACT_POINTS` points, from one
+    batch, and beyond its reach from the normal law matched to it. ``replicas`` (n,): each
+    point's replica count (None: the SEs are taken as exact). A lower tail is a spread smaller
+    than the theory's and the noise allow."""
     rng = np.random.default_rng(NULL_SEED)
     points = int(sum(idx.size for idx in classes))
-    if points * NULL_DRAWS > NULL_ELEMENTS:
-        draws = _null_draws(log_theory, rel_var, classes, replicas, rng, max(NULL_DRAWS_LARGE, NULL_ELEMENTS // points))
+    if points > NULL_EXACT_POINTS:
+        n = min(NULL_DRAWS, max(NULL_DRAWS_LARGE, NULL_ELEMENTS // points))
+        draws = _null_draws(log_theory, rel_var, classes, replicas, rng, n)
+        below, above = int(np.count_nonzero(draws <= estimate)), int(np.count_nonzero(draws >= estimate))
+        if min(below, above) >= NULL_TAIL:
+            return float(min(1.0, 2 * min(below, above) / n)), ("lower" if below < above else "upper")
         z = (estimate - float(draws.mean())) / max(float(draws.std(ddof=1)), np.finfo(float).tiny)
         return float(min(1.0, math.erfc(abs(z) / math.sqrt(2)))), ("lower" if z < 0 else "upper")
     below = above = total = 0
