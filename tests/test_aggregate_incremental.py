@@ -39,9 +39,11 @@ def _store(points_dir: Path, i: int, reps: int = 3, modes: int = 2, **params) ->
     return {"hash": h, "shard": f"s{i // 3}"}
 
 
-def _spec(points_dir: Path, entries: list[dict], sweep_hash: str = "abc") -> dict:
+def _spec(points_dir: Path, entries: list[dict], sweep_hash: str = "abc", model: str = "linear") -> dict:
+    """The sweep spec of ``entries``; its grid (and so its sweep_hash) names the points' lr values."""
     return {"points_dir": str(points_dir), "points": entries, "coords": ["lr", "noise"], "sweep": "t",
-            "sweep_hash": sweep_hash, "simulation_config": {"model": {}}}
+            "sweep_hash": f"{sweep_hash}-{len(entries)}",
+            "simulation_config": {"model": {"kind": model}, "grid": {"lr": len(entries)}}}
 
 
 def _files(path: Path) -> dict[str, bytes]:
@@ -216,7 +218,7 @@ def _damage_chunk(path: Path) -> None:
 @pytest.mark.parametrize("case, reason", [
     ("removed", "points were removed, reordered or changed"),
     ("reordered", "points were removed, reordered or changed"),
-    ("config", "simulation config changed"),
+    ("config", "simulation config other than the grid (seed, model, dynamics) changed"),
     ("damaged", "the ensemble is damaged"),
     ("wider", "wider along"),
     ("same", "no point to add"),
@@ -228,20 +230,20 @@ def test_what_cannot_be_appended_is_rebuilt(tmp_path, small_chunks, case, reason
     points = tmp_path / "points"
     entries = [_store(points, i) for i in range(4)]
     path = _full(_spec(points, entries), tmp_path / "ensemble.zarr")
-    sweep_hash = "abc"
+    sweep_hash, model = "abc", "linear"
     if case == "removed":
         entries = entries[1:] + [_store(points, 4)]
     elif case == "reordered":
         entries = [entries[1], entries[0], *entries[2:], _store(points, 4)]
     elif case == "config":
-        sweep_hash = "other"
+        sweep_hash, model = "other", "quadratic"
         entries.append(_store(points, 4))
     elif case == "damaged":
         _damage_chunk(path)
         entries.append(_store(points, 4))
     elif case == "wider":
         entries.append(_store(points, 4, reps=6))
-    spec = _spec(points, entries, sweep_hash)
+    spec = _spec(points, entries, sweep_hash, model)
     n, how = aggregate_incremental.update_ensemble(spec, path)
     assert n == len(entries) and how.startswith("rebuilt: ") and reason in how, how
     assert_bitwise_equal(path, _full(spec, tmp_path / "full.zarr"))
@@ -322,3 +324,29 @@ def test_npy_members_with_a_header_seen_before_read_as_numpy_reads_them():
             np.lib.format.read_array(io.BytesIO(raw), allow_pickle=False)
         with pytest.raises(ValueError):
             read_npy(raw)
+
+
+def test_a_grown_sweep_appends_its_new_points_to_its_ensemble(tmp_path):
+    """A finished sweep (simulated stores) gains an lr value that sorts first: its plan lists the
+    old points first, the aggregate job appends the new ones, equal to a full rebuild."""
+    from conftest import make_finished_sweep
+
+    from sgdsweep.run.execute import make_batches
+    from sgdsweep.sim.simulate import simulate_points
+    from sgdsweep.store.points import is_complete, point_path
+    from sgdsweep.sweep.config import build_sweep
+    from sgdsweep.sweep.plan import write_plan
+
+    root = make_finished_sweep(tmp_path)
+    cfg = tiny_config(results_dir=str(tmp_path / "results"), dynamics={"steps": 1500, "replicas": 4})
+    cfg["grid"]["lr"] = [0.1, 0.2, 0.4]
+    files = write_plan(build_sweep(cfg))
+    assert files.root == root
+    spec = json.loads(files.sweep_spec.read_text())
+    todo = [e["hash"] for e in spec["points"] if not is_complete(point_path(files.points_dir, e["hash"]))]
+    assert [e["hash"] for e in spec["points"][-2:]] == todo  # the new points come last
+    sweep = build_sweep(cfg)
+    for batch in make_batches([p.spec() for p in sweep.points if p.hash in todo], 4):
+        simulate_points(batch, str(files.points_dir))
+    assert aggregate_incremental.update_ensemble(spec, files.ensemble) == (6, "appended 2 points")
+    assert_bitwise_equal(files.ensemble, _full(spec, tmp_path / "full.zarr"))

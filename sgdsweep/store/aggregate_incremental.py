@@ -16,7 +16,9 @@ new ones, as a full write would.
 
 When it rebuilds instead (the reason is returned and logged): no ensemble yet; the ensemble fails
 its integrity check (:func:`sgdsweep.store.integrity.check_ensemble`) or a chunk its CRC-32C;
-another sweep or simulation config (``sweep_hash``); points removed, reordered or changed (the
+another sweep, or a simulation config changed in more than its ``grid`` and ``points`` (seed,
+model, dynamics: which would change every point's identity too); points removed, reordered or
+changed (the
 old points are not the first of the spec, in order); nothing to add; the new points' variables,
 data types, attributes or widths (replicas, modes, lags…) beyond the ensemble's, or the
 ensemble's chunks or codecs not what this version writes (an ensemble written by an earlier one).
@@ -60,6 +62,11 @@ TIME_ATTRS = ("created_utc", "history")
 #: Root attributes of the machine that writes (host, devices, Python): those of the append, as a
 #: full rebuild now would have.
 PROVENANCE_ATTRS = ("host", "devices", "python")
+#: Sections of the simulation config that adding points changes (and with them ``sweep_hash``).
+GRID_SECTIONS = ("grid", "points")
+#: Root attributes of the sweep spec as a whole (its ``sweep_hash`` and simulation config, grid
+#: included): the spec's, as a full rebuild has them.
+SPEC_ATTRS = ("sweep_hash", "config")
 #: Root attributes naming the code that wrote the ensemble: another version rebuilds it.
 VERSION_ATTRS = ("code_version", "package_versions")
 
@@ -100,8 +107,9 @@ def _old_points(sweep_spec: dict[str, Any], path: Path) -> tuple[zarr.Group, lis
         attrs = group.attrs.asdict()
         if METADATA_ATTR not in attrs:
             raise _Rebuild("the ensemble carries no record of its metadata (written by an earlier sgdsweep)")
-        if attrs.get("sweep_hash") != sweep_spec["sweep_hash"] or attrs.get("sweep") != sweep_spec["sweep"]:
-            raise _Rebuild("the sweep or its simulation config changed (sweep_hash)")
+        if (attrs.get("sweep") != sweep_spec["sweep"]
+                or _fixed(json.loads(attrs.get("config", "null"))) != _fixed(sweep_spec["simulation_config"])):
+            raise _Rebuild("the sweep or its simulation config other than the grid (seed, model, dynamics) changed")
         for name, arr in group.arrays():  # every chunk's CRC-32C: a damaged one is not carried over
             arr[...]
         old = [str(h) for h in group["point"][...]]
@@ -117,6 +125,12 @@ def _old_points(sweep_spec: dict[str, Any], path: Path) -> tuple[zarr.Group, lis
     if len(hashes) == len(old):
         raise _Rebuild("no point to add")
     return group, old
+
+
+def _fixed(config: Any) -> Any:
+    """A simulation config (the ensemble's ``config`` attribute) without what adding points
+    changes: its ``grid`` and ``points``."""
+    return {k: v for k, v in config.items() if k not in GRID_SECTIONS} if isinstance(config, dict) else config
 
 
 def append_points(sweep_spec: dict[str, Any], path: Path) -> int:
@@ -240,7 +254,7 @@ def _root_attributes(sweep_spec: dict[str, Any], group: zarr.Group, rows: zarr.G
     merged: dict[str, Any] = {}
     for key in sorted(set(before) | set(after)):
         value = after.get(key)
-        if key in PROVENANCE_ATTRS or key in TIME_ATTRS:
+        if key in PROVENANCE_ATTRS or key in TIME_ATTRS or key in SPEC_ATTRS:
             merged[key] = _recount(value, k, n) if isinstance(value, str) else value
         elif key == "points_digest":
             merged[key] = points_digest(e["hash"] for e in sweep_spec["points"])
