@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -250,6 +251,22 @@ def test_every_entry_point_sees_every_change_the_other_made(tmp_path):
     assert "Another" in (sweep / "report.html").read_text()
     assert sorted(p.name.split(".")[0] for p in (sweep / "plan" / "by-content").glob("*.json")) == [
         "fit", "report", "sweep"]  # one version of each spec is kept
+
+
+def test_receipts_of_another_copy_of_the_sweep_do_not_break_a_run(first_run, tmp_path):
+    """Shard receipts copied from another copy of the same sweep (other results, no stores) make
+    the first run recompute, not fail: every job that parses the workflow computes the same plan
+    (a shard's records of other versions are pruned by its own job, not when the run starts)."""
+    work, _, _, _ = first_run
+    results = tmp_path / "results"
+    (results / "tiny" / "shards").mkdir(parents=True)
+    for receipt in (work / "results" / "tiny" / "shards").glob("*.json"):
+        shutil.copyfile(receipt, results / "tiny" / "shards" / receipt.name)
+    cfg = write_yaml(tmp_path / "t.yaml", tiny_config(results_dir=str(results)))
+    proc = run_cli("run", str(cfg), "--cores", "2", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(_stores(results / "tiny")) == 4 and len(_simulated(results / "tiny")) == 4
+    assert len(list((results / "tiny" / "shards").glob("*.json"))) == 1  # the copied one pruned
 
 
 def test_lint_is_clean(tmp_path):

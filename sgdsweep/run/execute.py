@@ -37,6 +37,7 @@ from sgdsweep.store.leftovers import (
 from sgdsweep.store.packs import label_for, pack_points
 from sgdsweep.store.points import complete_points, failed_marker
 from sgdsweep.sweep.paths import atomic_write_text
+from sgdsweep.sweep.plan import remove_other_shard_versions
 
 log = logging.getLogger("sgdsweep.run.execute")
 
@@ -218,5 +219,6 @@ def run_shard(spec_path: Path, receipt_path: Path, execution: Mapping[str, Any])
     receipt = {"shard": shard, "points": [p["hash"] for p in points],
                "simulated": [p["hash"] for p in todo], "replica_steps": total, "seconds": seconds}
     atomic_write_text(receipt_path, json.dumps(receipt, indent=1) + "\n")
+    remove_other_shard_versions(receipt_path)  # the records of this shard's earlier specs
     log.info("shard %s: simulated %d points in %.1f s", shard, len(todo), seconds)
     return receipt

@@ -273,31 +273,50 @@ def write_plan_job(files: PlanFiles, path: str, text: str | None, output: str, l
     atomic_write_text(log, f"wrote {output} ({len(text)} characters)\n")
 
 
-#: The plan's versioned files (:meth:`PlanFiles.version`): directory under the sweep → what their
-#: names look like. Versions the current plan does not name are removed when a run starts.
-_VERSIONED = {
-    "shards": re.compile(rf"[0-9a-f]+\.[0-9a-f]{{{DIGEST_DIGITS}}}\.json"),
-    "logs/simulate": re.compile(rf"[0-9a-f]+\.[0-9a-f]{{{DIGEST_DIGITS}}}\.log"),
-    "plan/done": re.compile(rf"[a-z]+\.[0-9a-f]{{{DIGEST_DIGITS}}}"),
-}
+_DONE = re.compile(rf"[a-z]+\.[0-9a-f]{{{DIGEST_DIGITS}}}")
+_SHARD_VERSION = re.compile(rf"([0-9a-f]+)\.[0-9a-f]{{{DIGEST_DIGITS}}}")
 
 
 def remove_other_versions(files: PlanFiles, current: set[str]) -> int:
-    """Remove the shard receipts, shard job logs and done markers (:meth:`PlanFiles.done`) that
-    are not in ``current`` (paths as strings): the records of earlier plans. The workflow does
-    so when a run starts; a config taken back to an earlier version then finds its records gone
-    and reruns what that version needs. Returns how many files were removed."""
+    """Remove the done markers (:meth:`PlanFiles.done`) not in ``current`` (paths as strings): the
+    records of earlier plans. The workflow does so when a run starts, before any job rewrites
+    what they record; a config taken back to an earlier version then finds its records gone and
+    reruns what that version needs. (A shard's receipts are pruned by its own job:
+    :func:`remove_other_shard_versions`.) Returns how many files were removed."""
     removed = 0
-    for sub, pattern in _VERSIONED.items():
-        directory = files.root / sub
+    directory = files.root / "plan" / "done"
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return 0
+    for name in names:
+        if _DONE.fullmatch(name) and str(directory / name) not in current:
+            (directory / name).unlink(missing_ok=True)
+            removed += 1
+    return removed
+
+
+def remove_other_shard_versions(receipt: Path) -> int:
+    """After a shard job wrote ``receipt`` (``<sweep>/shards/<shard>.<digest>.json``), remove the
+    shard's receipts and job logs of other spec versions. Only the shard's own job does so, once
+    it is done: the plan (:func:`plan_texts`) reads which shards ran before from the receipts,
+    and every job that parses the workflow meanwhile must compute the same plan. Returns how many
+    files were removed (none for a receipt not named by a version)."""
+    receipt = Path(receipt)
+    own = _SHARD_VERSION.fullmatch(receipt.name[: -len(".json")])
+    if own is None:
+        return 0
+    files = PlanFiles(receipt.parent.parent)
+    removed = 0
+    for directory, suffix in ((receipt.parent, ".json"), (files.shard_log(own.group(0)).parent, ".log")):
         try:
             names = os.listdir(directory)
         except OSError:
             continue
         for name in names:
-            path = directory / name
-            if pattern.fullmatch(name) and str(path) not in current:
-                path.unlink(missing_ok=True)
+            other = _SHARD_VERSION.fullmatch(name[: -len(suffix)]) if name.endswith(suffix) else None
+            if other is not None and other.group(1) == own.group(1) and other.group(0) != own.group(0):
+                (directory / name).unlink(missing_ok=True)
                 removed += 1
     return removed
 

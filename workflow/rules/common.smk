@@ -55,4 +55,4 @@ onstart:
     except SgdsweepError as exc:
         raise WorkflowError(str(exc)) from None
     write_if_changed(PLAN.execution_spec, PLAN_TEXTS[str(PLAN.execution_spec)])
-    remove_other_versions(PLAN, {*SHARD_RECEIPTS, *map(str, map(PLAN.shard_log, SHARD_VERSIONS)), *DONE.values()})
+    remove_other_versions(PLAN, set(DONE.values()))
