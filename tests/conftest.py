@@ -36,7 +36,8 @@ TINY: dict[str, Any] = {
     "model": {"kind": "linear", "n_inputs": 4, "label_noise": 0.5},
     "dynamics": {"steps": 3000, "replicas": 8},
     "grid": {"lr": [0.2, 0.4], "batch_size": [2, 4], "samples_per_param": 10},
-    "execution": {"workers": 2, "points_per_task": 2},
+    # one shard per data set: the tests that run several data sets see one job each
+    "execution": {"workers": 2, "points_per_task": 2, "shard_work": 0},
 }
 
 

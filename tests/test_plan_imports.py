@@ -164,7 +164,8 @@ def _env() -> dict[str, str]:
     return env
 
 
-def test_tasks_group_as_the_shard_jobs_do(tmp_path):
+@pytest.mark.parametrize("shard_work", [0, 10**8])
+def test_tasks_group_as_the_shard_jobs_do(tmp_path, shard_work):
     """The plan's tasks (grouped by shard and batch size without encoding each point) are the
     batches that the shard jobs make (:func:`sgdsweep.run.execute.make_batches`)."""
     from sgdsweep.run.execute import make_batches
@@ -174,7 +175,8 @@ def test_tasks_group_as_the_shard_jobs_do(tmp_path):
     sweep = build_sweep(tiny_config(results_dir=str(tmp_path / "results"),
                                     grid={"lr": [0.1, 0.2, 0.3], "batch_size": [2, 4], "samples_per_param": [10, 12],
                                           "momentum": [0.0, 0.5]},
-                                    execution={"workers": 2, "points_per_task": 4}))
+                                    execution={"workers": 2, "points_per_task": 4, "shard_work": shard_work}))
+    assert len(sweep.shards) == (2 if shard_work == 0 else 1)  # two data sets: two jobs, or one by work
     expected = sorted(tuple(s["hash"] for s in batch)
                       for points in sweep.shards.values() for batch in make_batches([p.spec() for p in points], 4))
     got = tasks(sweep)
@@ -182,8 +184,9 @@ def test_tasks_group_as_the_shard_jobs_do(tmp_path):
 
 
 def _members(sweep, task):
-    """The points of ``task``: ``task.points`` points of its shard and batch size from its first."""
-    group = [p for p in sweep.shards[task.shard] if p.params["batch_size"] == task.first.params["batch_size"]]
+    """The points of ``task``: ``task.points`` points of its data set and batch size from its first."""
+    group = [p for p in sweep.shards[task.first.shard]
+             if p.data_set == task.data_set and p.params["batch_size"] == task.first.params["batch_size"]]
     start = group.index(task.first)
     return group[start : start + task.points]
 

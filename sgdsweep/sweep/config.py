@@ -32,7 +32,7 @@ from sgdsweep.sweep.schema import check_tree, load_schema, read_yaml, validate_a
 
 #: Axes every sweep must set (in the grid or in every explicit point) when the model uses them.
 REQUIRED_AXES = ("lr", "batch_size", "samples_per_param", "hidden_width")
-#: Keys that vary inside a shard; every other parameter is shared by a shard's points.
+#: Keys that vary inside a data set; every other parameter is shared by a data set's points.
 IN_SHARD_KEYS = ("lr", "batch_size", "momentum", "replicas")
 #: Config sections that determine simulation results (fit/report/execution do not).
 SIMULATION_SECTIONS = ("seed", "model", "dynamics", "grid", "points")
@@ -46,13 +46,18 @@ class Point:
         hash: content hash of ``params`` (the point's identity and store name).
         params: fully resolved parameters (every key that can change the result).
         burn_in: burn-in in steps, resolved from ``params['burn_in']``.
-        shard: id of the shard the point belongs to.
+        shard: id of the shard (workflow job) the point belongs to
+            (:mod:`sgdsweep.sweep.shards`).
+        data_set: hash of the parameters the point shares with its data set's other points
+            (all but ``lr``, ``batch_size``, ``momentum`` and ``replicas``): one problem, one
+            memory footprint.
     """
 
     hash: str
     params: Mapping[str, Any]
     burn_in: int
     shard: str
+    data_set: str = ""
     #: key of the point's stored lanes (:mod:`sgdsweep.store.lanes`) when a later round may
     #: extend it by more replicas (``precision:``), else None
     lanes: str | None = None
@@ -72,7 +77,7 @@ class Sweep:
     config: Mapping[str, Any]
     points: tuple[Point, ...]
     coords: tuple[str, ...]
-    #: shard id → the memory its simulation tasks need (:mod:`sgdsweep.sweep.cost`)
+    #: data set (:attr:`Point.data_set`) → the memory its simulation tasks need (:mod:`sgdsweep.sweep.cost`)
     footprints: Mapping[str, Footprint] = field(default_factory=dict, repr=False, compare=False)
     _shards: dict[str, list[Point]] = field(default_factory=dict, repr=False, compare=False)
     #: with ``precision:`` or ``search:``, the current round and why each point is in it
@@ -120,7 +125,8 @@ def make_point(model, raw_params: Mapping[str, Any], where: str, footprints: dic
                problems: dict[str, Any] | None = None) -> Point:
     """The :class:`Point` of ``raw_params`` (the config's base parameters with one grid point's
     axes): values coerced, the model's checks passed, ``init: auto`` and the burn-in resolved;
-    the footprint of a new shard is added to ``footprints``. ``problems`` (canonical JSON of the
+    the footprint of a new data set is added to ``footprints``; the point's shard is its data set
+    until :func:`sgdsweep.sweep.shards.assign_shards` groups the sweep's data sets. ``problems`` (canonical JSON of the
     model's data parameters → problem), when given, keeps every problem built for a sweep: the
     models' own caches hold a few, and a sweep of more data sets than that would rebuild one
     per point.
@@ -134,10 +140,10 @@ def make_point(model, raw_params: Mapping[str, Any], where: str, footprints: dic
     if params["init"] == "auto":  # hash the concrete start, so 'auto' and its meaning hash alike
         params["init"] = problem.auto_init
     burn = _resolve_burn_in(params, problem, where)
-    shard = content_hash({k: v for k, v in params.items() if k not in IN_SHARD_KEYS})
-    if shard not in footprints:
-        footprints[shard] = footprint(problem, params)
-    return Point(hash=content_hash(params), params=params, burn_in=burn, shard=shard)
+    data_set = content_hash({k: v for k, v in params.items() if k not in IN_SHARD_KEYS})
+    if data_set not in footprints:
+        footprints[data_set] = footprint(problem, params)
+    return Point(hash=content_hash(params), params=params, burn_in=burn, shard=data_set, data_set=data_set)
 
 
 def _resolve_burn_in(params: Mapping[str, Any], problem, where: str) -> int:
@@ -257,7 +263,9 @@ def build_sweep(raw: Mapping[str, Any], rounds: bool = True) -> Sweep:
         from sgdsweep.sweep.precision import resolve_rounds
 
         sweep = resolve_rounds(sweep)
-    return sweep
+    from sgdsweep.sweep.shards import assign_shards
+
+    return assign_shards(sweep)
 
 
 def _model_options(section: Mapping[str, Any], model, kind: str, raw_grid: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """What simulating a sweep costs, estimated before any job starts: memory, replica-steps, time.
 
 A sweep's points run as Dask tasks: each task advances the replicas of up to
-``execution.points_per_task`` points of one shard and batch size together, as the lanes of one
+``execution.points_per_task`` points of one data set and batch size together, as the lanes of one
 engine call (:func:`sgdsweep.run.execute.make_batches`, :func:`sgdsweep.sim.simulate.simulate_points`).
 Memory of one task, in bytes (:class:`Footprint`, from the point's own problem):
 
@@ -123,7 +123,7 @@ class Task:
     (their replicas), ``replica_steps`` (lanes × integrator steps) and ``memory`` (bytes, the
     estimated peak)."""
 
-    shard: str
+    data_set: str
     first: Point
     points: int
     lanes: int
@@ -133,26 +133,26 @@ class Task:
 
 def tasks(sweep: Sweep, hashes: Iterable[str] | None = None) -> list[Task]:
     """The tasks that simulate ``hashes`` (default: every point), grouped as the shard jobs group
-    them (:func:`sgdsweep.run.execute.make_batches`: the points of one shard and batch size, in
-    sweep order, in chunks of ``execution.points_per_task``). A shard's points differ only in
+    them (:func:`sgdsweep.run.execute.make_batches`: the points of one data set and batch size, in
+    sweep order, in chunks of ``execution.points_per_task``). A data set's points differ only in
     ``lr``, ``batch_size``, ``momentum`` and ``replicas``, so grouping them by batch size is that
     grouping, without encoding every point's parameters (linear in the points)."""
     wanted = None if hashes is None else set(hashes)
     per_task = int(sweep.config["execution"]["points_per_task"])
     out: list[Task] = []
-    for shard, points in sweep.shards.items():
+    for points in sweep.shards.values():
         groups: dict[Any, list[Point]] = {}
         for p in points:
             if wanted is None or p.hash in wanted:
-                groups.setdefault(p.params["batch_size"], []).append(p)
-        fp = sweep.footprints[shard]
-        for group in groups.values():
+                groups.setdefault((p.data_set, p.params["batch_size"]), []).append(p)
+        for (data_set, _), group in groups.items():
+            fp = sweep.footprints[data_set]
             for i in range(0, len(group), per_task):
                 batch = group[i : i + per_task]
                 lanes = sum(int(p.params["replicas"]) for p in batch)
                 p0 = batch[0].params
                 substeps = 1 if p0["method"] == "sgd" else round(1.0 / p0["dt_over_lr"])
-                out.append(Task(shard, batch[0], len(batch), lanes, lanes * int(p0["steps"]) * substeps,
+                out.append(Task(data_set, batch[0], len(batch), lanes, lanes * int(p0["steps"]) * substeps,
                                 fp.fixed + lanes * fp.per_lane))
     return out
 
@@ -248,7 +248,7 @@ def check_memory(sweep: Sweep, hashes: Iterable[str] | None = None) -> MemoryEst
     if est.fits or est.largest is None:
         return est
     t = est.largest
-    fp = sweep.footprints[t.shard]
+    fp = sweep.footprints[t.data_set]
     replicas = t.first.params["replicas"]
     key = _replicas_key(sweep)
     raise ConfigError(
@@ -322,16 +322,16 @@ def format_duration(seconds: float) -> str:
     return f"{seconds / 86400:.1f} days"
 
 
-#: Task kinds (shard and batch size) whose rate ``python -m sgdsweep.sweep.rates`` measures, the
+#: Task kinds (data set and batch size) whose rate ``python -m sgdsweep.sweep.rates`` measures, the
 #: costliest first.
 CALIBRATED_KINDS = 4
 
 
 def task_kinds(task_list: list[Task]) -> dict[tuple[str, int], list[Task]]:
-    """(shard, batch size) → its tasks: the kinds that run at one kernel rate."""
+    """(data set, batch size) → its tasks: the kinds that run at one kernel rate."""
     kinds: dict[tuple[str, int], list[Task]] = {}
     for t in task_list:
-        kinds.setdefault((t.shard, int(t.first.params["batch_size"])), []).append(t)
+        kinds.setdefault((t.data_set, int(t.first.params["batch_size"])), []).append(t)
     return kinds
 
 
@@ -374,7 +374,7 @@ def describe(sweep: Sweep, hashes: Iterable[str] | None = None, measure: bool = 
         rate = cached.get(kernel_rates.kind_key(params))
         measured += rate is not None
         rates[kind] = rate if rate is not None else kernel_rates.model_rate(params, sweep.footprints[kind[0]].dim)
-    seconds = [t.replica_steps / rates[(t.shard, int(t.first.params["batch_size"]))] for t in task_list]
+    seconds = [t.replica_steps / rates[(t.data_set, int(t.first.params["batch_size"]))] for t in task_list]
     slots = min(tasks_at_once(sweep.config["execution"])[0], len(task_list))
     wall = max(sum(seconds) / slots, max(seconds))
     low, high = min(rates.values()), max(rates.values())

@@ -296,7 +296,7 @@ def _check_targets(sweep: Sweep) -> None:
 
     kind = sweep.config["model"]["kind"]
     observables = sweep.config["precision"].get("observables", {})
-    firsts = list({p.shard: p for p in sweep.points}.values())  # one point per problem and dynamics
+    firsts = list({p.data_set: p for p in sweep.points}.values())  # one point per problem and dynamics
     measured = [n for n in _OBSERVED_BY if all(_measured(p, n) for p in firsts)]
     for name in observables:
         if name in measured:
@@ -364,7 +364,7 @@ def lane_disk(sweep: Sweep) -> LaneDisk:
     number of steps it runs: a point whose steps grow starts new lanes beside the earlier ones,
     which this estimate does not count)."""
     budget = sweep.config["precision"]["budget"]
-    sizes = [sweep.footprints[p.shard] for p in sweep.points]
+    sizes = [sweep.footprints[p.data_set] for p in sweep.points]
     per_replica = max((f.lane_bytes for f in sizes), default=0)
     dim = max((f.dim for f in sizes), default=0)
     total = sum(f.lane_bytes for f in sizes) * int(budget["max_replicas"])

@@ -127,7 +127,7 @@ def calibrate(config: str | Path) -> list[str]:
         rate = cost.measure_rate(first, max(t.lanes for t in kinds[key]))
         measured[kind_key(first.params)] = rate
         lines.append(f"batch_size {first.params['batch_size']} of shard {first.shard}: {rate:.3g} replica-steps/s "
-                     f"(the cost model says {model_rate(first.params, sweep.footprints[first.shard].dim):.3g})")
+                     f"(the cost model says {model_rate(first.params, sweep.footprints[first.data_set].dim):.3g})")
     path = write_cache(measured)
     return lines + [f"cached in {path}"]
 
