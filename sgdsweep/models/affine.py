@@ -127,14 +127,6 @@ class AffineProblem(Problem):
     def curvatures(self):
         return self._curv
 
-    def minibatch_noise_covariance(self, batch_size: int, replace: bool = False) -> np.ndarray:
-        """Per-step gradient-noise covariance at the minimum, C = Cov[g_B − ∇L], (d × d)."""
-        g = self.sample_grads(self.w_min[None])[0]
-        g = g - g.mean(axis=0)
-        gg = g.T @ g / self.n_samples
-        p, s = self.n_samples, batch_size
-        return gg / s if replace else gg * (p - s) / (s * (p - 1))
-
     def describe(self) -> dict[str, Any]:
         return {"loss_min": self.loss_min, "n_samples": self.n_samples,
                 "curvature_min": float(self._curv[0]), "curvature_max": float(self._curv[-1])}

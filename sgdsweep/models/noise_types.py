@@ -16,7 +16,10 @@ set) or *added* (a draw added to the full gradient). Properties of each type:
 - ``independent_steps``: each step's noise is independent of earlier steps' (not so for
   ``epoch``, whose batches partition one permutation per epoch);
 - ``needs_data``: the type needs a data set (a problem with ``n_samples``); the others run on
-  additive problems with a known noise covariance.
+  additive problems with a known noise covariance;
+- ``nu``: the degrees of freedom ν of heavy-tailed added noise: its Gaussian draw times
+  √((ν − 2)/V), V ~ χ²_ν (ν normals more per step), multivariate Student-t of the same
+  covariance (finite variance needs ν > 2); None for the others.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ class NoiseType:
     replacement: bool = False
     fresh_labels: bool = False
     independent_steps: bool = True
+    nu: int | None = None
     description: str = ""
 
 
@@ -55,7 +59,7 @@ NOISE: dict[str, NoiseType] = {t.name: t for t in (
                           "where it has one)"),
     NoiseType("gaussian_matched", sampled=False, gaussian=True, matched=True, needs_data=True,
               description="Gaussian with the minibatch covariance at the current weights"),
-    NoiseType("student_t", sampled=False, gaussian=False, matched=True, needs_data=False,
+    NoiseType("student_t", sampled=False, gaussian=False, matched=True, needs_data=False, nu=4,
               description="Student-t (nu = 4) with the covariance of gaussian_matched (of a model's "
                           "own C where it has one)"),
 )}
@@ -79,6 +83,9 @@ SAMPLING_NOISE: tuple[str, ...] = select(sampled=True)
 MINIBATCH_NOISE: tuple[str, ...] = select(sampled=True, independent_steps=True, fresh_labels=False)
 #: Noise types that add drawn noise to the full gradient.
 ADDED_NOISE: tuple[str, ...] = select(sampled=False)
+#: Added noise drawn with the covariance of the data's per-sample gradients at the current weights
+#: (or a model's own C where it has one, for the data-free types among them).
+MATCHED_ADDED_NOISE: tuple[str, ...] = select(sampled=False, matched=True)
 #: Noise types drawn Gaussian (added to the full gradient).
 GAUSSIAN_NOISE: tuple[str, ...] = select(gaussian=True)
 #: Noise types the SDE integrator accepts: its noise is Gaussian by definition.

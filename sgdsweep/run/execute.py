@@ -28,6 +28,7 @@ from sgdsweep.errors import SgdsweepError
 from sgdsweep.run.cluster import dask_client
 from sgdsweep.run.gpus import check_gpu_workers, task_resources
 from sgdsweep.run.progress import REDRAW_S, ShardProgress, verbosity
+from sgdsweep.sim.shapes import BATCH_VARYING  # the engine's: what may differ within one call
 from sgdsweep.store.leftovers import (
     remove_failed_markers,
     remove_lane_leftovers,
@@ -41,9 +42,6 @@ from sgdsweep.sweep.plan import remove_other_shard_versions
 
 log = logging.getLogger("sgdsweep.run.execute")
 
-
-#: Parameters that may differ between the points of one engine call (one lane each).
-BATCH_VARYING = ("lr", "momentum", "replicas")
 
 #: Shortest interval, in seconds, between two progress reports of one running task.
 TASK_REPORT_S = 1.0
@@ -87,8 +85,8 @@ def _task_reporter(topic: str | None, task: int) -> Callable[[float], None] | No
 
 def make_batches(points: Sequence[Mapping[str, Any]], points_per_task: int) -> list[list[Mapping[str, Any]]]:
     """Group points that one engine call can advance together — equal in every parameter but
-    ``lr``, ``momentum`` and ``replicas`` (so one shard and one batch_size) — keeping sweep order, in chunks of
-    ``points_per_task``."""
+    those of :data:`sgdsweep.sim.shapes.BATCH_VARYING` (so one shard and one batch_size) — keeping
+    sweep order, in chunks of ``points_per_task``."""
     def key(p: Mapping[str, Any]) -> str:
         return json.dumps({k: v for k, v in p["params"].items() if k not in BATCH_VARYING}, sort_keys=True)
 

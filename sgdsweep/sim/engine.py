@@ -40,7 +40,13 @@ from sgdsweep.sim.noise import (
     sample_indices,
     uniforms_per_step,
 )
-from sgdsweep.sim.shapes import BLOCK_RANDOM_NUMBERS  # defined there for the planner's memory estimate
+
+# Defined there for the planner's memory estimate and for the shard job that groups points into
+# calls (BATCH_VARYING: the parameters that may differ between the points of one call), which
+# import neither Numba nor the kernels.
+from sgdsweep.sim.shapes import BATCH_VARYING, BLOCK_RANDOM_NUMBERS
+
+__all__ = ["BATCH_VARYING", "BLOCK_RANDOM_NUMBERS", "BLOCK_STEPS", "Dynamics", "lane_state", "run_lanes", "update_obs"]
 
 #: Longest block of steps.
 BLOCK_STEPS = 512

@@ -21,11 +21,11 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from sgdsweep.models.base import ADDED_NOISE
-from sgdsweep.sim.shapes import MODE
+from sgdsweep.models.noise_types import ADDED_NOISE, MODE, NOISE
 
-#: Student-t degrees of freedom of ``student_t`` (finite variance needs ν > 2).
-STUDENT_NU = 4
+#: Student-t degrees of freedom of ``student_t`` (its ``nu``, :mod:`sgdsweep.models.noise_types`):
+#: a module constant, which compiled code reads as a compile-time constant.
+STUDENT_NU: int = NOISE["student_t"].nu
 #: Parameters up to which noise matched to a data set's per-sample gradients
 #: (``gaussian_matched``, and ``student_t`` on a data set) is drawn from their d × d covariance
 #: — d normals times its Cholesky factor — instead of as a weighted sum of all P per-sample

@@ -16,37 +16,11 @@ from typing import Any
 import numpy as np
 
 from sgdsweep.sim import observables as obs
-from sgdsweep.store.variables import VARIABLES, describe
 from sgdsweep.theory import fdr
-
-#: (long_name, units, description) of the arrays that only point stores hold (matrices).
-POINT_ARRAYS: dict[str, tuple[str, str, str]] = {
-    "weight_mean": ("mean of w − w*", "weight", "time- and replica-averaged deviation from the reference point"),
-    "weight_cov": ("weight covariance", "weight²", ("stationary E[(w−w*)(w−w*)ᵀ] (around each replica's mean when "
-                   "minima form a manifold), averaged over non-diverged replicas")),
-    "weight_cov_theory": ("predicted weight covariance", "weight²", "the theory's Σ (see the summary's formulas)"),
-    "weight_var_diag": ("weight variances", "weight²", ("diagonal of the covariance (kept instead of it beyond "
-                        "cov_max_dim)")),
-    "weight_cov_eigenvectors": ("leading covariance eigenvectors", "1", "from the streaming Nyström sketch"),
-    "sigma_ww": ("Σ_WW", "weight²", "mean W̄ᵀW̄ around the minimum (Han et al.)"),
-    "noise_cov_lag": ("D(m)", "gradient²", "mean b_{t+m}ᵀ b_t of the gradient noise at the minimum"),
-    "lag": ("lag m", "steps", "lags of D(m)"),
-}
-
 
 #: Groups of the delete-a-group jackknife (:func:`jackknife_se`): its cost is this many
 #: evaluations of the statistic, whatever the number of replicas.
 JACKKNIFE_GROUPS = 32
-
-
-def array_attrs(name: str) -> dict[str, str]:
-    """Attributes of a point-store array: those of the ensemble variable of the same name, or
-    of :data:`POINT_ARRAYS`."""
-    table = POINT_ARRAYS if name in POINT_ARRAYS else VARIABLES
-    try:
-        return describe(name, table)
-    except KeyError:
-        return {}
 
 
 def finite_or_none(value: Any) -> float | None:

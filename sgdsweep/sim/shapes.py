@@ -4,8 +4,9 @@ keep a permutation of the samples.
 
 Planning a sweep (:func:`sgdsweep.sweep.cost.footprint`) reads these to estimate memory; the
 engine (:mod:`sgdsweep.sim.engine`, :mod:`sgdsweep.sim.observables`, :mod:`sgdsweep.sim.noise`)
-allocates from the same definitions, so the estimate and the simulation cannot drift apart. This
-module imports only NumPy: no Numba, no SciPy, no theory.
+allocates from the same definitions, so the estimate and the simulation cannot drift apart. The
+shard job groups points into engine calls by :data:`BATCH_VARYING`. This module imports only
+NumPy and the noise-type registry: no Numba, no SciPy, no theory.
 """
 
 from __future__ import annotations
@@ -16,12 +17,18 @@ from typing import Any
 
 import numpy as np
 
+from sgdsweep.models.noise_types import MODE  # a lane of these noise types keeps a permutation of the P samples
+
+__all__ = ["BATCH_VARYING", "BLOCK_RANDOM_NUMBERS", "MODE", "ObserveSpec", "Slot", "accumulator_layout",
+           "lane_accumulator_bytes", "noise_lag_list", "observe_spec", "sketch_width"]
+
 #: Upper bound on the random numbers held per block of the numpy loop, and per lane chunk of a
 #: kernel's block (memory ≈ 8 bytes each).
 BLOCK_RANDOM_NUMBERS = 1_000_000
-#: Sample-selection mode of each noise type that draws samples (:mod:`sgdsweep.sim.noise`); a lane
-#: of these keeps a permutation of the P samples (8·P bytes).
-MODE = {"minibatch": 0, "minibatch_replace": 1, "epoch": 2, "label": 0}
+#: The point parameters that may differ between the points of one engine call
+#: (:func:`sgdsweep.sim.engine.run_lanes` takes them per lane: λ, μ, and the number of lanes a
+#: point has); every other parameter is the call's.
+BATCH_VARYING: tuple[str, ...] = ("lr", "momentum", "replicas")
 
 
 @dataclass(frozen=True)

@@ -26,13 +26,14 @@ import numpy as np
 from sgdsweep.errors import StoreError
 from sgdsweep.models import get_model
 from sgdsweep.sim import tangent
-from sgdsweep.sim.engine import Dynamics, run_lanes
+from sgdsweep.sim.engine import BATCH_VARYING, Dynamics, run_lanes
 from sgdsweep.sim.noise import lane_streams
-from sgdsweep.sim.results import array_attrs, finite_or_none, point_result
+from sgdsweep.sim.results import finite_or_none, point_result
 from sgdsweep.sim.shapes import observe_spec
 from sgdsweep.store import lanes as lanes_store
 from sgdsweep.store import points as point_store
 from sgdsweep.store.provenance import code_version
+from sgdsweep.store.variables import point_array_attrs
 from sgdsweep.sweep.identity import hash_words, replica_stream_key
 from sgdsweep.theory.predict import predict
 
@@ -79,10 +80,10 @@ def simulate_points(points: Sequence[Mapping[str, Any]], points_dir: str,
     first = points[0]["params"]
     for spec in points[1:]:
         diff = sorted(k for k in set(first) | set(spec["params"])
-                      if k not in ("lr", "momentum", "replicas") and first.get(k) != spec["params"].get(k))
+                      if k not in BATCH_VARYING and first.get(k) != spec["params"].get(k))
         if diff:
             raise ValueError(f"points {points[0]['hash']} and {spec['hash']} differ in {diff}: one call simulates "
-                             "points equal in everything but lr, momentum and replicas (group them with "
+                             f"points equal in everything but {', '.join(BATCH_VARYING)} (group them with "
                              "sgdsweep.run.execute.make_batches)")
     model = get_model(first["model"])
     problem = model.make_problem(model.data_params(first))
@@ -141,7 +142,7 @@ def simulate_points(points: Sequence[Mapping[str, Any]], points_dir: str,
             arrays["lyapunov_replica"] = (("replica",), gammas)
             mean, se = tangent.exponent_summary(gammas)
             summary.update(lyapunov=finite_or_none(mean), lyapunov_se=finite_or_none(se))
-        described = {k: (*v, array_attrs(k)) for k, v in arrays.items()}
+        described = {k: (*v, point_array_attrs(k)) for k, v in arrays.items()}
         point_store.write_point(point_store.point_path(points_dir, spec["hash"]), described, attrs)
     return {"points": [s["hash"] for s in points], "replica_steps": replica_steps,
             "seconds": time.perf_counter() - t_start}

@@ -58,6 +58,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from sgdsweep.models.base import Problem
+from sgdsweep.models.noise_types import MATCHED_ADDED_NOISE, NOISE
 from sgdsweep.sim import noise as noisemod
 from sgdsweep.sim.engine import BLOCK_RANDOM_NUMBERS, BLOCK_STEPS, Dynamics
 from sgdsweep.sweep.identity import LYAPUNOV, hash_words
@@ -70,8 +71,8 @@ MIN_BURN_FRACTION = 0.1
 #: The parameter that asks a point's simulation for its replicas' exponents (set on every point
 #: of a sweep with ``search:``).
 PARAM = LYAPUNOV
-#: Noise types whose random numbers enter J_t through the normal stream.
-MATCHED = ("gaussian_matched", "student_t")
+#: Noise types whose random numbers enter J_t through the normal stream (matched added noise).
+MATCHED: tuple[str, ...] = MATCHED_ADDED_NOISE
 
 
 def supports(problem: Problem) -> str | None:
@@ -105,7 +106,7 @@ def _matched_normals(noise: str, problem: Problem) -> int:
     """Normals a step of the tangent draws (0 when J_t does not depend on them)."""
     if noise not in MATCHED or problem.n_samples is None:
         return 0
-    return problem.n_samples + (noisemod.STUDENT_NU if noise == "student_t" else 0)
+    return problem.n_samples + (NOISE[noise].nu or 0)
 
 
 def lyapunov_exponents(problem: Problem, *, noise: str, batch_size: int, steps: int, lr: np.ndarray,
@@ -213,16 +214,17 @@ def lyapunov_exponents(problem: Problem, *, noise: str, batch_size: int, steps: 
 def _matched_difference(noise: str, problem: Problem, w2: np.ndarray, z: np.ndarray, f: float,
                         eps: float) -> np.ndarray:
     """The matched noise's part of J_t z: the central difference of √(f/P) Σ_μ z_μ (g_μ − ḡ)
-    between the first and second half of ``w2``, times √((ν − 2)/V) for ``student_t``."""
+    between the first and second half of ``w2``, times √((ν − 2)/V) for heavy-tailed noise (``student_t``)."""
     n = z.shape[0]
     p = problem.n_samples
     g = problem.sample_grads(w2)
     g = g[:n] - g[n:]
     g -= g.mean(axis=1, keepdims=True)
     out = np.sqrt(f / p) * np.einsum("lp,lpd->ld", z[:, :p], g) / (2.0 * eps)
-    if noise == "student_t":
+    nu = NOISE[noise].nu
+    if nu is not None:
         chi2 = np.sum(z[:, p:] ** 2, axis=1)
-        out *= np.sqrt((noisemod.STUDENT_NU - 2) / chi2)[:, None]
+        out *= np.sqrt((nu - 2) / chi2)[:, None]
     return out
 
 

@@ -1,11 +1,12 @@
 """The catalogue of the ensemble's variables: what each one is called, its units, its dimensions.
 
 The one place that names every variable a point store or the ensemble may hold
-(:data:`VARIABLES`), the ensemble's coordinates (:data:`COORDS`), which point-store arrays
-aggregation copies and along which dimension (:data:`REPLICA_ARRAYS`, :data:`VECTOR_ARRAYS`,
+(:data:`VARIABLES`, and :data:`POINT_ARRAYS` for the matrices only point stores hold), the
+ensemble's coordinates (:data:`COORDS`), which point-store arrays aggregation copies and along
+which dimension (:data:`REPLICA_ARRAYS`, :data:`VECTOR_ARRAYS`,
 :data:`LAYER_VECTORS`), and which theory each ``*_theory`` column comes from
 (:data:`THEORY_SOURCES`). It imports neither xarray nor Zarr: simulation workers use it to
-describe the arrays they store (:func:`describe`).
+describe the arrays they store (:func:`point_array_attrs`, which refuses a name no table holds).
 """
 
 from __future__ import annotations
@@ -135,6 +136,19 @@ VARIABLES: dict[str, tuple[str, str | None, str]] = {
     "fdr_fourier_noise": ("Fourier profile of D(0)", "1",
                           "|D̂(k_x,0)|/|D̂(0,0)| at k_x = 2πj/(number of image pixels), the inputs seen as pixels"),
     "noise_cov_ratio": ("‖D(m)‖/‖D(0)‖", "1", "Frobenius norm of the lag-m gradient-noise covariance over lag 0"),
+}
+#: (long_name, units, description) of the arrays that only point stores hold (matrices).
+POINT_ARRAYS: dict[str, tuple[str, str, str]] = {
+    "weight_mean": ("mean of w − w*", "weight", "time- and replica-averaged deviation from the reference point"),
+    "weight_cov": ("weight covariance", "weight²", ("stationary E[(w−w*)(w−w*)ᵀ] (around each replica's mean when "
+                   "minima form a manifold), averaged over non-diverged replicas")),
+    "weight_cov_theory": ("predicted weight covariance", "weight²", "the theory's Σ (see the summary's formulas)"),
+    "weight_var_diag": ("weight variances", "weight²", ("diagonal of the covariance (kept instead of it beyond "
+                        "cov_max_dim)")),
+    "weight_cov_eigenvectors": ("leading covariance eigenvectors", "1", "from the streaming Nyström sketch"),
+    "sigma_ww": ("Σ_WW", "weight²", "mean W̄ᵀW̄ around the minimum (Han et al.)"),
+    "noise_cov_lag": ("D(m)", "gradient²", "mean b_{t+m}ᵀ b_t of the gradient noise at the minimum"),
+    "lag": ("lag m", "steps", "lags of D(m)"),
 }
 #: Per-replica arrays copied from the point stores (padded with NaN or −1).
 REPLICA_ARRAYS = ("weight_var_replica", "loss_replica", "test_loss_replica", "loss_autocorr_time_replica",
@@ -299,6 +313,24 @@ def describe(name: str, table: Mapping[str, tuple[str, str | None, str]] = VARIA
             out["cell_methods"] = CELL_METHODS[name]
         out.update(FLAGS.get(name, {}))
     return out
+
+
+def point_array_attrs(name: str) -> dict[str, object]:
+    """The attributes of the point-store array ``name``: those of :data:`POINT_ARRAYS` for the
+    arrays only point stores hold, else of the ensemble variable of that name (:func:`describe`).
+
+    Raises: KeyError naming ``name`` for an array no table describes (a misspelt or new array is
+    refused, never stored without its attributes): add it to :data:`POINT_ARRAYS` or
+    :data:`VARIABLES`.
+    """
+    if name in POINT_ARRAYS:
+        return describe(name, POINT_ARRAYS)
+    try:
+        return describe(name)
+    except KeyError:
+        raise KeyError(f"point-store array {name!r} is not in the catalogue sgdsweep.store.variables (neither "
+                       "VARIABLES nor POINT_ARRAYS, nor a per-layer or singular-value name): add it there with "
+                       "its long name, units and description") from None
 
 
 def describe_dimension(dim: str) -> dict[str, object]:

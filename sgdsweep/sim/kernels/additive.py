@@ -13,6 +13,7 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
+from sgdsweep.models.noise_types import DATA_FREE_NOISE
 from sgdsweep.sim.kernels.common import (
     DELTA_BUFFER,
     FAST,
@@ -25,8 +26,8 @@ from sgdsweep.sim.kernels.common import (
 )
 from sgdsweep.sim.kernels.loop import make_kernels
 
-#: The noise types of this family.
-NOISE = ("gaussian", "student_t")
+#: The noise types of this family: those that need no data set (a model's own noise covariance).
+NOISE: tuple[str, ...] = DATA_FREE_NOISE
 
 
 class AdditiveData(NamedTuple):

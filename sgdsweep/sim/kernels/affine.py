@@ -19,6 +19,7 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
+from sgdsweep.models.noise_types import MATCHED_ADDED_NOISE
 from sgdsweep.sim.kernels.common import (
     ADDED_CODE,
     DELTA_BUFFER,
@@ -72,7 +73,7 @@ def supports(problem, noise: str, dynamics_kind: str, noise_lags: list[int], esc
     a unique minimum, and matched noise as a weighted sum over the samples."""
     if problem.w_min is None or escape:
         return False
-    if noise in ("gaussian_matched", "student_t") and matched_by_covariance(problem):
+    if noise in MATCHED_ADDED_NOISE and matched_by_covariance(problem):
         return False
     return (noise in MODE and dynamics_kind == "sgd") or noise in ADDED_CODE
 

@@ -11,11 +11,25 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from sgdsweep.models.noise_types import NOISE, NoiseType
 from sgdsweep.sim.noise import STUDENT_NU
 from sgdsweep.sim.pcg64 import next_double
 
-#: ``Common.added`` of each added-noise type (0: sampled noise).
-ADDED_CODE = {"gaussian": 1, "gaussian_matched": 2, "student_t": 3}
+
+def added_code(t: NoiseType) -> int:
+    """``Common.added`` of the noise type ``t``, from its properties: 0 sampled noise, 1 added
+    noise not matched (isotropic, or a model's own C), 2 matched Gaussian noise, 3 heavy-tailed
+    noise (a ``nu``: its Gaussian times the Student-t factor of :func:`student_factor`)."""
+    if t.sampled:
+        return 0
+    if t.nu is not None:
+        return 3
+    return 2 if t.matched else 1
+
+
+#: ``Common.added`` of each added-noise type (:func:`added_code`; the kernels compare with these
+#: numbers).
+ADDED_CODE: dict[str, int] = {name: added_code(t) for name, t in NOISE.items() if not t.sampled}
 #: Flags of every compiled kernel function: reassociation and fused multiply-add, nothing that
 #: changes results for non-finite values.
 FAST = {"reassoc", "contract"}

@@ -14,6 +14,7 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
+from sgdsweep.models.noise_types import NOISE
 from sgdsweep.sim.kernels.common import (
     ADDED_CODE,
     DELTA_BUFFER,
@@ -44,10 +45,11 @@ class ThesisData(NamedTuple):
 
 
 def supports(problem, noise: str, dynamics_kind: str, noise_lags: list[int], escape: bool) -> bool:
-    """Sampled noise other than ``label`` under SGD, or added noise (SGD or the SDE); no D(m)."""
+    """Sampled noise without fresh labels (not ``label``) under SGD, or added noise (SGD or the SDE);
+    no D(m)."""
     if noise_lags or problem.w_min is None:
         return False
-    return (noise in MODE and noise != "label" and dynamics_kind == "sgd") or noise in ADDED_CODE
+    return (noise in MODE and not NOISE[noise].fresh_labels and dynamics_kind == "sgd") or noise in ADDED_CODE
 
 
 amplitude = data_set_amplitude

@@ -13,6 +13,7 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
+from sgdsweep.models.noise_types import MATCHED_ADDED_NOISE
 from sgdsweep.sim.kernels.affine import plain_grad
 from sgdsweep.sim.kernels.common import (
     ADDED_CODE,
@@ -51,7 +52,7 @@ def supports(problem, noise: str, dynamics_kind: str, noise_lags: list[int], esc
     noise as a weighted sum over the samples."""
     if noise_lags or escape:
         return False
-    if noise in ("gaussian_matched", "student_t") and matched_by_covariance(problem):
+    if noise in MATCHED_ADDED_NOISE and matched_by_covariance(problem):
         return False
     return (noise in MODE and dynamics_kind == "sgd") or noise in ADDED_CODE
 
