@@ -285,6 +285,11 @@ def test_simulate_aggregate_round_trip(tmp_path):
     assert "numpy" in json.loads(back.attrs["package_versions"])
     grid = open_ensemble(files.ensemble, grid=True)
     assert grid["weight_var"].sizes == {"lr": 2, "batch_size": 2}
+    one = ds.isel(point=[i for i, p in enumerate(sweep.points) if p.params["batch_size"] == 2])
+    one.attrs["swept_axes"] = json.dumps(["lr"])  # one swept axis: lr becomes the dimension
+    write_ensemble(one, tmp_path / "one.zarr")
+    line = open_ensemble(tmp_path / "one.zarr", grid=True)
+    assert line["weight_var"].dims == ("lr",) and sorted(line["lr"].values) == [0.2, 0.4]
     # rewriting replaces the ensemble atomically
     write_ensemble(ds.isel(point=[0]), files.ensemble)
     assert xr.open_zarr(files.ensemble).sizes["point"] == 1

@@ -409,4 +409,7 @@ def open_ensemble(path: str | Path, grid: bool = False) -> xr.Dataset:
     if not axes:
         return ds
     others = [c for c in ds.coords if ds[c].dims == ("point",) and c not in axes and c != "point"]
-    return ds.reset_coords(others, drop=True).set_index(point=axes).unstack("point")
+    ds = ds.reset_coords(others, drop=True)
+    if len(axes) == 1:  # one swept axis: it becomes the dimension (a MultiIndex needs two levels)
+        return ds.swap_dims(point=axes[0]).reset_coords("point", drop=True)
+    return ds.set_index(point=axes).unstack("point")
