@@ -5,7 +5,7 @@ arrays the ensemble keeps (per replica, per mode, per layer, and ``lag``), read 
 through :class:`sgdsweep.store.points.PointStore` (each store its point's own:
 :meth:`~sgdsweep.store.points.PointStore.check_identity`). With at least
 :data:`PARALLEL_MIN_POINTS` points and more than one core available to this process, the points
-are read in contiguous slices by up to :data:`MAX_READERS` processes (``python -m
+are read in contiguous slices by up to :data:`MAX_READERS` processes (this one, and ``python -m
 sgdsweep.store.aggregate_read``, which imports only NumPy and the point store's reader; the
 caller's main module is not imported again, so a script without a ``__main__`` guard may call
 it), and put back in order; the result and the first error (in the spec's order) are those of
@@ -18,6 +18,7 @@ import os
 import pickle
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -69,9 +70,9 @@ def read_slice(points_dir: str | Path, entries: list[dict[str, Any]]) -> list[Ro
 
 def read_points(points_dir: str | Path, entries: list[dict[str, Any]], workers: int | None = None) -> list[Row]:
     """(attributes, arrays) of each of ``entries``' point stores, in order (module docstring);
-    ``workers`` processes (default :func:`readers`), each ``python -m sgdsweep.store.aggregate_read``
-    reading one contiguous slice. ``lag`` is in the arrays of the first point that has it, and
-    may be in later ones'.
+    ``workers`` processes (default :func:`readers`): this one reads the first contiguous slice,
+    each other one (``python -m sgdsweep.store.aggregate_read``) the next. ``lag`` is in the
+    arrays of the first point that has it, and may be in later ones'.
 
     Raises: StoreError naming the first store, in ``entries``' order, that is missing, damaged
     or not its point's own (or saying how a reading process failed)."""
@@ -81,15 +82,20 @@ def read_points(points_dir: str | Path, entries: list[dict[str, Any]], workers: 
     size = -(-len(entries) // workers)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(Path(__file__).resolve().parents[2]), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    procs = []
+    procs: list[tuple[subprocess.Popen, threading.Thread]] = []
     try:
-        for start in range(0, len(entries), size):
+        for start in range(size, len(entries), size):  # the first slice is read here, meanwhile
             proc = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, env=env)
-            procs.append((proc, pickle.dumps((str(points_dir), entries[start: start + size]))))
-        rows: list[Row] = []
-        for proc, task in procs:
-            out, err = proc.communicate(task)
+            feeder = threading.Thread(target=_feed, args=(proc, (str(points_dir), entries[start: start + size])),
+                                      daemon=True)
+            feeder.start()
+            procs.append((proc, feeder))
+        rows = read_slice(points_dir, entries[:size])
+        for proc, feeder in procs:
+            feeder.join()
+            proc.stdin = None  # closed by the feeder: communicate() only reads
+            out, err = proc.communicate()
             try:
                 kind, value = pickle.loads(out)
             except Exception:  # noqa: BLE001 - it died before answering: say how
@@ -104,6 +110,16 @@ def read_points(points_dir: str | Path, entries: list[dict[str, Any]], workers: 
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+def _feed(proc: subprocess.Popen, task: tuple[str, list[dict[str, Any]]]) -> None:
+    """Send ``task`` to the reading process ``proc`` (pickled on its stdin, then closed)."""
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write(pickle.dumps(task))
+        proc.stdin.close()
+    except OSError:  # it died: read_points says how
+        pass
 
 
 def _serve() -> None:
