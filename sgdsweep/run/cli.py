@@ -124,9 +124,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_simulate_shard(args: argparse.Namespace) -> int:
+    from sgdsweep.run.cluster import worker_count
     from sgdsweep.run.execute import run_shard
 
-    run_shard(Path(args.spec), Path(args.receipt), _read_json(args.execution))
+    execution = _read_json(args.execution)
+    if args.threads is not None:  # the cores Snakemake gave the job: its own cluster takes no more
+        execution = {**execution, "workers": max(1, min(worker_count(execution), args.threads))}
+    run_shard(Path(args.spec), Path(args.receipt), execution)
     return 0
 
 
@@ -368,6 +372,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("spec", help="the shard's plan file, <sweep>/plan/shards/<shard>.json")
     p.add_argument("--receipt", required=True, help="the shard's receipt to write (JSON)")
     p.add_argument("--execution", required=True, help="the run's execution settings, plan/execution.json")
+    p.add_argument("--threads", type=_positive_int, metavar="N",
+                   help="the cores of this job (rule simulate's threads): a cluster this job starts has at "
+                        "most N workers (execution.workers, auto: the cores this process may use)")
     p.add_argument("--log", help="also log to this file")
     p.set_defaults(func=cmd_simulate_shard)
 

@@ -74,7 +74,18 @@ class PlanFiles:
 
     def shard_log(self, version: str) -> Path:
         """The log of the shard job that ran the shard spec ``version``."""
-        return self.root / "logs" / "simulate" / f"{version}.log"
+        return self.log(f"simulate/{version}")
+
+    def log(self, name: str) -> Path:
+        """The log of the workflow's job ``name`` (``aggregate``, ``simulate/<version>``, …; a
+        Snakemake wildcard pattern such as ``plan/{name}.{digest}`` too): ``logs/<name>.log``."""
+        return self.root / "logs" / f"{name}.log"
+
+    def by_content_file(self, stem: str) -> Path:
+        """``plan/by-content/<stem>.json``: a plan file's version named ``stem``
+        (``<name>.<digest>``, :meth:`by_content`), or a Snakemake wildcard pattern of them
+        (``shards/{version}``)."""
+        return self.root / "plan" / BY_CONTENT / f"{stem}.json"
 
     def version(self, path: Path, text: str) -> str:
         """``<name>.<digest>``: the plan file ``path`` while its content is ``text``, as named
@@ -108,7 +119,7 @@ class PlanFiles:
         ``plan/by-content/<name>.<first 16 hex digits of the SHA-256 of text>.json``."""
         name = Path(path).relative_to(self.root / "plan").with_suffix("")
         digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:DIGEST_DIGITS]
-        return self.root / "plan" / BY_CONTENT / name.parent / f"{name.name}.{digest}.json"
+        return self.by_content_file(f"{name.as_posix()}.{digest}")
 
     @property
     def ensemble(self) -> Path:

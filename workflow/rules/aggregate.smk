@@ -13,7 +13,7 @@ rule aggregate:
         receipt=str(PLAN.ensemble_receipt),
         done=touch(DONE["aggregate"]),
     log:
-        str(PLAN.root / "logs" / "aggregate.log"),
+        str(PLAN.log("aggregate")),
     conda:
         "../../envs/sgdsweep.yaml"
     params:

@@ -9,7 +9,7 @@ from snakemake.exceptions import WorkflowError
 
 from sgdsweep.errors import ConfigError, SgdsweepError
 from sgdsweep.run import locking
-from sgdsweep.run.cluster import scheduler_address
+from sgdsweep.run.cluster import SCHEDULER_FILE_ENV, scheduler_address, uses_local_cluster, worker_count
 from sgdsweep.sweep.config import build_sweep, check_place
 from sgdsweep.sweep.paths import write_if_changed
 from sgdsweep.run.progress import VERBOSITY_ENV
@@ -41,6 +41,12 @@ except ConfigError as _exc:
     raise WorkflowError(f"invalid sweep configuration: {_exc}") from None
 except SgdsweepError as _exc:
     raise WorkflowError(str(_exc)) from None
+# The cores of a shard job (rule simulate's threads; Snakemake lowers them to --cores, and the job
+# starts a cluster of at most that many workers): its own cluster's workers (execution.workers,
+# auto: this machine's cores), or one where the job submits to a cluster it does not start (the
+# run's shared cluster under `sgdsweep run`, a named scheduler, SLURM).
+_OWN_CLUSTER = uses_local_cluster(SWEEP.config["execution"]) and not os.environ.get(SCHEDULER_FILE_ENV, "").strip()
+SIMULATE_THREADS = max(1, worker_count(SWEEP.config["execution"])) if _OWN_CLUSTER else 1
 # a sweep with fit targets keeps each round's fits (sgdsweep.sweep.precision reads them back)
 FIT_ARCHIVE = f"--archive {PLAN.fit_archive}" if SWEEP.config.get("precision", {}).get("fits") else ""
 SWEEP_LOCK = []  # the lock held while this run's jobs run

@@ -15,7 +15,7 @@ rule edge:
         str(PLAN.edge),
         touch(DONE["edge"]),
     log:
-        str(PLAN.root / "logs" / "edge.log"),
+        str(PLAN.log("edge")),
     run:
         from sgdsweep.sweep.search import write_edge_summary
 

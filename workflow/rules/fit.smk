@@ -9,7 +9,7 @@ rule fit:
         done=touch(DONE["fit"]),
         fits=report(str(PLAN.fits), caption="../report/fits.rst", category="Fits"),
     log:
-        str(PLAN.root / "logs" / "fit.log"),
+        str(PLAN.log("fit")),
     conda:
         "../../envs/sgdsweep.yaml"
     params:

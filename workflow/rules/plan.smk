@@ -12,9 +12,9 @@ localrules:
 
 rule plan_file:
     output:
-        str(PLAN.root / "plan" / "by-content" / "{name}.{digest}.json"),
+        str(PLAN.by_content_file("{name}.{digest}")),
     log:
-        str(PLAN.root / "logs" / "plan" / "{name}.{digest}.log"),
+        str(PLAN.log("plan/{name}.{digest}")),
     wildcard_constraints:
         name="shards/[0-9a-f]+|sweep|fit|report",
         digest="[0-9a-f]{16}",

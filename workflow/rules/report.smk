@@ -16,7 +16,7 @@ rule report:
             category="Figures",
         ),
     log:
-        str(PLAN.root / "logs" / "report.log"),
+        str(PLAN.log("report")),
     params:
         ensemble=str(PLAN.ensemble),
     threads: 4  # processes drawing the figures (Snakemake lowers it to --cores)

@@ -6,17 +6,18 @@
 
 rule simulate:
     input:
-        spec=str(PLAN.root / "plan" / "by-content" / "shards" / "{version}.json"),
+        spec=str(PLAN.by_content_file("shards/{version}")),
     output:
-        receipt=str(PLAN.root / "shards" / "{version}.json"),
+        receipt=str(PLAN.shard_receipt("{version}")),
     log:
         str(PLAN.shard_log("{version}")),
     wildcard_constraints:
         version="[0-9a-f]+[.][0-9a-f]{16}",
     params:
         execution=str(PLAN.execution_spec),
+    threads: SIMULATE_THREADS
     conda:
         "../../envs/sgdsweep.yaml"
     shell:
         "python -m sgdsweep simulate-shard {input.spec} --receipt {output.receipt}"
-        " --execution {params.execution} --log {log}"
+        " --execution {params.execution} --threads {threads} --log {log}"
