@@ -7,6 +7,7 @@ min_version("9.0")
 
 report: "workflow/report/workflow.rst"
 
+
 if not workflow.overwrite_configfiles:  # `--configfile X` replaces the default sweep, not merges into it
 
     configfile: "config/config.yaml"
@@ -25,6 +26,7 @@ include: "workflow/rules/edge.smk"
 # is stored, and every job whose spec changed reruns (Snakemake would not rerun a job only
 # because an intermediate file is gone).
 rule all:
+    default_target: True
     input:
         str(PLAN.ensemble_receipt),
         str(PLAN.fits),
@@ -34,4 +36,3 @@ rule all:
         DONE["fit"],
         DONE["report"],
         EDGE_TARGETS,
-    default_target: True

@@ -63,3 +63,13 @@ def test_rule_paths_come_from_planfiles():
     spelt = [f"{p.name}:{i}" for p in rules for i, line in enumerate(p.read_text().splitlines(), 1)
              if "PLAN.root" in line or re.search(r"/\s*[\"']", line)]  # no `path / "name"` joins
     assert spelt == []
+
+
+def test_the_workflow_is_formatted():
+    """`snakefmt --check` (as .ci/run runs it) finds nothing to change in the Snakefile and rules."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([str(Path(sys.executable).with_name("snakefmt")), "--check", "Snakefile", "workflow/"],
+                          cwd=REPO, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

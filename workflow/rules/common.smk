@@ -32,11 +32,19 @@ try:
     PLAN_INPUT = {path: str(PLAN.by_content(path, text)) for path, text in PLAN_TEXTS.items()}
     PLAN_BY_CONTENT = {PLAN_INPUT[path]: path for path in PLAN_TEXTS}
     # the jobs' records name the spec version they ran: a record of another version is no record
-    SHARD_VERSIONS = [PLAN.version(PLAN.shard_spec(s), PLAN_TEXTS[str(PLAN.shard_spec(s))]) for s in sorted(SWEEP.shards)]
+    SHARD_VERSIONS = [
+        PLAN.version(PLAN.shard_spec(s), PLAN_TEXTS[str(PLAN.shard_spec(s))]) for s in sorted(SWEEP.shards)
+    ]
     SHARD_RECEIPTS = [str(PLAN.shard_receipt(version)) for version in SHARD_VERSIONS]
-    DONE = {rule: str(PLAN.done(rule, spec, PLAN_TEXTS[str(spec)]))
-            for rule, spec in (("aggregate", PLAN.sweep_spec), ("fit", PLAN.fit_spec), ("report", PLAN.report_spec),
-                               ("edge", PLAN.report_spec))}
+    DONE = {
+        job: str(PLAN.done(job, spec, PLAN_TEXTS[str(spec)]))
+        for job, spec in (
+            ("aggregate", PLAN.sweep_spec),
+            ("fit", PLAN.fit_spec),
+            ("report", PLAN.report_spec),
+            ("edge", PLAN.report_spec),
+        )
+    }
 except ConfigError as _exc:
     raise WorkflowError(f"invalid sweep configuration: {_exc}") from None
 except SgdsweepError as _exc:

@@ -17,11 +17,11 @@ rule report:
         ),
     log:
         str(PLAN.log("report")),
-    params:
-        ensemble=str(PLAN.ensemble),
-    threads: 4  # processes drawing the figures (Snakemake lowers it to --cores)
     conda:
         "../../envs/sgdsweep.yaml"
+    threads: 4  # processes drawing the figures (Snakemake lowers it to --cores)
+    params:
+        ensemble=str(PLAN.ensemble),
     shell:
         "python -m sgdsweep report --ensemble {params.ensemble} --fits {input.fits}"
         " --spec {input.spec} --out {output.report} --figures {output.figures} --jobs {threads} --log {log}"

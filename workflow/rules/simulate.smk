@@ -13,11 +13,11 @@ rule simulate:
         str(PLAN.shard_log("{version}")),
     wildcard_constraints:
         version="[0-9a-f]+[.][0-9a-f]{16}",
-    params:
-        execution=str(PLAN.execution_spec),
-    threads: SIMULATE_THREADS
     conda:
         "../../envs/sgdsweep.yaml"
+    threads: SIMULATE_THREADS
+    params:
+        execution=str(PLAN.execution_spec),
     shell:
         "python -m sgdsweep simulate-shard {input.spec} --receipt {output.receipt}"
         " --execution {params.execution} --threads {threads} --log {log}"
