@@ -350,3 +350,16 @@ def test_a_grown_sweep_appends_its_new_points_to_its_ensemble(tmp_path):
         simulate_points(batch, str(files.points_dir))
     assert aggregate_incremental.update_ensemble(spec, files.ensemble) == (6, "appended 2 points")
     assert_bitwise_equal(files.ensemble, _full(spec, tmp_path / "full.zarr"))
+
+
+def test_old_points_moved_to_other_shards_are_appended_to_with_their_new_shards(tmp_path, small_chunks):
+    """A grown sweep may group its data sets into more shards, moving old points: the append
+    rewrites the shard coordinate whole, equal to a full rebuild."""
+    points = tmp_path / "points"
+    entries = [_store(points, i) for i in range(5)]
+    path = _full(_spec(points, entries), tmp_path / "ensemble.zarr")
+    entries = [{**e, "shard": f"t{i % 2}"} for i, e in enumerate(entries)] + [_store(points, 5)]
+    spec = _spec(points, entries)
+    assert aggregate_incremental.update_ensemble(spec, path) == (6, "appended 1 point")
+    assert_bitwise_equal(path, _full(spec, tmp_path / "full.zarr"))
+    assert list(aggregate.load_ensemble(path)["shard"].values) == [e["shard"] for e in entries]
