@@ -16,6 +16,7 @@ import json
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import xarray as xr
 from matplotlib.colors import ListedColormap
 
@@ -61,10 +62,31 @@ def _swept(ds: xr.Dataset) -> list[str]:
     return [a for a in json.loads(ds.attrs.get("swept_axes", "[]")) if a in ds.coords]
 
 
+def group_codes(ds: xr.Dataset, axes: list[str]) -> tuple[np.ndarray, list[tuple]]:
+    """(per point, the index of its combination of the values of ``axes``; the combinations as
+    tuples of Python scalars), combinations numbered in the order they first occur among the
+    points. Vectorised (no Python step per point): linear in the number of points."""
+    n = ds.sizes["point"]
+    codes = np.zeros(n, np.int64)
+    for a in axes:
+        inner, uniques = pd.factorize(np.asarray(ds[a].values), use_na_sentinel=False)
+        codes = pd.factorize(codes * len(uniques) + inner, use_na_sentinel=False)[0]
+    if not axes:
+        return codes, [()] if n else []
+    first = np.unique(codes, return_index=True)[1]  # codes are numbered by first occurrence
+    columns = [np.asarray(ds[a].values)[first].tolist() for a in axes]
+    return codes, list(zip(*columns))
+
+
 def split_by(ds: xr.Dataset, axes: list[str]) -> list[tuple[tuple, np.ndarray]]:
     """(values of ``axes``, boolean mask over points) for every combination present, in order."""
-    keys = list(zip(*(ds[a].values.tolist() for a in axes))) if axes else [()] * ds.sizes["point"]
-    return [(key, np.array([k == key for k in keys])) for key in dict.fromkeys(keys)]
+    codes, keys = group_codes(ds, axes)
+    return [(key, codes == j) for j, key in enumerate(keys)]
+
+
+def distinct(ds: xr.Dataset, axis: str) -> int:
+    """How many distinct values ``axis`` takes over the points."""
+    return len(pd.unique(np.asarray(ds[axis].values).ravel()))
 
 
 def mark_diverged(ax, x: np.ndarray) -> None:
@@ -84,10 +106,42 @@ def not_shown(total: int, drawn: int, what: str, why: str) -> str:
     return "" if drawn >= total else f" ({total - drawn} of {total} {what} not shown: {why})"
 
 
+#: Above this many groups (combinations of the axes a figure tells apart by colour) a figure
+#: draws a summary instead of a colour per group: every point as one grey cloud (no error bars)
+#: and only the :data:`EXTREME_GROUPS` extreme groups in colour, its title saying how many
+#: groups there are and which are drawn.
+MAX_LINES = 12
+#: How many groups a summary draws in colour: those of the lowest and the highest median.
+EXTREME_GROUPS = 2
+
+
+def extreme_groups(codes: np.ndarray, score: np.ndarray, k: int = EXTREME_GROUPS) -> list[int]:
+    """The indices (into the groups numbered by ``codes``, :func:`group_codes`) of the ``k``
+    groups whose median finite ``score`` is lowest and highest (half each, the lowest first;
+    fewer when fewer groups have a finite score)."""
+    finite = np.isfinite(score)
+    if not finite.any():
+        return []
+    med = pd.Series(score[finite]).groupby(codes[finite]).median()
+    order = med.sort_values(kind="stable").index.to_numpy()
+    picked = list(order[: -(-k // 2)]) + list(order[::-1][: k // 2])
+    return [int(g) for g in dict.fromkeys(picked)]
+
+
+def summary_note(total: int, what: str, shown: list[str]) -> str:
+    """The title line of a summary figure: "100 groups of S, μ: all points in grey (no error
+    bars); in colour the extreme ones: …"."""
+    return (f"{total} groups of {what}: every point in grey (no error bars); in colour the extreme ones: "
+            + "; ".join(shown))
+
+
 def weight_var_against_ratio(ds: xr.Dataset) -> plt.Figure | None:
     """weight_var (measured ± SE, exact theory) against λ/S, one colour per combination of S and
     the swept axes other than λ, and measured/theory below when there is a theory. None when λ/S
-    takes a single value (the figures against the swept axes show those points)."""
+    takes a single value (the figures against the swept axes show those points). Above
+    :data:`MAX_LINES` groups: every point as a grey cloud and the extreme groups
+    (:func:`extreme_groups` of measured/theory, or of the measured value without a theory) in
+    colour, the title saying how many groups there are."""
     if "weight_var" not in ds or not np.isfinite(ds["weight_var"].values).any():
         return None
     ratio = ds["lr"].values / ds["batch_size"].values
@@ -98,7 +152,20 @@ def weight_var_against_ratio(ds: xr.Dataset) -> plt.Figure | None:
     ax, axr = axes if has_theory else (axes, None)
     ok = _ok(ds)
     by = ["batch_size"] + [a for a in _swept(ds) if a not in ("lr", "batch_size")]
-    parts = split_by(ds, by)
+    codes, keys = group_codes(ds, by)
+    parts = [(key, codes == j) for j, key in enumerate(keys)]
+    note = ""
+    if len(parts) > MAX_LINES:  # a summary: the cloud of every point, the extreme groups in colour
+        wv = np.asarray(ds["weight_var"].values, float)
+        score = wv / ds["weight_var_theory"].values if has_theory else wv
+        chosen = extreme_groups(codes, np.where(ok, score, np.nan))
+        ax.plot(ratio[ok], wv[ok], ".", color="0.65", ms=2, zorder=1, label=f"measured, all {len(parts)} groups")
+        if has_theory:
+            th_all = ds["weight_var_theory"].values
+            axr.plot(ratio[ok], (wv / th_all)[ok], ".", color="0.65", ms=2, zorder=1)
+        note = "\n" + summary_note(len(parts), ", ".join(SYMBOL.get(a, a) for a in by),
+                                    [label_of(by, keys[g]) for g in chosen])
+        parts = [parts[g] for g in chosen]
     for j, ((key, mask), c) in enumerate(zip(parts, plt.cm.viridis(np.linspace(0, 0.9, len(parts))))):
         sel = ok & mask
         order = np.argsort(ratio[sel])
@@ -117,10 +184,10 @@ def weight_var_against_ratio(ds: xr.Dataset) -> plt.Figure | None:
     mark_diverged(ax, ratio[~ok])
     ax.set_ylabel(r"weight variance Tr $M/N$")
     ax.legend(fontsize=7, ncol=2)
-    ax.set_title("Stationary weight variance: measured (±1 SE) vs exact theory (dashed)"
-                 + ("; continuous-time (dotted)" if "weight_var_theory_continuous" in ds else "")
-                 if has_theory else "Stationary weight variance, measured (±1 SE); no exact theory for this model",
-                 fontsize=10)
+    ax.set_title(("Stationary weight variance: measured (±1 SE) vs exact theory (dashed)"
+                  + ("; continuous-time (dotted)" if "weight_var_theory_continuous" in ds else "")
+                  if has_theory else "Stationary weight variance, measured (±1 SE); no exact theory for this model")
+                 + note, fontsize=10)
     (axr or ax).set_xlabel(r"$\lambda/S$")
     if has_theory:
         axr.axhline(1.0, color="k", lw=0.8, zorder=THEORY_Z)
@@ -174,9 +241,19 @@ def collapse(ds: xr.Dataset, fit: dict[str, Any]) -> plt.Figure | None:
     label = r"$\mu$" if momentum else "$S$"
     keys = np.array([float(f"{v:.9g}") for v in x])
     classes, member = np.unique(keys, return_inverse=True)
-    class_mean = np.array([np.exp(np.nanmean(np.log(y[ok & (keys == k)]))) for k in classes])[member]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_y = np.where(ok, np.log(y), np.nan)
+    class_mean = np.exp(pd.Series(log_y).groupby(member).mean().reindex(range(classes.size)).to_numpy())[member]
     fig, (ax, axr) = _two_panels()
     values = np.unique(colour_by[ok])
+    note = ""
+    if len(values) > MAX_LINES:  # a summary: the cloud of every point, the extreme values in colour
+        ax.plot(x[ok], y[ok], ".", color="0.65", ms=2, zorder=1, label=f"measured, all {len(values)} values")
+        axr.plot(x[ok], (y / class_mean - 1)[ok], ".", color="0.65", ms=2, zorder=1)
+        codes = np.searchsorted(values, colour_by)
+        chosen = extreme_groups(codes, np.where(ok, y / class_mean, np.nan))
+        note = "\n" + summary_note(len(values), label, [f"{label} = {values[g]:g}" for g in chosen])
+        values = values[chosen]
     for v, c in zip(values, plt.cm.plasma(np.linspace(0, 0.85, len(values)))):
         sel = ok & (colour_by == v)
         order = np.argsort(x[sel])
@@ -192,7 +269,7 @@ def collapse(ds: xr.Dataset, fit: dict[str, Any]) -> plt.Figure | None:
     ax.legend(fontsize=7, ncol=2)
     variable = COLLAPSE_VARIABLE.get(fit["variable"], fit["variable"])
     ax.set_title(f"Collapse in {variable}: measured (±1 SE), exact theory dashed; "
-                 rf"spread $\sqrt{{\Delta^2}}$ = {fit['relative_spread']:.3g}", fontsize=9)
+                 rf"spread $\sqrt{{\Delta^2}}$ = {fit['relative_spread']:.3g}" + note, fontsize=9)
     axr.axhline(0, color="k", lw=0.8)
     axr.set_xlabel(variable)
     axr.set_ylabel("value / class mean − 1")
@@ -303,9 +380,9 @@ def coverage_worth_showing(ds: xr.Dataset) -> bool:
     has diverged replicas, or the swept values do not form a full product (gaps in the grid)."""
     if (point_status(ds) != 0).any():
         return True
-    axes = list(dict.fromkeys(["lr", "batch_size", *_swept(ds)]))
-    full = int(np.prod([len(set(ds[a].values.tolist())) for a in axes]))
-    return len(split_by(ds, axes)) < full
+    axes = [a for a in dict.fromkeys(["lr", "batch_size", *_swept(ds)]) if a in ds.coords]
+    full = int(np.prod([distinct(ds, a) for a in axes], dtype=float))
+    return len(group_codes(ds, axes)[1]) < full
 
 
 #: The coverage map draws at most this many panels (the title says how many more there are).
@@ -315,7 +392,7 @@ MAX_COVERAGE_PANELS = 12
 def _coverage_axes(ds: xr.Dataset) -> list[str]:
     """The axes that take more than one value, λ and S first, then the other swept ones."""
     axes = list(dict.fromkeys(["lr", "batch_size", *_swept(ds)]))
-    return [a for a in axes if a in ds.coords and len(set(ds[a].values.tolist())) > 1]
+    return [a for a in axes if a in ds.coords and distinct(ds, a) > 1]
 
 
 def coverage(ds: xr.Dataset) -> plt.Figure:
@@ -327,8 +404,7 @@ def coverage(ds: xr.Dataset) -> plt.Figure:
     x_axis, y_axis, others = (varying + [None, None])[0], (varying + [None, None])[1], varying[2:]
     status = point_status(ds)
     n = ds.sizes["point"]
-    keys = list(zip(*(ds[a].values.tolist() for a in others))) if others else [()] * n
-    every = list(dict.fromkeys(keys))
+    codes, every = group_codes(ds, others)
     panels = every[:MAX_COVERAGE_PANELS]
     xs = np.unique(ds[x_axis].values) if x_axis else np.array([""])
     ys = np.unique(ds[y_axis].values) if y_axis else np.array([""])
@@ -337,12 +413,12 @@ def coverage(ds: xr.Dataset) -> plt.Figure:
     fig, axes = plt.subplots(rows, cols, squeeze=False, figsize=(max(3.2, 1.3 + 0.45 * xs.size) * cols,
                                                                  (1.6 + 0.35 * ys.size) * rows + 0.6))
     cmap = ListedColormap(["#4c9a2a", "#e0a800", "#b22222"])
-    for ax, key in zip(axes.ravel(), panels):
+    col_of = np.searchsorted(xs, ds[x_axis].values) if x_axis else np.zeros(n, int)
+    row_of = np.searchsorted(ys, ds[y_axis].values) if y_axis else np.zeros(n, int)
+    for j, (ax, key) in enumerate(zip(axes.ravel(), panels)):
         grid = np.full((ys.size, xs.size), np.nan)
-        for i in np.flatnonzero([k == key for k in keys]):
-            col = int(np.searchsorted(xs, ds[x_axis].values[i])) if x_axis else 0
-            row = int(np.searchsorted(ys, ds[y_axis].values[i])) if y_axis else 0
-            grid[row, col] = status[i]
+        sel = codes == j
+        grid[row_of[sel], col_of[sel]] = status[sel]
         ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=0, vmax=2, origin="lower", aspect="auto")
         ax.set_xticks(range(xs.size), [_value(v) for v in xs.tolist()], rotation=60 if xs.size > 6 else 0, fontsize=7)
         ax.set_yticks(range(ys.size), [_value(v) for v in ys.tolist()], fontsize=7)
@@ -424,7 +500,7 @@ def axis_positions(ds: xr.Dataset, axis: str) -> np.ndarray:
     if ds[axis].dtype.kind in "fiu":
         return np.asarray(ds[axis].values, float)
     categories = _categories(ds, axis)
-    return np.array([categories.index(str(v)) for v in ds[axis].values.tolist()], float)
+    return pd.Categorical([str(v) for v in ds[axis].values.tolist()], categories=categories).codes.astype(float)
 
 
 def _dodge(x: np.ndarray, j: int, n: int) -> np.ndarray:

@@ -72,8 +72,33 @@ def render(fig: plt.Figure, dpi: float = DPI, pad_inches: float = 0.1, svg: bool
     if not svg:
         return out.getvalue(), None
     vector = io.BytesIO()
-    fig.savefig(vector, format="svg", bbox_inches=box, metadata={"Date": None})
+    dense = rasterise_dense(fig)
+    fig.savefig(vector, format="svg", bbox_inches=box, metadata={"Date": None}, **({"dpi": dpi} if dense else {}))
     return out.getvalue(), vector.getvalue()
+
+
+#: A figure whose data (lines, markers, error bars) hold more than this many points in all has
+#: them drawn as one picture at the PNG's dpi inside its SVG: the axes, ticks and text stay
+#: vector and text, and the SVG stays small however many points a sweep has.
+MAX_VECTOR_POINTS = 5000
+
+
+def _points(artist) -> int:
+    """How many points (vertices, markers or paths) a line or collection draws."""
+    if hasattr(artist, "get_xydata"):
+        return len(artist.get_xydata())
+    return max(len(artist.get_offsets()), len(artist.get_paths()))
+
+
+def rasterise_dense(fig: plt.Figure) -> bool:
+    """Mark every line and collection of ``fig``'s axes to be rasterised in vector output when
+    they hold more than :data:`MAX_VECTOR_POINTS` points in all; returns whether it did."""
+    artists = [a for ax in fig.axes for a in (*ax.lines, *ax.collections)]
+    if sum(_points(a) for a in artists) <= MAX_VECTOR_POINTS:
+        return False
+    for artist in artists:
+        artist.set_rasterized(True)
+    return True
 
 
 def legend_entries(fig: plt.Figure) -> dict[str, list[str]]:

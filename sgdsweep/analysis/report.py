@@ -430,15 +430,38 @@ def _rows(ds: xr.Dataset, names: list[str], extra: list[np.ndarray] = ()) -> lis
     return [list(row) for row in zip(*columns)]
 
 
+#: The tables of points list at most this many rows (the first points); a line under the table
+#: says how many more there are and sums them up (every point is in ``ensemble.zarr``).
+MAX_TABLE_ROWS = 200
+
+
+def _rest_note(ds: xr.Dataset, z: np.ndarray | None) -> str:
+    """Under a table of the first :data:`MAX_TABLE_ROWS` points: how many are not listed, and of
+    them how many diverged and their largest |measured − theory| / SE (empty when all are listed)."""
+    n = ds.sizes["point"]
+    if n <= MAX_TABLE_ROWS:
+        return ""
+    rest = slice(MAX_TABLE_ROWS, None)
+    text = (f"<p class='notrun'>{n - MAX_TABLE_ROWS} more points not listed (the table shows the first "
+            f"{MAX_TABLE_ROWS} of {n}; every point is in <code>ensemble.zarr</code>, and "
+            "<code>sgdsweep export</code> writes them all)")
+    status = figures.point_status(ds)[rest]
+    text += f": {int((status == 2).sum())} of them fully diverged, {int((status == 1).sum())} partly"
+    if z is not None and np.isfinite(z[rest]).any():
+        text += f"; their largest |measured − theory| / SE is {np.nanmax(np.abs(z[rest])):.2f}"
+    return text + ".</p>"
+
+
 def _points_table(ds: xr.Dataset) -> str:
     axes = json.loads(ds.attrs.get("swept_axes", "[]")) or ["lr", "batch_size"]
     cols = [c for c in ("weight_var", "weight_var_se", "weight_var_theory", "loss", "loss_theory", "diverged_replicas",
                         "burn_in") if c in ds]
     z = ((ds["weight_var"] - ds["weight_var_theory"]) / ds["weight_var_se"]).values if {
         "weight_var", "weight_var_theory", "weight_var_se"} <= set(ds.data_vars) else None
-    rows = _rows(ds, ["point", *axes, *cols], [z] if z is not None else [])
+    first = ds.isel(point=slice(0, MAX_TABLE_ROWS))
+    rows = _rows(first, ["point", *axes, *cols], [z[:MAX_TABLE_ROWS]] if z is not None else [])
     header = ["point"] + axes + [c + plotting.unit_suffix(plotting.shown_units(ds[c].attrs)) for c in cols]
-    return _table(header + (["(meas−theory)/SE"] if z is not None else []), rows, "points")
+    return _table(header + (["(meas−theory)/SE"] if z is not None else []), rows, "points") + _rest_note(ds, z)
 
 
 def build_report(ds: xr.Dataset, fits: dict[str, Any], report_spec: dict[str, Any],
@@ -515,7 +538,8 @@ def _build(ds: xr.Dataset, fits: dict[str, Any], report_spec: dict[str, Any], fi
         parts.append("<h2>Other observables</h2><p>Per point, as stored in <code>ensemble.zarr</code> "
                      "(units in each variable's attributes).</p>")
         header = ["point"] + [v + plotting.unit_suffix(plotting.shown_units(ds[v].attrs)) for v in others]
-        parts.append(_table(header, _rows(ds, ["point", *others]), "points"))
+        parts.append(_table(header, _rows(ds.isel(point=slice(0, MAX_TABLE_ROWS)), ["point", *others]), "points")
+                     + _rest_note(ds, None))
     theory_rows = [[v, ds[v].attrs.get("formula", ""), _missing_because(ds, v)]
                    for v in ds.data_vars if "_theory" in v]
     if theory_rows:
