@@ -26,7 +26,7 @@ def run(cfg: dict[str, Any], tmp_path) -> list[dict[str, Any]]:
     sweep = build_sweep({"sweep": "t", **cfg})
     groups: dict[Any, list] = {}
     for p in sweep.points:
-        groups.setdefault((p.shard, p.params["batch_size"]), []).append(p)
+        groups.setdefault((p.data_set, p.params["batch_size"]), []).append(p)
     for pts in groups.values():
         simulate_points([p.spec() for p in pts], str(tmp_path))
     out = []

@@ -131,6 +131,6 @@ def test_time_and_memory_follow_the_work(tmp_path):
                                            dynamics={"steps": 3000, "replicas": 16})))
     assert [t.replica_steps for t in double] == [2 * t.replica_steps for t in small] == [2 * 48000] * 2
     sweep = build_sweep(base)
-    fp = sweep.footprints[small[0].shard]
+    fp = sweep.footprints[small[0].data_set]
     assert [t.memory for t in double] == [t.memory + 16 * fp.per_lane for t in small]
     assert [t.points for t in tasks(sweep, [sweep.points[0].hash])] == [1]

@@ -116,8 +116,8 @@ def test_the_lane_disk_estimate_is_the_bytes_of_the_lanes_a_round_stores(tmp_pat
     for p in sweep.points:
         arrays, rows = lanes_store.read_lanes(sweep.directory / "points", p.lanes, 8)
         assert rows == 8
-        assert sum(a.nbytes for a in arrays.values()) == rows * sweep.footprints[p.shard].lane_bytes
-    assert est.per_replica == sweep.footprints[sweep.points[0].shard].lane_bytes
+        assert sum(a.nbytes for a in arrays.values()) == rows * sweep.footprints[p.data_set].lane_bytes
+    assert est.per_replica == sweep.footprints[sweep.points[0].data_set].lane_bytes
     assert est.total == len(sweep.points) * 1000 * est.per_replica
     # the files hold those bytes and a few kB of headers per part
     stored = lanes_store.stored_bytes(sweep.directory / "points")

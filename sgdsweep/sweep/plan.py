@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from sgdsweep.errors import StoreError
+from sgdsweep.store import packs
 from sgdsweep.store.point_identity import HASH_ATTR, identity_problem
 from sgdsweep.store.points import complete_points, failed_marker, point_path, read_attrs
 from sgdsweep.sweep.config import Point, Sweep
@@ -370,15 +371,23 @@ def explain(sweep: Sweep) -> dict[str, str]:
     reasons: dict[str, str] = {}
     done = complete_points(files.points_dir, (p.hash for p in sweep.points))
     extended = extension_reasons(sweep)
+    try:  # one listing: a point with no file of its own (the most, in a new sweep) needs no lookup
+        present = {name.split(".", 1)[0] for name in os.listdir(files.points_dir)}
+    except OSError:
+        present = set()
+    present |= set(packs.index(files.points_dir))
     for p in sweep.points:
         if p.hash in done:
             continue
         if p.hash in extended:
             reasons[p.hash] = "extended (" + extended[p.hash] + ")"
             continue
+        old = previous.get(tuple(axis_key(p)))
+        if p.hash not in present:
+            reasons[p.hash] = "changed" + _param_diff(files.points_dir, old, p) if old not in (None, p.hash) else "new"
+            continue
         store = point_path(files.points_dir, p.hash)
         marker = failed_marker(files.points_dir, p.hash)
-        old = previous.get(tuple(axis_key(p)))
         if store.exists():
             reasons[p.hash] = _store_problem(store, p)
         elif marker.exists():
