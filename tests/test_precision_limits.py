@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import make_finished_sweep, run_cli, write_yaml
+from test_precision import PRECISE, run_rounds
 
 from sgdsweep.errors import ConfigError
 from sgdsweep.run.execute import run_shard
@@ -26,15 +27,6 @@ from sgdsweep.sweep.config import build_sweep
 from sgdsweep.sweep.plan import write_plan
 from sgdsweep.sweep.precision import lane_disk
 
-PRECISE: dict[str, Any] = {
-    "sweep": "precise",
-    "seed": 3,
-    "model": {"kind": "linear", "n_inputs": 4, "label_noise": 0.5},
-    "dynamics": {"steps": 3000, "replicas": 8},
-    "grid": {"lr": [0.2, 0.4], "batch_size": 2, "samples_per_param": 10},
-    "precision": {"observables": {"weight_var": {"rel_se": 0.02}}},
-    "execution": {"workers": 1, "points_per_task": 2},
-}
 #: Older than any write in progress (sgdsweep.store.points.STALE_TEMPORARY_SECONDS).
 OLD = point_store.STALE_TEMPORARY_SECONDS + 60
 
@@ -45,17 +37,6 @@ def config(tmp_path: Path, **sections: Any) -> dict[str, Any]:
     for key, value in sections.items():
         cfg[key] = {**cfg[key], **value} if isinstance(value, dict) and isinstance(cfg.get(key), dict) else value
     return cfg
-
-
-def run_rounds(cfg: dict[str, Any], limit: int = 12):
-    """The sweep's rounds simulated in this process, as `sgdsweep run` runs them through Snakemake."""
-    for _ in range(limit):
-        sweep = build_sweep(cfg)
-        todo = [p for p in sweep.points if sweep.rounds["points"][p.hash]["status"] == "pending"]
-        if not todo:
-            return sweep
-        simulate_points([p.spec() for p in todo], str(sweep.directory / "points"))
-    raise AssertionError("the rounds did not end")
 
 
 def aged(path: Path, seconds: float = OLD) -> Path:
