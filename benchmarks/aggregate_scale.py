@@ -62,8 +62,8 @@ def captured_points() -> list[tuple[dict, dict]]:
 
 def write_stores(root: Path, n: int) -> dict:
     """``n`` point stores under ``root/points`` and the sweep spec listing them; return the spec."""
+    from sgdsweep.core.identity import content_hash
     from sgdsweep.store import points as point_store
-    from sgdsweep.sweep.identity import content_hash
 
     captured = captured_points()
     points_dir = root / "points"

@@ -43,11 +43,11 @@ def main() -> None:
 
     import point_stores
 
+    from sgdsweep.core.identity import content_hash
     from sgdsweep.store import points as point_store
     from sgdsweep.store.packs import pack_points
     from sgdsweep.store.point_copies import write_zarr_group
     from sgdsweep.store.share import _point_members
-    from sgdsweep.sweep.identity import content_hash
 
     with tempfile.TemporaryDirectory(dir=args.dir) as root:
         root = Path(root)

@@ -66,9 +66,9 @@ def worker(inputs: Path, n: int, root: Path, write: bool) -> dict[str, float]:
     """In this process (its sgdsweep as found on ``sys.path``): write ``n`` stores under ``root``
     (timed only when ``write``), then build and write the ensemble. Seconds per phase."""
     try:
+        from sgdsweep.core.identity import content_hash
         from sgdsweep.store import aggregate
         from sgdsweep.store import points as point_store
-        from sgdsweep.sweep.identity import content_hash
     except ImportError:  # a checkout with the flat layout
         from sgdsweep.identity import content_hash  # type: ignore[no-redef]
 

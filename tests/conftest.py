@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 #: Dask workers) keep the default.
 STREAM_VERSION_ENV = "SGDSWEEP_TEST_STREAM_VERSION"
 if os.environ.get(STREAM_VERSION_ENV):
-    from sgdsweep.sweep import identity
+    from sgdsweep.core import identity
     identity.STREAM_VERSION = int(os.environ[STREAM_VERSION_ENV])
 
 TINY: dict[str, Any] = {
@@ -172,12 +172,12 @@ def make_finished_sweep(root: Path, **sections: Any) -> Path:
     import json
 
     from sgdsweep.analysis.fit import fit_ensemble
+    from sgdsweep.core.paths import atomic_write_text
     from sgdsweep.run.execute import make_batches
     from sgdsweep.sim.simulate import simulate_points
     from sgdsweep.store.aggregate import build_ensemble, write_ensemble
     from sgdsweep.store.points import is_complete, point_path
     from sgdsweep.sweep.config import build_sweep
-    from sgdsweep.sweep.paths import atomic_write_text
     from sgdsweep.sweep.plan import write_plan
 
     cfg = tiny_config(results_dir=str(root / "results"), dynamics={"steps": 1500, "replicas": 4}, **sections)

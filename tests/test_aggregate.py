@@ -11,10 +11,10 @@ import xarray as xr
 import zarr
 from conftest import as_directory_store
 
+from sgdsweep.core.identity import content_hash
 from sgdsweep.errors import StoreError
 from sgdsweep.store import aggregate, variables
 from sgdsweep.store import points as point_store
-from sgdsweep.sweep.identity import content_hash
 
 
 def _point(tmp_path, name="p0"):

@@ -14,10 +14,10 @@ import pytest
 import zarr
 from conftest import REPO, run_cli, tiny_config
 
+from sgdsweep.core.identity import content_hash
 from sgdsweep.store import aggregate, aggregate_incremental, provenance
 from sgdsweep.store import points as point_store
 from sgdsweep.store.integrity import METADATA_ATTR
-from sgdsweep.sweep.identity import content_hash
 
 
 def _store(points_dir: Path, i: int, reps: int = 3, modes: int = 2, **params) -> dict:

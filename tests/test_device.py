@@ -16,14 +16,14 @@ import os
 import pytest
 from conftest import REPO, run_cli, tiny_config, write_yaml
 
+from sgdsweep.core.identity import content_hash
+from sgdsweep.core.noise_types import NOISE
 from sgdsweep.errors import ConfigError, SgdsweepError
 from sgdsweep.models import MODELS
-from sgdsweep.models.noise_types import NOISE
 from sgdsweep.run import gpus
 from sgdsweep.run.cluster import slurm_cluster_kwargs
 from sgdsweep.sweep import device
 from sgdsweep.sweep.config import build_sweep
-from sgdsweep.sweep.identity import content_hash
 
 #: A scheduler address: build_sweep only checks its form, and routing then expects GPUs there.
 SCHEDULER = "tcp://127.0.0.1:8786"

@@ -256,7 +256,7 @@ def test_the_write_probe_does_not_write_through_a_planted_link(tmp_path):
 def test_an_atomic_write_does_not_write_through_a_link_at_its_temporary_name(tmp_path):
     """The temporary file of an atomic write has a name that can be guessed (the pid): a link
     planted there is removed, the target keeps its contents, and the file written is a file."""
-    from sgdsweep.sweep.paths import atomic_write_text
+    from sgdsweep.core.paths import atomic_write_text
 
     target = _precious(tmp_path)
     path = tmp_path / "sweep" / ".cluster" / cluster.STATUS_FILE

@@ -7,8 +7,8 @@ import os
 import pytest
 from conftest import STREAM_VERSION_ENV, tiny_config
 
+from sgdsweep.core.identity import canonical_json, content_hash
 from sgdsweep.sweep.config import build_sweep
-from sgdsweep.sweep.identity import canonical_json, content_hash
 
 
 def test_key_order_and_float_spelling_do_not_change_the_hash():
@@ -71,7 +71,7 @@ def test_a_new_simulation_version_reruns_points_on_the_same_streams(monkeypatch)
     """The point hash moves with SIMULATION_VERSION (points rerun); the key of the random numbers
     does not: it is pinned here to the value SIMULATION_VERSION 3 gave, the one every result and
     statistical test of this repository was drawn with."""
-    from sgdsweep.sweep import identity
+    from sgdsweep.core import identity
     params = {"lr": 0.1, "batch_size": 8, "model": "linear", "seed": 0}
     assert identity.stream_hash(params) == "8ba3164855c90693"
     before = identity.content_hash(params)

@@ -17,12 +17,12 @@ import xarray as xr
 import zarr
 from conftest import as_directory_store, make_finished_sweep, run_cli, tiny_config, write_yaml
 
+from sgdsweep.core.identity import content_hash
 from sgdsweep.errors import StoreError
 from sgdsweep.sim.simulate import simulate_points
 from sgdsweep.store import points as point_store
 from sgdsweep.store.aggregate import build_ensemble, load_ensemble, open_ensemble
 from sgdsweep.sweep.config import Sweep, build_sweep
-from sgdsweep.sweep.identity import content_hash
 from sgdsweep.sweep.plan import PlanFiles
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "sgdsweep"
-#: The stages, in the order data flows through them, and the modules allowed at the top.
-STAGES = ("sweep", "models", "theory", "sim", "store", "analysis", "run")
+#: The packages, bottom layer first (each imports only those before it), and the modules allowed at the top.
+STAGES = ("core", "theory", "models", "sim", "store", "sweep", "analysis", "run")
 TOP_MODULES = {"__init__.py", "__main__.py", "errors.py"}
 MAX_LINES = 600
 

@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 from sgdsweep import models
+from sgdsweep.core import noise_types
 from sgdsweep.errors import ConfigError
-from sgdsweep.models import defaults, noise_types
+from sgdsweep.models import defaults
 from sgdsweep.models.base import KERNELS, Layer, Problem
 from sgdsweep.sweep import grid as gridmod
 from sgdsweep.sweep import schema
@@ -214,4 +215,4 @@ def test_the_page_on_adding_a_model_names_every_hook():
     section = page[page.index("## Adding a model"):]
     for name in (*models.REQUIRED, *models.OPTIONAL):
         assert f"`{name}" in section, name
-    assert "sgdsweep/models/noise_types.py" in page
+    assert "sgdsweep/core/noise_types.py" in page

@@ -1,5 +1,5 @@
 """Each concept has one owner that the rest of the package reads: the noise types' properties
-(sgdsweep.models.noise_types), what may vary within one engine call (the engine's
+(sgdsweep.core.noise_types), what may vary within one engine call (the engine's
 BATCH_VARYING), the names and attributes of stored variables (sgdsweep.store.variables)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sgdsweep.models import noise_types as nt
+from sgdsweep.core import noise_types as nt
 
 PACKAGE = Path(__file__).resolve().parents[1] / "sgdsweep"
 SHORT = {"steps": 200, "replicas": 2, "burn_in": 50}

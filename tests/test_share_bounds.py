@@ -175,8 +175,8 @@ def precise(tmp_path_factory):
     from test_precision import config, run_rounds
 
     from sgdsweep.analysis.fit import fit_ensemble
+    from sgdsweep.core.paths import atomic_write_text
     from sgdsweep.store.aggregate import build_ensemble, write_ensemble
-    from sgdsweep.sweep.paths import atomic_write_text
     from sgdsweep.sweep.plan import write_plan
 
     root = tmp_path_factory.mktemp("precise")

@@ -8,7 +8,7 @@ Required:
 - ``AXES``: the sweep axes it uses (any other axis is a config error listing these);
 - ``OPTIONS``: its ``model.*`` keys with their defaults;
 - ``NOISE_TYPES``: the ``noise`` values it supports, a subset of
-  :data:`sgdsweep.models.noise_types.ALL` chosen by their properties; the first is the default;
+  :data:`sgdsweep.core.noise_types.ALL` chosen by their properties; the first is the default;
 - ``check_point(params, where)``: raise :class:`~sgdsweep.errors.ConfigError` if a point cannot
   be simulated (``where`` names the point in the message);
 - ``data_params(params)``: the parameters that determine the problem (points sharing them share

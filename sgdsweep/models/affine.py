@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from sgdsweep.core.noise_types import ALL
 from sgdsweep.models.base import Layer, Problem
-from sgdsweep.models.noise_types import ALL
 
 
 class AffineProblem(Problem):

@@ -25,9 +25,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from sgdsweep.models.noise_types import ADDED_NOISE, SAMPLING_NOISE
+from sgdsweep.core.noise_types import ADDED_NOISE, SAMPLING_NOISE
 
-#: Public names; the noise types' subsets are re-exported from :mod:`sgdsweep.models.noise_types`.
+#: Public names; the noise types' subsets are re-exported from :mod:`sgdsweep.core.noise_types`.
 __all__ = ["ADDED_NOISE", "KERNELS", "SAMPLING_NOISE", "Layer", "Problem", "data_rng",
            "mean_update_radius", "relaxation_from_curvatures"]
 
@@ -193,7 +193,7 @@ def relaxation_from_curvatures(curvatures: np.ndarray, lr: float, momentum: floa
 
 def data_rng(key: Mapping[str, Any]) -> np.random.Generator:
     """The generator of a problem's fixed data, keyed by the parameters that determine it."""
-    from sgdsweep.sweep.identity import hash_words, stream_hash
+    from sgdsweep.core.identity import hash_words, stream_hash
 
     return np.random.default_rng(np.random.SeedSequence([int(key.get("seed", 0)),
                                                          *hash_words(stream_hash(dict(key)))]))

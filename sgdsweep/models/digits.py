@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
+from sgdsweep.core.noise_types import UNLABELLED_NOISE
 from sgdsweep.errors import ConfigError
 from sgdsweep.models.affine import AffineProblem
 from sgdsweep.models.base import data_rng
-from sgdsweep.models.noise_types import UNLABELLED_NOISE
 
 AXES = ("lr", "batch_size", "momentum", "noise")
 OPTIONS: dict[str, Any] = {"test_fraction": 0.2, "pixel_scale": 16.0}

@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sgdsweep.core.noise_types import DATA_FREE_NOISE, NOISE, UNLABELLED_NOISE, select
 from sgdsweep.errors import ConfigError
 from sgdsweep.models.base import Layer, Problem, data_rng
-from sgdsweep.models.noise_types import DATA_FREE_NOISE, NOISE, UNLABELLED_NOISE, select
 
 if TYPE_CHECKING:
     from sgdsweep.theory.predict import Prediction

@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sgdsweep.core.noise_types import MINIBATCH_NOISE
 from sgdsweep.errors import ConfigError
 from sgdsweep.models.affine import AFFINE_NOISE, AffineProblem
 from sgdsweep.models.base import data_rng
-from sgdsweep.models.noise_types import MINIBATCH_NOISE
 
 if TYPE_CHECKING:
     from sgdsweep.theory.predict import Prediction

@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
+from sgdsweep.core.noise_types import UNLABELLED_NOISE
 from sgdsweep.models.affine import AffineProblem
 from sgdsweep.models.base import data_rng
 from sgdsweep.models.linear import check_data
 from sgdsweep.models.linear import n_samples as _n_samples
-from sgdsweep.models.noise_types import UNLABELLED_NOISE
 
 AXES = ("lr", "batch_size", "momentum", "samples_per_param", "noise")
 OPTIONS: dict[str, Any] = {"targets": [2.0, 2.0], "z_matrix": "identity", "injected_noise": 0.1}

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sgdsweep.core.noise_types import DATA_FREE_NOISE
 from sgdsweep.errors import ConfigError
 from sgdsweep.models.base import Layer, Problem
-from sgdsweep.models.noise_types import DATA_FREE_NOISE
 
 if TYPE_CHECKING:
     from sgdsweep.theory.predict import Prediction

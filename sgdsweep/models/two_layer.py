@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sgdsweep.core.noise_types import ALL
 from sgdsweep.errors import ConfigError
 from sgdsweep.models.base import Layer, Problem, data_rng
 from sgdsweep.models.linear import check_data, n_samples
-from sgdsweep.models.noise_types import ALL
 
 if TYPE_CHECKING:
     from sgdsweep.theory.predict import Prediction

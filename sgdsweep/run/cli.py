@@ -124,8 +124,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_simulate_shard(args: argparse.Namespace) -> int:
-    from sgdsweep.run.cluster import worker_count
     from sgdsweep.run.execute import run_shard
+    from sgdsweep.sweep.execution import worker_count
 
     execution = _read_json(args.execution)
     if args.threads is not None:  # the cores Snakemake gave the job: its own cluster takes no more
@@ -143,7 +143,7 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
     with heartbeat("aggregate: reading the point stores and writing the ensemble"):
         n, how = update_ensemble(spec, args.out)
     if args.receipt:
-        from sgdsweep.sweep.paths import atomic_write_text
+        from sgdsweep.core.paths import atomic_write_text
 
         atomic_write_text(args.receipt, json.dumps({"ensemble": str(args.out), "points": len(spec["points"]),
                                                     "sweep_hash": spec.get("sweep_hash")}) + "\n")
@@ -153,8 +153,8 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
 
 def cmd_fit(args: argparse.Namespace) -> int:
     from sgdsweep.analysis.fit import fit_ensemble
-    from sgdsweep.sweep.identity import content_hash
-    from sgdsweep.sweep.paths import atomic_write_text
+    from sgdsweep.core.identity import content_hash
+    from sgdsweep.core.paths import atomic_write_text
     from sgdsweep.sweep.precision import fit_archive_name
 
     spec = _read_json(args.spec)
@@ -194,7 +194,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     pool = figure_pool(args.jobs)  # the workers boot while this process reads its inputs
     try:
-        from sgdsweep.sweep.paths import atomic_write_text
+        from sgdsweep.core.paths import atomic_write_text
 
         with heartbeat("report: drawing the figures"):
             text = build_report(_read_ensemble(args.ensemble), _read_json(args.fits), _read_json(args.spec),

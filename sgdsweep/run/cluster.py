@@ -30,7 +30,6 @@ import contextlib
 import json
 import logging
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -39,15 +38,14 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from sgdsweep.core.paths import atomic_write_text
 from sgdsweep.errors import SgdsweepError, UsageError
 from sgdsweep.run.locking import create_afresh
-from sgdsweep.sweep.paths import atomic_write_text
+from sgdsweep.sweep.execution import SCHEDULER_ENV, scheduler_address, valid_address, worker_count
 
-SCHEDULER_ENV = "SGDSWEEP_SCHEDULER"
 #: Environment variable set by ``sgdsweep run`` for its Snakemake process: the path of the Dask
 #: scheduler file of the run's local cluster.
 SCHEDULER_FILE_ENV = "SGDSWEEP_SCHEDULER_FILE"
-_ADDRESS = re.compile(r"^(tcp|tls|inproc|ucx)://\S+$")
 #: Names, in the run's cluster directory, of Dask's scheduler file, the cluster process's phase
 #: record and its log.
 SCHEDULER_FILE, STATUS_FILE, DAEMON_LOG = "scheduler.json", "status.json", "daemon.log"
@@ -69,85 +67,6 @@ WORKER_ENVIRON = {"MALLOC_MMAP_THRESHOLD_": str(32 * 1024 * 1024),
 log = logging.getLogger("sgdsweep.run.cluster")
 
 
-#: The environment variable of :data:`sgdsweep.sim.kernels.loop.THREADS_ENV` (repeated here:
-#: reading it must not compile the kernels).
-THREADS_ENV = "SGDSWEEP_THREADS"
-
-
-def check_threads_env() -> None:
-    """Refuse a ``SGDSWEEP_THREADS`` that every simulation would refuse (not a positive integer),
-    before any job or cluster starts, instead of in each of them.
-
-    Raises:
-        UsageError: naming the variable, what it holds and what is allowed.
-    """
-    raw = os.environ.get(THREADS_ENV)
-    if raw is None:
-        return
-    try:
-        ok = int(raw) >= 1
-    except ValueError:
-        ok = False
-    if not ok:
-        raise UsageError(f"environment variable {THREADS_ENV}={raw!r}: allowed: a positive integer, the threads "
-                         "of the simulation kernels in one process (default 1); set it so, or unset it")
-
-
-def scheduler_address(execution: Mapping[str, Any]) -> str | None:
-    """The existing scheduler to use, or None to use a local cluster. First the environment the
-    jobs will read is checked (:func:`check_threads_env`).
-
-    Raises:
-        UsageError: ``SGDSWEEP_SCHEDULER`` or ``execution.scheduler`` is set but is not a
-            scheduler address; ``SGDSWEEP_THREADS`` is set but is not a positive integer.
-    """
-    check_threads_env()
-    env = os.environ.get(SCHEDULER_ENV)
-    if env is not None and env.strip():
-        if not _valid_address(env.strip()):
-            raise UsageError(f"environment variable {SCHEDULER_ENV}={env!r} is not a Dask scheduler "
-                             "address; expected e.g. tcp://127.0.0.1:8786 (or unset it to start a "
-                             "local cluster)")
-        return env.strip()
-    address = execution.get("scheduler")
-    if address is not None and not _valid_address(address):
-        raise UsageError(f"config key 'execution.scheduler': {address!r} is not a Dask scheduler address; "
-                         "expected e.g. tcp://127.0.0.1:8786 (a host and a port from 1 to 65535), or "
-                         "null to start a local cluster")
-    return address
-
-
-def _valid_address(address: str) -> bool:
-    """Whether ``address`` is ``protocol://host:port`` with a port in 1–65535 (``inproc://`` takes
-    any name)."""
-    from urllib.parse import urlsplit
-
-    if not _ADDRESS.match(address):
-        return False
-    if address.startswith("inproc://"):
-        return True
-    try:
-        parts = urlsplit(address)
-        return bool(parts.hostname) and parts.port is not None and 0 < parts.port
-    except ValueError:  # a port beyond 65535, an unclosed [ of an IPv6 host
-        return False
-
-
-def worker_count(execution: Mapping[str, Any]) -> int:
-    """Worker processes of a local cluster (``auto`` = CPU cores available to this process)."""
-    workers = execution.get("workers", "auto")
-    if workers == "auto":
-        try:
-            return max(1, len(os.sched_getaffinity(0)))
-        except AttributeError:  # pragma: no cover - non-Linux
-            return max(1, os.cpu_count() or 1)
-    return int(workers)
-
-
-def uses_local_cluster(execution: Mapping[str, Any]) -> bool:
-    """Whether a shard job with these settings would simulate on a local cluster (no scheduler
-    named, not SLURM)."""
-    return scheduler_address(execution) is None and execution.get("cluster", "local") == "local"
 
 
 def local_cluster(workers: int, host: str = "127.0.0.1", gpus: int = 0, **kwargs: Any) -> Any:
@@ -485,7 +404,7 @@ def _file_address(scheduler_file: Path) -> str:
         address, why = None, getattr(exc, "strerror", None) or exc
     else:
         why = f"its 'address' is {address!r}"
-    if not isinstance(address, str) or not _valid_address(address):
+    if not isinstance(address, str) or not valid_address(address):
         raise SgdsweepError(f"the Dask scheduler file {scheduler_file} ({SCHEDULER_FILE_ENV}) names no scheduler "
                             f"({why}; expected JSON with an address such as tcp://127.0.0.1:8786); run the "
                             f"workflow with 'sgdsweep run', or unset {SCHEDULER_FILE_ENV}")

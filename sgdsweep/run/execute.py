@@ -24,6 +24,7 @@ from itertools import groupby
 from pathlib import Path
 from typing import Any
 
+from sgdsweep.core.paths import atomic_write_text
 from sgdsweep.errors import SgdsweepError
 from sgdsweep.run.cluster import dask_client
 from sgdsweep.run.gpus import check_gpu_workers, task_resources
@@ -37,7 +38,6 @@ from sgdsweep.store.leftovers import (
 )
 from sgdsweep.store.packs import label_for, pack_points
 from sgdsweep.store.points import complete_points, failed_marker
-from sgdsweep.sweep.paths import atomic_write_text
 from sgdsweep.sweep.plan import remove_other_shard_versions
 
 log = logging.getLogger("sgdsweep.run.execute")

@@ -21,8 +21,9 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from sgdsweep.core.hardware import cuda_devices
 from sgdsweep.errors import SgdsweepError
-from sgdsweep.sweep.device import CUDA, backend_of, cuda_devices
+from sgdsweep.sweep.device import CUDA, backend_of
 
 #: The Dask worker resource that GPU tasks ask for, one unit per task.
 GPU_RESOURCE = "GPU"

@@ -22,8 +22,8 @@ import tempfile
 from pathlib import Path
 from typing import IO, Any
 
+from sgdsweep.core.paths import SWEEP_MARKER
 from sgdsweep.errors import SgdsweepError, UsageError
-from sgdsweep.sweep.paths import SWEEP_MARKER
 
 LOCK_NAME = SWEEP_MARKER
 

@@ -31,7 +31,7 @@ LOGGER_PLUGIN = "sgdsweep"
 
 
 def _snakefile() -> Path:
-    from sgdsweep.sweep.paths import workflow_root
+    from sgdsweep.core.paths import workflow_root
 
     return workflow_root() / "Snakefile"
 
@@ -42,10 +42,10 @@ def run_sweep(args: argparse.Namespace, verbosity: int) -> int:
     import time
 
     from sgdsweep.run import locking
-    from sgdsweep.run.cluster import scheduler_address
     from sgdsweep.store.points import complete_points
     from sgdsweep.sweep.config import load_sweep
     from sgdsweep.sweep.device import device_override, snakemake_config
+    from sgdsweep.sweep.execution import scheduler_address
     from sgdsweep.sweep.plan import PlanFiles, explain, format_explanation, plan_texts, write_plan_file
 
     t0 = time.monotonic()
@@ -197,9 +197,8 @@ def _run_cluster(sweep: Any, env: dict[str, str], start: bool) -> Iterator[None]
         SCHEDULER_FILE_ENV,
         start_run_cluster,
         stop_run_cluster,
-        uses_local_cluster,
-        worker_count,
     )
+    from sgdsweep.sweep.execution import uses_local_cluster, worker_count
     from sgdsweep.sweep.plan import PlanFiles
 
     execution = sweep.config["execution"]

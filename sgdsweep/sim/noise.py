@@ -21,9 +21,9 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from sgdsweep.models.noise_types import ADDED_NOISE, MODE, NOISE
+from sgdsweep.core.noise_types import ADDED_NOISE, MODE, NOISE
 
-#: Student-t degrees of freedom of ``student_t`` (its ``nu``, :mod:`sgdsweep.models.noise_types`):
+#: Student-t degrees of freedom of ``student_t`` (its ``nu``, :mod:`sgdsweep.core.noise_types`):
 #: a module constant, which compiled code reads as a compile-time constant.
 STUDENT_NU: int = NOISE["student_t"].nu
 #: Parameters up to which noise matched to a data set's per-sample gradients

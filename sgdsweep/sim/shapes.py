@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from sgdsweep.models.noise_types import MODE  # a lane of these noise types keeps a permutation of the P samples
+from sgdsweep.core.noise_types import MODE  # a lane of these noise types keeps a permutation of the P samples
 
 __all__ = ["BATCH_VARYING", "BLOCK_RANDOM_NUMBERS", "MODE", "ObserveSpec", "Slot", "accumulator_layout",
            "lane_accumulator_bytes", "noise_lag_list", "observe_spec", "sketch_width"]

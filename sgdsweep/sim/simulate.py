@@ -3,7 +3,7 @@
 All points of a batch share the problem (model and data), ``batch_size``, ``noise``, ``steps``
 and the dynamics; their replicas become the lanes of one :func:`sgdsweep.sim.engine.run_lanes`
 call. Each lane's randomness comes from ``SeedSequence([seed, *hash_words(replica_stream_key(params)),
-replica])`` (:func:`sgdsweep.sweep.identity.replica_stream_key`, :func:`sgdsweep.sim.noise.lane_streams`),
+replica])`` (:func:`sgdsweep.core.identity.replica_stream_key`, :func:`sgdsweep.sim.noise.lane_streams`),
 so results do not depend on how points are batched or which worker runs them, nor on the
 simulation version that decides whether they rerun; and for an extensible point (a sweep with
 ``precision:``) replica r is the same whatever the point's number of replicas.
@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from sgdsweep.core.identity import hash_words, replica_stream_key
 from sgdsweep.errors import StoreError
 from sgdsweep.models import get_model
 from sgdsweep.sim import tangent
@@ -34,14 +35,13 @@ from sgdsweep.store import lanes as lanes_store
 from sgdsweep.store import points as point_store
 from sgdsweep.store.provenance import code_version
 from sgdsweep.store.variables import point_array_attrs
-from sgdsweep.sweep.identity import hash_words, replica_stream_key
 from sgdsweep.theory.predict import predict
 
 
 def replica_streams(seed: int, stream_key: str, replicas: int, start: int = 0) -> list[tuple[np.random.Generator, ...]]:
     """Per replica ``start`` … ``replicas − 1`` its (uniforms, normals, initialisation)
     generators, keyed by (root seed, the point's
-    :func:`sgdsweep.sweep.identity.replica_stream_key`, replica index)."""
+    :func:`sgdsweep.core.identity.replica_stream_key`, replica index)."""
     words = hash_words(stream_key)
     return [lane_streams(np.random.SeedSequence([seed, *words, r])) for r in range(start, replicas)]
 

@@ -57,11 +57,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from sgdsweep.core.identity import LYAPUNOV, hash_words
+from sgdsweep.core.noise_types import MATCHED_ADDED_NOISE, NOISE
 from sgdsweep.models.base import Problem
-from sgdsweep.models.noise_types import MATCHED_ADDED_NOISE, NOISE
 from sgdsweep.sim import noise as noisemod
 from sgdsweep.sim.engine import BLOCK_RANDOM_NUMBERS, BLOCK_STEPS, Dynamics
-from sgdsweep.sweep.identity import LYAPUNOV, hash_words
 
 #: Relative size of the central difference: ε = FD_STEP · (1 + ‖w*‖). Exact for an affine
 #: gradient (rounding ~1e-12 relative); O(ε²) for a smooth one.

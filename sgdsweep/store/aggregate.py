@@ -40,6 +40,7 @@ import numpy as np
 import xarray as xr
 import zarr
 
+from sgdsweep.core.identity import points_digest
 from sgdsweep.errors import StoreError
 from sgdsweep.store import points as point_store
 from sgdsweep.store.aggregate_read import read_points
@@ -58,7 +59,6 @@ from sgdsweep.store.variables import (
     describe_dimension,
     ensemble_dims,
 )
-from sgdsweep.sweep.identity import points_digest
 
 
 def _pad(rows: list[np.ndarray], fill: float) -> np.ndarray:

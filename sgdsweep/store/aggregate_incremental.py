@@ -47,11 +47,11 @@ from typing import Any
 import numpy as np
 import zarr
 
+from sgdsweep.core.identity import points_digest
 from sgdsweep.errors import StoreError
 from sgdsweep.store import aggregate
 from sgdsweep.store import points as point_store
 from sgdsweep.store.integrity import METADATA_ATTR, check_ensemble, record_metadata
-from sgdsweep.sweep.identity import points_digest
 
 log = logging.getLogger(__name__)
 

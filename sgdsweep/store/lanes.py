@@ -6,7 +6,7 @@ replicas ``start … stop − 1`` of one point are ``points/lanes/<key>.<start>-
 point store (:func:`sgdsweep.store.points.write_point`: atomic, checksummed, read without
 pickle). ``key`` (:func:`lanes_key`) is the point's identity without its number of replicas, so
 the parts of every round of one point share it. Replica r depends on nothing but the point and r
-(:func:`sgdsweep.sweep.identity.replica_stream_key`), so the first R rows of the parts are
+(:func:`sgdsweep.core.identity.replica_stream_key`), so the first R rows of the parts are
 exactly the lanes a run of R replicas from the start would give: an extended point is computed
 from them and the new replicas alone, never from a recomputation.
 """
@@ -20,9 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
+from sgdsweep.core.identity import content_hash
 from sgdsweep.errors import StoreError
 from sgdsweep.store import points as point_store
-from sgdsweep.sweep.identity import content_hash
 
 #: Subdirectory of the points directory that holds the parts.
 LANES_DIR = "lanes"
@@ -33,7 +33,7 @@ _PART = re.compile(r"^([0-9a-f]{16})\.([0-9]+)-([0-9]+)\.npz$")
 
 
 def lanes_key(params: Mapping[str, object]) -> str:
-    """The key of a point's stored lanes: :func:`sgdsweep.sweep.identity.content_hash` of its
+    """The key of a point's stored lanes: :func:`sgdsweep.core.identity.content_hash` of its
     parameters without ``replicas``."""
     return content_hash({k: v for k, v in params.items() if k != "replicas"})
 

@@ -6,7 +6,7 @@ and records the point it was written for: the attribute :data:`HASH_ATTR` and th
 parameters ``params``. A store copied or renamed onto another point's name, or whose parameters
 were edited, would be read as that point's results; so every reader that picks a store by name
 checks that the recorded hash is the name and that the recorded parameters hash to it
-(:func:`identity_problem`; :func:`sgdsweep.sweep.identity.content_hash`, which includes the
+(:func:`identity_problem`; :func:`sgdsweep.core.identity.content_hash`, which includes the
 simulation version). The check costs one hash of the parameters (microseconds) per store.
 """
 
@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from sgdsweep.core.identity import content_hash
 from sgdsweep.errors import StoreError
-from sgdsweep.sweep.identity import content_hash
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ HASH_ATTR = "point_hash"
 def identity_problem(point_hash: str, attrs: Mapping[str, Any]) -> str | None:
     """Why a store whose group attributes are ``attrs`` is not the store of point ``point_hash``,
     or None when it is: it must record that hash (:data:`HASH_ATTR`) and parameters (``params``)
-    that hash to it (:func:`sgdsweep.sweep.identity.content_hash`, which includes this
+    that hash to it (:func:`sgdsweep.core.identity.content_hash`, which includes this
     simulation version)."""
     recorded, params = attrs.get(HASH_ATTR), attrs.get("params")
     if not isinstance(recorded, str) or not isinstance(params, Mapping):

@@ -9,8 +9,8 @@ import platform
 import subprocess
 
 from sgdsweep import __version__
-from sgdsweep.sweep.identity import SIMULATION_VERSION
-from sgdsweep.sweep.paths import workflow_root
+from sgdsweep.core.identity import SIMULATION_VERSION
+from sgdsweep.core.paths import workflow_root
 
 PACKAGES = ("sgdsweep", "numpy", "scipy", "numba", "xarray", "zarr", "dask", "distributed", "snakemake")
 
@@ -42,8 +42,8 @@ def code_version() -> str:
 
 def provenance() -> dict[str, object]:
     """Provenance attributes: versions, code version, host, its devices
-    (:func:`sgdsweep.sweep.device.describe_devices`) and UTC time."""
-    from sgdsweep.sweep.device import describe_devices
+    (:func:`sgdsweep.core.hardware.describe_devices`) and UTC time."""
+    from sgdsweep.core.hardware import describe_devices
 
     return {
         "package_versions": package_versions(),

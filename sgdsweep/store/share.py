@@ -391,7 +391,7 @@ def _check_import_place(target: Path) -> None:
 
     Raises: UsageError naming both directories and the fix.
     """
-    from sgdsweep.sweep.paths import nested_sweep
+    from sgdsweep.core.paths import nested_sweep
 
     found = nested_sweep(target)
     if found is not None:
@@ -472,8 +472,8 @@ def merge_exports(sources: list[str], dest: str) -> dict[str, Any]:
     import zarr
 
     from sgdsweep.analysis.fit import fit_ensemble
+    from sgdsweep.core.identity import content_hash
     from sgdsweep.store.aggregate import write_ensemble
-    from sgdsweep.sweep.identity import content_hash
 
     if len(sources) < 2:
         raise UsageError("merge needs at least two export files")

@@ -45,7 +45,7 @@ def answer_members(sweep_dir: Path) -> dict[str, bytes | Path]:
 
 def workflow_members() -> dict[str, Path]:
     """The workflow that made the sweep: ``workflow/Snakefile`` and ``workflow/rules/*.smk``."""
-    from sgdsweep.sweep.paths import workflow_root
+    from sgdsweep.core.paths import workflow_root
 
     root = workflow_root()
     files = {"workflow/Snakefile": root / "Snakefile"}

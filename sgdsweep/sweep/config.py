@@ -19,15 +19,15 @@ from typing import Any
 import numpy as np
 
 from sgdsweep.analysis import lead as report_lead
+from sgdsweep.core.identity import LYAPUNOV, canonical_json, content_hash
+from sgdsweep.core.noise_types import SAMPLING_NOISE, SDE_NOISE, describe
+from sgdsweep.core.paths import nested_sweep, sweep_dir
 from sgdsweep.errors import ConfigError
 from sgdsweep.models import allowed_noise, get_model, hook, observing
-from sgdsweep.models.noise_types import SAMPLING_NOISE, SDE_NOISE, describe
 from sgdsweep.sweep import grid as gridmod
 from sgdsweep.sweep import limits
 from sgdsweep.sweep.cost import Footprint, footprint
 from sgdsweep.sweep.device import router as device_router
-from sgdsweep.sweep.identity import LYAPUNOV, canonical_json, content_hash
-from sgdsweep.sweep.paths import nested_sweep, sweep_dir
 from sgdsweep.sweep.schema import check_tree, load_schema, read_yaml, validate_and_fill
 
 #: Axes every sweep must set (in the grid or in every explicit point) when the model uses them.
@@ -369,7 +369,7 @@ def load_sweep(path: str | Path, overrides: Mapping[str, Any] | None = None) -> 
 
 def check_place(sweep: Sweep) -> None:
     """Raise :class:`ConfigError` if the sweep's directory lies inside another sweep's directory,
-    or holds one (:func:`sgdsweep.sweep.paths.nested_sweep`): runs of the outer sweep would lose the
+    or holds one (:func:`sgdsweep.core.paths.nested_sweep`): runs of the outer sweep would lose the
     inner one's results."""
     found = nested_sweep(sweep.directory)
     if found is not None:

@@ -175,7 +175,7 @@ def tasks_at_once(execution: Mapping[str, Any]) -> tuple[int, str]:
     """How many tasks share the memory of ``execution.max_memory``, and why: the workers of a
     local cluster, the worker processes of one SLURM job, or one (a worker of an external
     scheduler, whose machines sgdsweep does not see)."""
-    from sgdsweep.run.cluster import SCHEDULER_ENV, worker_count
+    from sgdsweep.sweep.execution import SCHEDULER_ENV, worker_count
 
     if execution.get("scheduler") or os.environ.get(SCHEDULER_ENV):
         return 1, "one per worker of the external scheduler"
@@ -221,7 +221,7 @@ def estimate_memory(sweep: Sweep, task_list: list[Task]) -> MemoryEstimate:
     processes (:data:`RUN_BYTES`). Measured on a tiny sweep at 1, 2 and 24 local workers, the
     estimate is within a factor of 2 of the run's peak (the resident memory of its whole
     process tree; ``benchmarks/workers_memory.py``)."""
-    from sgdsweep.run.cluster import uses_local_cluster
+    from sgdsweep.sweep.execution import uses_local_cluster
 
     execution = sweep.config["execution"]
     limit, source = memory_limit(execution)
@@ -270,10 +270,10 @@ def measure_rate(point: Point, lanes: int) -> float:
     the kernel's threads of a worker (``$SGDSWEEP_THREADS``, default 1): ``min(lanes, 64)``
     lanes, every step measured (observables on; burn-in steps cost less), timed over ever longer
     runs until one takes :data:`CALIBRATION_SECONDS`. A wall-clock measurement: an estimate."""
+    from sgdsweep.core.identity import replica_stream_key
     from sgdsweep.models import get_model
     from sgdsweep.sim.engine import Dynamics, run_lanes
     from sgdsweep.sim.simulate import observe_spec, replica_streams
-    from sgdsweep.sweep.identity import replica_stream_key
 
     p = point.params
     model = get_model(p["model"])

@@ -26,9 +26,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sgdsweep.core.hardware import cuda_devices
+from sgdsweep.core.noise_types import describe, select
 from sgdsweep.errors import ConfigError
 from sgdsweep.models import MODELS
-from sgdsweep.models.noise_types import describe, select
+from sgdsweep.sweep.execution import scheduler_address
 
 #: Values of ``execution.device`` (and of ``sgdsweep run --device``).
 DEVICES = ("cpu", "cuda", "auto")
@@ -140,23 +142,9 @@ def backend_of(params: Mapping[str, Any]) -> str:
     return str(params.get(BACKEND_KEY, "cpu"))
 
 
-def cuda_devices() -> int:
-    """CUDA devices that CuPy sees on this machine: 0 without CuPy, a driver or a device."""
-    if importlib.util.find_spec("cupy") is None:
-        return 0
-    try:
-        import cupy
-
-        return int(cupy.cuda.runtime.getDeviceCount())
-    except Exception:  # noqa: BLE001 - CuPy raises several types without a driver or a device
-        return 0
-
-
 def expected_gpus(execution: Mapping[str, Any]) -> int | None:
     """GPUs that the sweep's shards will find: this machine's CUDA devices for a local cluster,
     ``execution.slurm.gpus`` per job for SLURM, None (unknown here) for a named scheduler."""
-    from sgdsweep.run.cluster import scheduler_address
-
     if scheduler_address(execution) is not None:
         return None
     if execution.get("cluster", "local") == "slurm":
@@ -258,24 +246,3 @@ def snakemake_config(device: str | None) -> list[str]:
     """Snakemake's arguments that give its jobs the same ``execution.device`` as ``--device``
     (Snakemake merges ``--config`` mappings into the config file's, key by key)."""
     return [] if device is None else ["--config", f"execution={{device: {device}}}"]
-
-
-def describe_devices() -> str:
-    """This machine's compute devices, for provenance: ``cpu (N cores); cuda: none`` or
-    ``cpu (N cores); cuda: K device(s) (NAME, …)``."""
-    import os
-
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - non-Linux
-        cores = os.cpu_count() or 1
-    count = cuda_devices()
-    if not count:
-        return f"cpu ({cores} cores); cuda: none"
-    try:
-        import cupy
-
-        names = [cupy.cuda.runtime.getDeviceProperties(i)["name"].decode() for i in range(count)]
-    except Exception:  # noqa: BLE001 - the names are a courtesy; the count is what matters
-        names = []
-    return f"cpu ({cores} cores); cuda: {count} device(s)" + (f" ({', '.join(names)})" if names else "")

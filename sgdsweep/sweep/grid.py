@@ -13,8 +13,8 @@ import itertools
 from collections.abc import Mapping
 from typing import Any
 
+from sgdsweep.core.identity import canonical_value
 from sgdsweep.errors import ConfigError
-from sgdsweep.sweep.identity import canonical_value
 
 #: The six named axes, in the order used for coordinates and point ordering.
 AXES = ("lr", "batch_size", "momentum", "samples_per_param", "hidden_width", "noise")

@@ -223,7 +223,7 @@ def check_execution(execution: Mapping[str, Any]) -> None:
     ``parse_bytes`` reads it) when the cluster is SLURM. Workers of a scheduler or of SLURM jobs
     live on other machines: their count is theirs (a SLURM job asks for ``slurm.cores``, and SLURM
     refuses more than a node has)."""
-    from sgdsweep.run.cluster import SCHEDULER_ENV
+    from sgdsweep.sweep.execution import SCHEDULER_ENV
 
     if execution.get("cluster") == "slurm":
         slurm_memory_bytes(execution.get("slurm", {}).get("memory", "4GB"))

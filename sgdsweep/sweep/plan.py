@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sgdsweep.core.paths import atomic_write_text, write_if_changed
 from sgdsweep.errors import StoreError
 from sgdsweep.store import packs
 from sgdsweep.store.point_identity import HASH_ATTR, identity_problem
@@ -41,7 +42,6 @@ from sgdsweep.store.points import complete_points, failed_marker, point_path, re
 from sgdsweep.sweep.config import Point, Sweep
 from sgdsweep.sweep.cost import check_memory, describe
 from sgdsweep.sweep.grid import AXES
-from sgdsweep.sweep.paths import atomic_write_text, write_if_changed
 from sgdsweep.sweep.precision import extension_reasons
 
 #: The directory under ``plan/`` of the specs named by their content (:meth:`PlanFiles.by_content`).
@@ -143,7 +143,7 @@ class PlanFiles:
     @property
     def fit_archive(self) -> Path:
         """With ``precision.fits``: each round's fits, ``<points digest>.json``
-        (:func:`sgdsweep.sweep.identity.points_digest`)."""
+        (:func:`sgdsweep.core.identity.points_digest`)."""
         return self.root / "rounds" / "fits"
 
     @property

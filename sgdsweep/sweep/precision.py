@@ -25,12 +25,12 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from sgdsweep.core.identity import EXTENSIBLE, content_hash, points_digest
 from sgdsweep.errors import ConfigError, StoreError
 from sgdsweep.models import get_model
 from sgdsweep.store import lanes as lanes_store
 from sgdsweep.store import points as point_store
 from sgdsweep.sweep.config import Point, Sweep, describe_point, make_point
-from sgdsweep.sweep.identity import EXTENSIBLE, content_hash, points_digest
 
 #: Smallest growth of a point's replicas (or steps) in a round that extends it, and the factor
 #: on the steps that censoring or the autocorrelation time ask for: falling just short of a

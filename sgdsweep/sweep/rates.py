@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sgdsweep.sweep.identity import content_hash
+from sgdsweep.core.identity import content_hash
 
 #: Environment variable: the rate cache file (default under ``$XDG_CACHE_HOME`` or ``~/.cache``).
 CACHE_ENV = "SGDSWEEP_RATE_CACHE"
@@ -80,7 +80,7 @@ def read_cache() -> dict[str, float]:
 
 def write_cache(rates: Mapping[str, float]) -> Path:
     """Merge ``rates`` (key → replica-steps/s) into the cache file, atomically; return its path."""
-    from sgdsweep.sweep.paths import atomic_write_text
+    from sgdsweep.core.paths import atomic_write_text
 
     merged = {**read_cache(), **{k: float(v) for k, v in rates.items()}}
     path = cache_path()

@@ -22,9 +22,9 @@ import yaml
 from jsonschema import validators
 from jsonschema.exceptions import ValidationError, best_match
 
+from sgdsweep.core.paths import workflow_root
 from sgdsweep.errors import ConfigError
 from sgdsweep.sweep import limits
-from sgdsweep.sweep.paths import workflow_root
 
 
 @functools.lru_cache(maxsize=1)

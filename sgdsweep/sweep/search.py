@@ -294,7 +294,7 @@ def write_edge_summary(report_spec: str | Path, out: str | Path, log: str | Path
     Raises:
         ValueError: the spec is not that of an edge search.
     """
-    from sgdsweep.sweep.paths import atomic_write_text
+    from sgdsweep.core.paths import atomic_write_text
 
     spec = json.loads(Path(report_spec).read_text())
     info = spec.get("rounds") or {}

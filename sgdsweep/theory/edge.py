@@ -19,7 +19,7 @@ grows without bound iff ρ ≥ 1 (the noise excites every direction: C or the la
 rank on the data's span). :func:`sgdsweep.theory.linear.stationary_second_moment` solves
 ``Z = 𝓛(Z) + const``; this module gives ρ and the edge, the parameter value where ρ = 1.
 
-Noise types (:mod:`sgdsweep.models.noise_types`):
+Noise types (:mod:`sgdsweep.core.noise_types`):
 
 - sampled batches, with replacement (``minibatch_replace``) or without (``minibatch``, and
   ``label``, whose fresh label noise is additive and leaves 𝓛 unchanged): the multiplicative

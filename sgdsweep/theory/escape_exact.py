@@ -54,7 +54,7 @@ import scipy.sparse
 import scipy.sparse.linalg
 import scipy.special
 
-from sgdsweep.models.noise_types import DATA_FREE_NOISE, GAUSSIAN_NOISE, MINIBATCH_NOISE, NOISE
+from sgdsweep.core.noise_types import DATA_FREE_NOISE, GAUSSIAN_NOISE, MINIBATCH_NOISE, NOISE
 from sgdsweep.sim.noise import STUDENT_NU
 
 FORMULA = (

@@ -31,8 +31,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse.linalg as spla
 
+from sgdsweep.core.noise_types import NOISE, select
 from sgdsweep.models.affine import AffineProblem
-from sgdsweep.models.noise_types import NOISE, select
 
 #: Largest number of entries of M (N²) solved with a dense factorisation (2500: 50 MB a matrix).
 DIRECT_MAX_UNKNOWNS = 2500

@@ -9,9 +9,10 @@ from snakemake.exceptions import WorkflowError
 
 from sgdsweep.errors import ConfigError, SgdsweepError
 from sgdsweep.run import locking
-from sgdsweep.run.cluster import SCHEDULER_FILE_ENV, scheduler_address, uses_local_cluster, worker_count
+from sgdsweep.run.cluster import SCHEDULER_FILE_ENV
+from sgdsweep.sweep.execution import scheduler_address, uses_local_cluster, worker_count
 from sgdsweep.sweep.config import build_sweep, check_place
-from sgdsweep.sweep.paths import write_if_changed
+from sgdsweep.core.paths import write_if_changed
 from sgdsweep.run.progress import VERBOSITY_ENV
 from sgdsweep.sweep.plan import PlanFiles, explain, format_explanation, plan_texts, remove_other_versions
 from sgdsweep.sweep.schema import read_yaml

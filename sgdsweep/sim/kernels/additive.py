@@ -13,7 +13,7 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
-from sgdsweep.models.noise_types import DATA_FREE_NOISE
+from sgdsweep.core.noise_types import DATA_FREE_NOISE
 from sgdsweep.sim.kernels.common import (
     DELTA_BUFFER,
     FAST,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from sgdsweep.models.noise_types import NOISE, NoiseType
+from sgdsweep.core.noise_types import NOISE, NoiseType
 from sgdsweep.sim.noise import STUDENT_NU
 from sgdsweep.sim.pcg64 import next_double
 

@@ -14,7 +14,7 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
-from sgdsweep.models.noise_types import NOISE
+from sgdsweep.core.noise_types import NOISE
 from sgdsweep.sim.kernels.common import (
     ADDED_CODE,
     DELTA_BUFFER,

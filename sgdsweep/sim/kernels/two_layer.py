@@ -13,7 +13,7 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
-from sgdsweep.models.noise_types import MATCHED_ADDED_NOISE
+from sgdsweep.core.noise_types import MATCHED_ADDED_NOISE
 from sgdsweep.sim.kernels.affine import plain_grad
 from sgdsweep.sim.kernels.common import (
     ADDED_CODE,
