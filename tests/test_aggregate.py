@@ -15,6 +15,7 @@ from sgdsweep.core.identity import content_hash
 from sgdsweep.errors import StoreError
 from sgdsweep.store import aggregate, variables
 from sgdsweep.store import points as point_store
+from sgdsweep.store.migrate import migrate_points
 
 
 def _point(tmp_path, name="p0"):
@@ -100,14 +101,16 @@ def _sweep(tmp_path, n=3):
             "sweep_hash": "abc", "simulation_config": {"model": {}}}
 
 
-def test_ensemble_of_npz_stores_equals_that_of_zarr_stores(tmp_path):
-    """The same points stored as .npz and as Zarr directory stores (the first layout, read through
-    Zarr) aggregate to the same ensemble."""
+def test_ensemble_of_npz_stores_equals_that_of_migrated_zarr_stores(tmp_path):
+    """The same points stored as .npz and as Zarr directory stores (the first layout), migrated
+    to .npz (sgdsweep.store.migrate, as a run does before it looks for points), aggregate to the
+    same ensemble."""
     spec = _sweep(tmp_path)
     npz = aggregate.build_ensemble(spec)
     for entry in spec["points"]:
         as_directory_store(point_store.point_path(tmp_path, entry["hash"]))
     assert not list(tmp_path.glob("*.npz"))
+    assert len(migrate_points(tmp_path).migrated) == len(spec["points"])
     directories = aggregate.build_ensemble(spec)
     for ds in (npz, directories):
         ds.attrs.pop("created_utc")

@@ -20,6 +20,7 @@ from conftest import as_directory_store, make_finished_sweep, run_cli, tiny_conf
 from sgdsweep.core.identity import content_hash
 from sgdsweep.errors import StoreError
 from sgdsweep.sim.simulate import simulate_points
+from sgdsweep.store import migrate
 from sgdsweep.store import points as point_store
 from sgdsweep.store.aggregate import build_ensemble, load_ensemble, open_ensemble
 from sgdsweep.sweep.config import Sweep, build_sweep
@@ -117,40 +118,42 @@ def _chunks(directory: Path) -> list[Path]:
 
 def test_a_directory_store_missing_a_chunk_is_damaged_and_recomputed(tmp_path):
     """A point store of the first layout (a Zarr directory) whose chunk file was deleted reads
-    zeros through Zarr; it is not stored (plan: corrupt), aggregation refuses it naming the
-    array, and the point's simulation replaces it with a .npz store."""
+    zeros through Zarr; it is not migrated (the migration names the array; plan: corrupt), and
+    the point's simulation stores it as .npz, which then supersedes it."""
     config, sweep, files = _finished(tmp_path)
     p = sweep.points[0]
     expected = point_store.read_array(point_store.point_path(files.points_dir, p.hash), "weight_var_replica")
     directory = as_directory_store(point_store.point_path(files.points_dir, p.hash))
-    assert point_store.is_complete(directory, point_hash=p.hash)
+    assert migrate.legacy_problem(directory) is None
     (chunk,) = _chunks(directory / "weight_var_replica")
     chunk.unlink()
     read = np.asarray(zarr.open_group(str(directory), mode="r")["weight_var_replica"][...])
     assert (read == 0).all()  # what Zarr alone reads for a lost chunk: the fill value
-    assert not point_store.is_complete(directory)
-    assert p.hash not in point_store.complete_points(files.points_dir, [p.hash])
     _, line = _plan_line(config, p.hash)
-    assert "corrupt (incomplete or unreadable store)" in line, line
-    with pytest.raises(StoreError, match=rf"point store {directory} is damaged: array 'weight_var_replica' "
-                                         r"has 1 of its 1 chunk file\(s\) missing"):
-        build_ensemble(json.loads(files.sweep_spec.read_text()))
+    assert f"corrupt (incomplete or unreadable store of an earlier layout, {directory.name}" in line, line
+    result = migrate.migrate_points(files.points_dir)
+    assert result.migrated == [] and list(result.damaged) == [p.hash]
+    assert f"point store {directory} is damaged: array 'weight_var_replica' has 1 of its 1 chunk file(s) " \
+           "missing" in result.damaged[p.hash]
+    assert directory.exists() and p.hash not in point_store.complete_points(files.points_dir, [p.hash])
     simulate_points([p.spec()], str(files.points_dir))
-    assert not directory.exists()
+    assert migrate.remove_superseded(files.points_dir, [p.hash]) == [directory]
     np.testing.assert_array_equal(
         point_store.read_array(point_store.point_path(files.points_dir, p.hash), "weight_var_replica"), expected)
 
 
 def test_directory_stores_are_written_with_every_chunk(tmp_path):
     """write_zarr_group writes the chunk of an array holding only the fill value (zeros) too, so
-    such a store is complete, and reads back the same."""
+    such a store is complete (it would be migrated), and reads back the same."""
     h = content_hash({"lr": 0.1})
     path = point_store.point_path(tmp_path, h)
     point_store.write_point(path, {"zeros": (("replica",), np.zeros(3)), "ones": (("replica",), np.ones(3))},
                             {"point_hash": h, "params": {"lr": 0.1}})
     directory = as_directory_store(path)
-    assert _chunks(directory / "zeros") and point_store.is_complete(directory, point_hash=h)
-    np.testing.assert_array_equal(point_store.read_array(directory, "zeros"), np.zeros(3))
+    assert _chunks(directory / "zeros") and migrate.legacy_problem(directory) is None
+    with migrate.open_legacy(directory) as group:
+        group.check_identity(h)
+        np.testing.assert_array_equal(group.read("zeros"), np.zeros(3))
 
 
 def _edit(path: Path, change) -> None:

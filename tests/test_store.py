@@ -1,4 +1,4 @@
-"""Point stores (atomic, complete-or-absent, checksummed, earlier layouts read) and the ensemble round trip."""
+"""Point stores (atomic, complete-or-absent, checksummed, earlier layouts migrated) and the ensemble round trip."""
 
 from __future__ import annotations
 
@@ -16,13 +16,13 @@ import xarray as xr
 from conftest import as_directory_store, checksummed_zip, npy, tiny_config, write_zarr_zip_point
 
 from sgdsweep.errors import StoreError, UsageError
-from sgdsweep.run.execute import make_batches
+from sgdsweep.run.execute import make_batches, run_shard
 from sgdsweep.sim.simulate import simulate_points
-from sgdsweep.store import leftovers
+from sgdsweep.store import leftovers, migrate
 from sgdsweep.store import points as point_store
 from sgdsweep.store.aggregate import build_ensemble, open_ensemble, write_ensemble
 from sgdsweep.sweep.config import build_sweep
-from sgdsweep.sweep.plan import write_plan
+from sgdsweep.sweep.plan import explain, write_plan
 
 ARRAYS = {"x": (("replica",), np.arange(4.0)), "m": (("param", "param_t"), np.eye(2), {"units": "weight²"}),
           "n": (("replica",), np.array([1, 0, 2, -1]))}
@@ -60,7 +60,7 @@ def test_point_store_round_trip_and_atomicity(tmp_path):
     assert point_store.has_array(path, "m") and not point_store.has_array(path, "absent")
     with pytest.raises(StoreError, match=f"point store {path} holds no array 'absent'"):
         point_store.read_array(path, "absent")
-    with pytest.raises(ValueError, match=r"must end in one of \.npz"):
+    with pytest.raises(ValueError, match=r"must end in \.npz"):
         point_store.write_point(tmp_path / "abc123.h5", ARRAYS, {})
     objects = np.array([{}, None], dtype=object)
     for bad in ({"sgdsweep_meta": ((), np.zeros(1))}, {"table.x": ((), np.zeros(1))}, {"o": (("i",), objects)}):
@@ -178,56 +178,171 @@ def test_crafted_stores_are_refused(tmp_path, monkeypatch):
             point_store.read_attrs(path)
 
 
-def test_stores_of_earlier_layouts_are_read_and_reused(tmp_path):
-    """Stores written by earlier sgdsweep versions, a Zarr group in a zip file (written here by
-    Zarr's own ZipStore) or in a directory, are found, read through Zarr and reused, never
-    recomputed or overwritten: an aggregation of them equals one of the same points as ``.npz``;
-    an incomplete one is replaced by a ``.npz`` store."""
+def _with_checksum(path):
+    """Give the Zarr zip file ``path`` the sgdsweep checksum comment that the later layout-2
+    stores carry (the CRC-32 of every byte before its digits)."""
+    with zipfile.ZipFile(path, "a") as zf:
+        zf.comment = point_store.CHECKSUM_MARKER + b"0" * 8
+    raw = bytearray(path.read_bytes())
+    raw[-8:] = b"%08x" % zlib.crc32(raw[:-8])
+    path.write_bytes(bytes(raw))
+
+
+def _legacy_sweep(tmp_path):
+    """A simulated tiny sweep whose four points are then stored in the three earlier layouts: a
+    Zarr zip file without a checksum (two points), one with it, and a Zarr directory. Returns
+    (sweep, plan files, the ensemble of the .npz stores, hash → what its store of an earlier
+    layout holds, read through Zarr: arrays and attributes, hash → that store)."""
     cfg = tiny_config(results_dir=str(tmp_path / "results"), dynamics={"steps": 1000, "replicas": 3})
     sweep = build_sweep(cfg)
     files = write_plan(sweep)
     for batch in make_batches([p.spec() for p in sweep.points], 4):
         simulate_points(batch, str(files.points_dir))
-    spec = json.loads(files.sweep_spec.read_text())
-    as_npz = build_ensemble(spec)
+    as_npz = build_ensemble(json.loads(files.sweep_spec.read_text()))
     hashes = [p.hash for p in sweep.points]
-    zipped, directory = hashes[:2], hashes[2:]
-    for h in zipped:
+    original, legacy = {}, {}
+    for i, h in enumerate(hashes):
         path = point_store.point_path(files.points_dir, h)
         with point_store.PointStore(path) as store:
             arrays = {name: (dims, store.read(name)) for name, (dims, _) in store.arrays.items()}
-            write_zarr_zip_point(path.with_name(f"{h}.zarr.zip"), arrays, store.attrs)
-        path.unlink()
-    for h in directory:
-        as_directory_store(point_store.point_path(files.points_dir, h))
-    assert sorted(os.listdir(files.points_dir)) == sorted([f"{h}.zarr.zip" for h in zipped]
-                                                          + [f"{h}.zarr" for h in directory])
-    assert point_store.complete_points(files.points_dir, hashes) == set(hashes)  # nothing to recompute
-    before = {p: p.stat().st_mtime_ns for p in files.points_dir.rglob("*")}
-    as_legacy = build_ensemble(spec)
-    for ds in (as_npz, as_legacy):
+            attrs = store.attrs
+        if i < 3:
+            legacy[h] = write_zarr_zip_point(path.with_name(f"{h}.zarr.zip"), arrays, attrs)
+            path.unlink()
+            if i == 2:
+                _with_checksum(legacy[h])
+        else:
+            legacy[h] = as_directory_store(path)
+        with migrate.open_legacy(legacy[h]) as store:
+            original[h] = ({n: (dims, attrs, store.read(n)) for n, (dims, attrs) in store.arrays.items()},
+                           dict(store.attrs))
+    return sweep, files, as_npz, original, legacy
+
+
+def _same_as_original(path, original):
+    """The .npz store ``path`` holds ``original`` (arrays with their dimension names, attributes
+    and bytes; group attributes but the layout version, which is the current one)."""
+    arrays, attrs = original
+    with point_store.PointStore(path) as store:
+        assert set(store.arrays) == set(arrays)
+        for name, (dims, array_attrs, data) in arrays.items():
+            got = store.read(name)
+            assert store.arrays[name] == (tuple(dims), array_attrs), name
+            assert got.dtype == data.dtype and got.shape == data.shape and got.tobytes() == data.tobytes(), name
+        assert store.attrs["store_version"] == point_store.STORE_VERSION
+        assert {k: v for k, v in store.attrs.items() if k != "store_version"} == \
+               {k: v for k, v in attrs.items() if k != "store_version"}
+
+
+def test_stores_of_earlier_layouts_are_migrated_and_reused(tmp_path):
+    """Stores written by earlier sgdsweep versions (a Zarr group in a zip file, with or without
+    the checksum comment, or in a directory) are not read where points are found: the shard job
+    migrates them to .npz when it starts (sgdsweep.store.migrate), each bitwise equal to the
+    original, and simulates none of them; the aggregation equals the one of the original .npz."""
+    sweep, files, as_npz, original, legacy = _legacy_sweep(tmp_path)
+    hashes = [p.hash for p in sweep.points]
+    assert sorted(os.listdir(files.points_dir)) == sorted(p.name for p in legacy.values())
+    assert point_store.complete_points(files.points_dir, hashes) == set()  # the readers read .npz only
+    reasons = explain(sweep)  # what a plain snakemake's plan says before the shard job runs
+    assert all(r.startswith(f"earlier layout ({legacy[h].name}: rewritten as {h}.npz") for h, r in reasons.items())
+    (shard,) = sweep.shards
+    receipt = run_shard(files.shard_spec(shard), tmp_path / "receipt.json", {})
+    assert receipt["simulated"] == []  # reused, nothing simulated
+    assert not any(p.exists() for p in legacy.values())
+    assert point_store.complete_points(files.points_dir, hashes) == set(hashes)
+    for h in hashes:
+        _same_as_original(point_store.point_path(files.points_dir, h), original[h])
+    as_migrated = build_ensemble(json.loads(files.sweep_spec.read_text()))
+    for ds in (as_npz, as_migrated):
         ds.attrs.pop("created_utc")
         ds.attrs.pop("history")  # its first line is dated too
-    xr.testing.assert_identical(as_legacy, as_npz)
-    old = point_store.point_path(files.points_dir, zipped[0])
-    assert old.name.endswith(".zarr.zip") and point_store.has_array(old, "weight_var_replica")
-    assert point_store.read_attrs(old)["point_hash"] == zipped[0]
-    assert not point_store.write_point(old, {"x": (("replica",), np.zeros(3))}, {})  # the same point: kept
-    assert {p: p.stat().st_mtime_ns for p in files.points_dir.rglob("*")} == before
-    # a damaged store of an earlier layout is not complete, and is replaced by a .npz store
-    raw = bytearray(old.read_bytes())
+    xr.testing.assert_identical(as_migrated, as_npz)
+
+
+def test_migration_is_idempotent_and_a_killed_one_keeps_the_old_store(tmp_path, monkeypatch):
+    """A migration killed while it writes the .npz, before it removes the old store, or while it
+    removes an old directory store leaves the old store readable under its name (or, once the
+    .npz is complete and verified, a temporary that the cleaning of killed writes removes); the
+    next migration finishes the job, and one more changes nothing."""
+    sweep, files, _, original, legacy = _legacy_sweep(tmp_path)
+    hashes = [p.hash for p in sweep.points]
+    zipped, directory = legacy[hashes[0]], legacy[hashes[3]]
+
+    class Killed(BaseException):
+        pass
+
+    def kill(*args, **kwargs):
+        raise Killed
+
+    def kill_midway(path, data):  # half the .npz written to its temporary file, then killed
+        path.write_bytes(bytes(data[: len(data) // 2]))
+        raise Killed
+
+    with monkeypatch.context() as m:
+        m.setattr(point_store, "_write_file", kill_midway)
+        with pytest.raises(Killed):
+            migrate.migrate_points(files.points_dir)
+    assert sorted(os.listdir(files.points_dir)) == sorted(p.name for p in legacy.values())  # no .npz
+    for path in legacy.values():
+        assert migrate.legacy_problem(path) is None  # the old store reads whole
+    with monkeypatch.context() as m:  # killed once the .npz is verified, before the old store goes
+        m.setattr(migrate, "_remove", kill)
+        with pytest.raises(Killed):
+            migrate.migrate_store(zipped)
+    assert zipped.exists() and migrate.legacy_problem(zipped) is None
+    _same_as_original(point_store.point_path(files.points_dir, hashes[0]), original[hashes[0]])
+    with monkeypatch.context() as m:  # killed while the old directory store is removed
+        m.setattr(migrate.shutil, "rmtree", kill)
+        with pytest.raises(Killed):
+            migrate.migrate_store(directory)
+    assert not directory.exists()  # renamed aside first: no half-removed store under its name
+    aside = [p for p in os.listdir(files.points_dir) if p.startswith(f".{directory.name}.tmp-")]
+    assert len(aside) == 1
+    result = migrate.migrate_points(files.points_dir)
+    assert sorted(result.migrated) == sorted(hashes[1:3]) and result.superseded == [hashes[0]]
+    assert not result.damaged
+    assert sorted(leftovers.remove_stale_temporaries(files.points_dir, hashes, older_than=0.0)) == \
+           [files.points_dir / aside[0]]
+    assert sorted(os.listdir(files.points_dir)) == sorted(f"{h}.npz" for h in hashes)
+    for h in hashes:
+        _same_as_original(point_store.point_path(files.points_dir, h), original[h])
+    before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in files.points_dir.iterdir()}
+    assert migrate.migrate_points(files.points_dir) == migrate.Migration()  # again: nothing to do
+    assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in files.points_dir.iterdir()} == before
+
+
+def test_a_damaged_store_of_an_earlier_layout_is_not_migrated_but_recomputed(tmp_path, caplog):
+    """An old-layout store with a byte changed (zip) or unreadable metadata (directory) is not
+    migrated: it is kept, the plan names it corrupt, its point is simulated anew, and the shard
+    job then removes it; the good ones are migrated."""
+    sweep, files, _, original, legacy = _legacy_sweep(tmp_path)
+    hashes = [p.hash for p in sweep.points]
+    zipped, directory = legacy[hashes[2]], legacy[hashes[3]]
+    raw = bytearray(zipped.read_bytes())
     raw[len(raw) // 3] ^= 1
-    old.write_bytes(bytes(raw))
-    broken = point_store.point_path(files.points_dir, directory[0])
-    (broken / "zarr.json").write_text("{")
-    assert point_store.complete_points(files.points_dir, hashes) == set(hashes) - {zipped[0], directory[0]}
-    params = {p.hash: dict(p.params) for p in sweep.points}
-    for path in (old, broken):
-        h = path.name.split(".")[0]
-        assert point_store.write_point(path, {"x": (("replica",), np.ones(2))},
-                                       {"summary": {}, "point_hash": h, "params": params[h]})
-        assert not path.exists() and point_store.point_path(path.parent, path.name.split(".")[0]).suffix == ".npz"
+    zipped.write_bytes(bytes(raw))
+    (directory / "zarr.json").write_text("{")
+    reasons = explain(sweep)
+    for h, path in ((hashes[2], zipped), (hashes[3], directory)):
+        assert reasons[h] == ("corrupt (incomplete or unreadable store of an earlier layout, "
+                                           f"{path.name}: not migrated)")
+    with caplog.at_level("WARNING", logger="sgdsweep.store.migrate"):
+        result = migrate.migrate_points(files.points_dir)
+    assert sorted(result.migrated) == sorted(hashes[:2]) and set(result.damaged) == set(hashes[2:])
+    assert f"point store {zipped} is damaged" in result.damaged[hashes[2]]
+    assert f"not migrated (its point is simulated anew): point store {zipped} is damaged" in caplog.text
+    assert zipped.exists() and directory.exists()  # kept, as they are
+    assert point_store.complete_points(files.points_dir, hashes) == set(hashes[:2])
+    for batch in make_batches([p.spec() for p in sweep.points[2:]], 4):  # what the shard job does
+        simulate_points(batch, str(files.points_dir))
+    assert zipped.exists() and directory.exists()
+    # then, with every point stored, what it removes (as it ends)
+    assert sorted(migrate.remove_superseded(files.points_dir, hashes)) == sorted([zipped, directory])
     assert point_store.complete_points(files.points_dir, hashes) == set(hashes)
+    for h in hashes[2:]:  # the same simulation: the same arrays
+        with point_store.PointStore(point_store.point_path(files.points_dir, h)) as store:
+            want = original[h][0]["weight_var_replica"][2]
+            assert store.read("weight_var_replica").tobytes() == want.tobytes()
 
 
 def test_stale_temporaries_of_killed_writes_are_removed(tmp_path):

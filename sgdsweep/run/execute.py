@@ -36,6 +36,7 @@ from sgdsweep.store.leftovers import (
     remove_pack_leftovers,
     remove_stale_temporaries,
 )
+from sgdsweep.store.migrate import migrate_points, remove_superseded
 from sgdsweep.store.packs import label_for, pack_points
 from sgdsweep.store.points import complete_points, failed_marker
 from sgdsweep.sweep.plan import remove_other_shard_versions
@@ -142,6 +143,11 @@ def run_shard(spec_path: Path, receipt_path: Path, execution: Mapping[str, Any])
     spec = json.loads(Path(spec_path).read_text())
     shard, points = spec["shard"], spec["points"]
     points_dir = str(Path(spec["points_dir"]).resolve())  # workers may run in another directory
+    # the shard's stores of an earlier layout, rewritten as .npz before its points are looked
+    # for (sgdsweep.store.migrate; `sgdsweep run` has done so for every point already)
+    migrated = migrate_points(points_dir, (p["hash"] for p in points))
+    if migrated.migrated:
+        log.info("shard %s: migrated %d point store(s) of an earlier layout to .npz", shard, len(migrated.migrated))
     done = complete_points(points_dir, (p["hash"] for p in points))
     todo = [p for p in points if p["hash"] not in done]
     n_cached = len(points) - len(todo)
@@ -208,6 +214,10 @@ def run_shard(spec_path: Path, receipt_path: Path, execution: Mapping[str, Any])
     if lost:
         log.info("shard %s: removed %d temporary file(s) of writes that did not finish, e.g. %s", shard,
                  len(lost), lost[0].name)
+    old = remove_superseded(points_dir, (p["hash"] for p in points))  # damaged, not migrated, simulated anew
+    if old:
+        log.info("shard %s: removed %d damaged point store(s) of an earlier layout, simulated anew, e.g. %s",
+                 shard, len(old), old[0].name)
     past = remove_failed_markers(points_dir, (p["hash"] for p in points))  # e.g. a killed run's
     if past:
         log.info("shard %s: removed %d failure record(s) of points stored since, e.g. %s", shard, len(past),

@@ -58,6 +58,10 @@ def run_sweep(args: argparse.Namespace, verbosity: int) -> int:
     # the sweep's lock before anything starts: a second run is refused here, before it starts
     # a Dask cluster; Snakemake inherits the lock (locking.acquire_or_inherit)
     lock = locking.acquire(sweep.directory)
+    if not args.dry_run:  # under the lock, before anything is planned: stores of earlier layouts as .npz
+        from sgdsweep.store.migrate import migrate_points
+
+        migrate_points(PlanFiles(sweep.directory).points_dir)
     hashes = [p.hash for p in sweep.points]
     stored_before = complete_points(PlanFiles(sweep.directory).points_dir, hashes)
     todo = len(hashes) - len(stored_before)

@@ -28,12 +28,16 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from sgdsweep.store.migrate import LEGACY_SUFFIXES
 from sgdsweep.store.packs import PACK_NAME, packs_dir
-from sgdsweep.store.points import CHECKSUM_MARKER, STALE_TEMPORARY_SECONDS, SUFFIXES, failed_marker
+from sgdsweep.store.points import CHECKSUM_MARKER, POINT_SUFFIX, STALE_TEMPORARY_SECONDS, failed_marker
 
 #: A lane part's name (:func:`sgdsweep.store.lanes.part_path`) and its temporary's.
 _LANE_PART = re.compile(r"^([0-9a-f]{16})\.([0-9]+)-([0-9]+)\.npz$")
 _LANE_TEMPORARY = re.compile(r"^\.([0-9a-f]{16})\.[0-9]+-[0-9]+\.npz\.tmp-[0-9a-zA-Z]+$")
+#: Suffixes of a point store's temporaries: of the current layout and, left by killed writes or
+#: migrations, of the earlier ones (:mod:`sgdsweep.store.migrate`).
+SUFFIXES = (POINT_SUFFIX, *LEGACY_SUFFIXES)
 #: A point store's temporary when any point's may be removed: ``.<hex hash><suffix>.tmp-*``.
 _POINT_TEMPORARY = re.compile(r"^\.[0-9a-f]+(?:" + "|".join(re.escape(s) for s in SUFFIXES) + r")\.tmp-")
 #: The staging directory of ``sgdsweep import`` (:func:`sgdsweep.store.share.import_sweep`).

@@ -2,21 +2,101 @@
 
 An export (:mod:`sgdsweep.store.share`) holds each point store as a Zarr (format 3) group,
 written through Zarr's public API (:func:`write_zarr_group`, :func:`zarr_group_keys`); an import
-writes such a group back as the point's ``.npz`` store (:func:`copy_point`). Any store layout is
-read, single or packed (:class:`sgdsweep.store.points.PointStore`).
+writes such a group back as the point's ``.npz`` store (:func:`copy_point`). The ``.npz`` stores
+are read single or packed (:class:`sgdsweep.store.points.PointStore`); a point held as a Zarr
+group (an export's, or a store of an earlier layout that :mod:`sgdsweep.store.migrate` rewrites)
+is read through Zarr's public API by :class:`ZarrPointGroup`, the one reader of such groups.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from sgdsweep.store.points import PointStore, write_point
+from sgdsweep.errors import StoreError
+from sgdsweep.store.point_identity import identity_problem, misnamed
+from sgdsweep.store.points import COMPLETE_ATTR, PointStore, write_point
+
+
+class ZarrPointGroup:
+    """A point held as a Zarr (format 3) group, opened for reading through Zarr's public API
+    (:func:`zarr.open_group`); a context manager with :class:`~sgdsweep.store.points.PointStore`'s
+    interface (``path``, ``attrs``, ``arrays``, :meth:`read`, :meth:`read_many`,
+    :meth:`check_identity`).
+
+    Args:
+        path: the group's directory, or the file of ``store`` (named in errors).
+        store: a Zarr store holding the group at its root (a ``ZipStore``), or None to open the
+            directory ``path``.
+        require_chunks: whether every array must have all its chunk files (Zarr reads a missing
+            one as the fill value, so a lost file would read as zeros); False for a group whose
+            files were checked otherwise (an export's, against its manifest; a zip's, against
+            its CRC-32).
+
+    Raises (on opening): StoreError naming the group when it is unreadable, damaged (a chunk
+    file missing) or not marked complete.
+    """
+
+    def __init__(self, path: str | Path, store: Any = None, require_chunks: bool = True) -> None:
+        import zarr
+
+        self.path = Path(path)
+        try:
+            self._group = zarr.open_group(store if store is not None else str(self.path), mode="r")
+            for name, arr in self._group.arrays() if require_chunks else ():
+                present = arr.nchunks_initialized  # one listing of the array's chunk files
+                if present < arr.nchunks:
+                    raise StoreError(f"point store {self.path} is damaged: array '{name}' has "
+                                     f"{arr.nchunks - present} of its {arr.nchunks} chunk file(s) missing "
+                                     f"under {self.path / name}; rerun the workflow: it recomputes that point")
+            arrays = {name: (tuple(arr.metadata.dimension_names or ()), dict(arr.attrs))
+                      for name, arr in self._group.arrays()}
+            attrs = dict(self._group.attrs)
+        except StoreError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - OSError, or what zarr raises for a bad group
+            raise StoreError(f"point store {self.path} is missing or unreadable ({exc}); rerun the "
+                             "workflow to recompute it") from None
+        if attrs.get(COMPLETE_ATTR) is not True:
+            raise StoreError(f"point store {self.path} is incomplete; rerun the workflow to recompute it")
+        self.attrs: dict[str, Any] = attrs
+        self.arrays: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = arrays
+
+    def check_identity(self, point_hash: str) -> None:
+        """As :meth:`sgdsweep.store.points.PointStore.check_identity`."""
+        why = identity_problem(point_hash, self.attrs)
+        if why is not None:
+            raise misnamed(self.path, point_hash, why)
+
+    def read(self, name: str) -> np.ndarray:
+        """The array ``name`` (a new NumPy array). Raises: KeyError if there is none;
+        StoreError naming the group and the array if it cannot be read."""
+        if name not in self.arrays:
+            raise KeyError(name)
+        try:
+            return np.asarray(self._group[name][...])
+        except Exception as exc:  # noqa: BLE001 - zarr and its codecs raise several types
+            raise StoreError(f"array {name!r} of point store {self.path} is unreadable ({exc}); "
+                             "delete the store and rerun the workflow") from None
+
+    def read_many(self, names: Iterable[str], prefixes: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+        """As :meth:`sgdsweep.store.points.PointStore.read_many`."""
+        wanted = [*names, *sorted(a for a in self.arrays if a.startswith(prefixes))] if prefixes else list(names)
+        return {name: self.read(name) for name in dict.fromkeys(wanted) if name in self.arrays}
+
+    def close(self) -> None:
+        """Nothing to release: the caller closes the store it gave."""
+
+    def __enter__(self) -> ZarrPointGroup:  # noqa: PYI034 - Python 3.10 has no typing.Self
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _write_group(store: PointStore, target: Any) -> None:
@@ -40,12 +120,12 @@ def _write_group(store: PointStore, target: Any) -> None:
 
 
 def write_zarr_group(path: str | Path, directory: str | Path) -> None:
-    """Write the point store at ``path`` (any layout) as a Zarr (format 3) group in the new
+    """Write the point store at ``path`` (``.npz``, single or packed) as a Zarr (format 3) group in the new
     directory ``directory``, through Zarr's public API: one array per array of the store, with
     its dimension names and attributes and every chunk written (also one holding only the fill
     value, so that a missing chunk file means a lost one), then the group's attributes (so an
-    interrupted write is not marked complete). :class:`PointStore` reads such a directory back
-    (layout 1).
+    interrupted write is not marked complete). :class:`ZarrPointGroup` reads such a directory
+    back.
 
     Raises: StoreError if the store is missing, damaged or incomplete; zarr's errors if
     ``directory`` exists.
@@ -83,7 +163,7 @@ def _json(meta: dict[str, Any]) -> bytes:
 
 
 def zarr_group_keys(path: str | Path) -> Iterator[tuple[str, bytes]]:
-    """The keys and values of the point store at ``path`` (any layout) written as a Zarr
+    """The keys and values of the point store at ``path`` (single or packed) written as a Zarr
     (format 3) group, byte for byte what :func:`write_zarr_group` writes into a directory, in
     key order, without writing a file: each array's metadata is the one Zarr's own API writes for
     an array of its data type and rank (:func:`_template`, made once per kind) with its shape,
@@ -115,13 +195,14 @@ def zarr_group_keys(path: str | Path) -> Iterator[tuple[str, bytes]]:
     yield from sorted(keys.items())
 
 
-def copy_point(source: str | Path, path: str | Path, require_chunks: bool = True) -> bool:
-    """Write the point store at ``source`` (any layout; ``require_chunks`` as
-    :class:`PointStore`) as the ``.npz`` store ``path`` (:func:`write_point`: atomic, a complete
-    store there is kept). Returns what it returns.
+def copy_point(source: PointStore | ZarrPointGroup, path: str | Path) -> bool:
+    """Write the open point store ``source`` (a ``.npz`` store or a Zarr group) as the ``.npz``
+    store ``path`` (:func:`write_point`: atomic, a complete store there is kept), every array
+    with its dimension names and attributes and the group's attributes as they are (the layout
+    version :data:`~sgdsweep.store.points.STORE_VERSION` the current one). Returns what
+    :func:`write_point` returns.
 
-    Raises: StoreError if ``source`` is missing, damaged or incomplete.
+    Raises: StoreError if an array of ``source`` cannot be read; as :func:`write_point`.
     """
-    with PointStore(source, require_chunks=require_chunks) as store:
-        arrays = {name: (dims, store.read(name), attributes) for name, (dims, attributes) in store.arrays.items()}
-        return write_point(path, arrays, store.attrs)
+    arrays = {name: (dims, source.read(name), attributes) for name, (dims, attributes) in source.arrays.items()}
+    return write_point(path, arrays, source.attrs)

@@ -35,11 +35,10 @@ Packs: once a shard's points are all stored, the shard job packs their stores in
 (:mod:`sgdsweep.store.packs`, each store's bytes unchanged, its checksum checked alone); a packed
 store's path is ``packs/<pack>.zip/<hash>.npz`` and it is read here like a single one.
 
-Stores of earlier layouts are still read, through Zarr's public API only: one Zarr (format 3)
-group per point in a zip file (``<hash>.zarr.zip``, layout 2, its CRC-32 in the same comment)
-or in a directory (``<hash>.zarr``, layout 1; it has no checksum, so every array must have all
-its chunk files: Zarr would read a deleted one as the fill value). New stores are always written
-as ``.npz``.
+Only this layout is read here. Stores of earlier layouts (a Zarr group per point in a zip file,
+``<hash>.zarr.zip``, or in a directory, ``<hash>.zarr``) are rewritten into it, verified, by
+:mod:`sgdsweep.store.migrate` before a run plans or a shard job looks for its points; until
+then they are not found here.
 """
 
 from __future__ import annotations
@@ -48,7 +47,6 @@ import errno
 import io
 import json
 import os
-import shutil
 import uuid
 import zipfile
 import zlib
@@ -65,13 +63,11 @@ from sgdsweep.store.point_identity import HASH_ATTR, identity_problem, misnamed,
 
 #: Attribute that marks a store as complete (set in the metadata member written with the arrays).
 COMPLETE_ATTR = "sgdsweep_complete"
-#: Version of the point-store layout: 3, one ``.npz`` file; 2, one Zarr zip file; 1, a Zarr directory.
+#: Version of the point-store layout: 3, one ``.npz`` file (2, one Zarr zip file, and 1, a Zarr
+#: directory, are migrated to it: :mod:`sgdsweep.store.migrate`).
 STORE_VERSION = 3
-#: File name suffix of a point store; of layout 2 (one Zarr zip file) and of layout 1 (a Zarr
-#: directory), both still read.
-POINT_SUFFIX, ZIP_SUFFIX, DIRECTORY_SUFFIX = ".npz", ".zarr.zip", ".zarr"
-#: The suffixes of a point's stores, in the order :func:`point_path` prefers them.
-SUFFIXES = (POINT_SUFFIX, ZIP_SUFFIX, DIRECTORY_SUFFIX)
+#: File name suffix of a point store.
+POINT_SUFFIX = ".npz"
 #: Name of the metadata member (``<name>.npy`` in the archive): a 0-d bytes array, UTF-8 JSON.
 META_MEMBER = "sgdsweep_meta"
 #: Start of the name of a member that holds several 1-d arrays along one dimension as the fields
@@ -85,8 +81,8 @@ MAX_POINT_BYTES = 1 << 31
 #: is a crafted archive, refused before the member is parsed.
 MAX_META_BYTES = 16 << 20
 #: Age (seconds, by modification time) from which a point store's temporary file
-#: (``.<hash>.npz.tmp-*``, or ``.<hash>.zarr.zip.tmp-*`` / ``.<hash>.zarr.tmp-*`` of earlier
-#: layouts) is the leftover of a killed write: a live write fills and renames its file within a
+#: (``.<hash>.npz.tmp-*``, or an earlier layout's: :data:`sgdsweep.store.migrate.LEGACY_SUFFIXES`)
+#: is the leftover of a killed write: a live write fills and renames its file within a
 #: second, so ten minutes leave a wide margin for a stalled file system.
 STALE_TEMPORARY_SECONDS = 600.0
 #: Start of a point store's zip comment; 8 hex digits follow, the CRC-32 of every byte of the
@@ -99,19 +95,14 @@ _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 
 def point_path(points_dir: str | Path, point_hash: str) -> Path:
     """Path of a point's store: ``<hash>.npz``, where :func:`write_point` places it, if it is
-    there; else its member of a pack (:class:`~sgdsweep.store.packs.MemberPath`), else the store
-    of an earlier layout (``<hash>.zarr.zip``, then ``<hash>.zarr``) where only that exists;
-    else ``<hash>.npz``."""
+    there; else its member of a pack (:class:`~sgdsweep.store.packs.MemberPath`), else
+    ``<hash>.npz``."""
     single = Path(points_dir) / f"{point_hash}{POINT_SUFFIX}"
     if single.exists():
         return single
     pack = packs.index(points_dir).get(point_hash)
     if pack is not None:
         return packs.member_path(pack, point_hash)
-    for suffix in SUFFIXES[1:]:
-        legacy = Path(points_dir) / f"{point_hash}{suffix}"
-        if legacy.exists():
-            return legacy
     return single
 
 
@@ -121,11 +112,10 @@ def failed_marker(points_dir: str | Path, point_hash: str) -> Path:
 
 
 def _stem(path: Path) -> str:
-    """The point hash of a store path of any layout (``<hash>.npz``, ``.zarr.zip``, ``.zarr``)."""
-    for suffix in SUFFIXES:
-        if path.name.endswith(suffix):
-            return path.name[: -len(suffix)]
-    raise ValueError(f"point store path {path}: must end in one of {', '.join(SUFFIXES)} "
+    """The point hash of a store path ``<hash>.npz``."""
+    if path.name.endswith(POINT_SUFFIX):
+        return path.name[: -len(POINT_SUFFIX)]
+    raise ValueError(f"point store path {path}: must end in {POINT_SUFFIX} "
                      "(use sgdsweep.store.points.point_path)")
 
 
@@ -133,9 +123,8 @@ def write_point(path: str | Path, arrays: Mapping[str, tuple], attrs: Mapping[st
     """Write a point store atomically, as ``<hash>.npz`` beside ``path``.
 
     Args:
-        path: the point's store path (:func:`point_path`; a path of an earlier layout names the
-            same point). A complete store of the point in any layout is kept; an incomplete
-            one, the leftover of a killed run, is replaced.
+        path: the point's store path (:func:`point_path`). A complete store of the point is
+            kept; an incomplete one, the leftover of a killed run, is replaced.
         arrays: name → (dimension names, array) or (dimension names, array, attributes); any
             name but :data:`META_MEMBER`, arrays of a numeric or boolean dtype (object arrays
             are refused: stores are read without pickle).
@@ -205,11 +194,11 @@ def place_members(path: str | Path, members: Mapping[str, np.ndarray], meta: Map
     packed = packs.split_member(existing) is not None  # a pack's damaged member: left to the next packing
     if owner is not None and existing.exists() and not packed:
         try:
-            set_aside(existing, owner, read_attrs(existing), SUFFIXES)
+            set_aside(existing, owner, read_attrs(existing), (POINT_SUFFIX,))
         except StoreError:  # incomplete: replaced as any incomplete store
             pass
     members = {**members, META_MEMBER: np.array(json.dumps(meta, allow_nan=True).encode())}
-    return _place(path, _archive(members), existing if existing != path and not packed else None, owner)
+    return _place(path, _archive(members), owner)
 
 
 def _archive(members: Mapping[str, np.ndarray]) -> memoryview:
@@ -233,11 +222,10 @@ def _archive(members: Mapping[str, np.ndarray]) -> memoryview:
     return raw
 
 
-def _place(path: Path, data: memoryview | bytes, leftover: Path | None, owner: str | None = None) -> bool:
+def _place(path: Path, data: memoryview | bytes, owner: str | None = None) -> bool:
     """Write ``data`` to a temporary file beside ``path`` (``<hash>.npz``) and rename it into
-    place, then remove ``leftover``, an incomplete store of the point in an earlier layout.
-    False, placing nothing, if a complete store (point ``owner``'s own, when given) appeared at
-    ``path`` meanwhile."""
+    place. False, placing nothing, if a complete store (point ``owner``'s own, when given)
+    appeared at ``path`` meanwhile."""
     tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:8]}"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -245,10 +233,6 @@ def _place(path: Path, data: memoryview | bytes, leftover: Path | None, owner: s
         if is_complete(path, point_hash=owner):  # another task placed the same point meanwhile
             return False
         os.replace(tmp, path)
-        if leftover is not None and leftover.is_dir():
-            shutil.rmtree(leftover)
-        elif leftover is not None:
-            leftover.unlink(missing_ok=True)
         return True
     except OSError as exc:
         raise _write_error(path, exc) from None
@@ -278,9 +262,10 @@ def _write_error(path: Path, exc: OSError) -> UsageError | StoreError:
                       "and rerun; the points already stored are kept")
 
 
-def _check_crc(raw: bytes, comment: bytes) -> None:
+def check_crc(raw: bytes, comment: bytes) -> None:
     """Check the zip file ``raw``, whose comment :mod:`zipfile` read as ``comment``, against the
-    CRC-32 there (:func:`_with_checksum`).
+    CRC-32 there (as :func:`_archive` wrote it; :mod:`sgdsweep.store.migrate` checks the Zarr zip
+    stores of an earlier layout that carry one the same way).
 
     Raises: zipfile.BadZipFile, saying what is wrong.
     """
@@ -293,24 +278,6 @@ def _check_crc(raw: bytes, comment: bytes) -> None:
                                  "or damaged after it was written")
 
 
-def _check_zarr_zip(path: Path) -> None:
-    """Check the layout-2 store at ``path`` (a Zarr zip file) whole: against the CRC-32 in its
-    comment, or, for a store written before stores carried that comment, every member against
-    its own CRC-32 (:meth:`zipfile.ZipFile.testzip`).
-
-    Raises: OSError if the file cannot be read; zipfile.BadZipFile if it is not a zip, was cut
-    short or has a byte changed since it was written.
-    """
-    raw = path.read_bytes()
-    with zipfile.ZipFile(io.BytesIO(raw)) as zf:  # BadZipFile when cut short: no directory at the end
-        if zf.comment.startswith(CHECKSUM_MARKER):
-            _check_crc(raw, zf.comment)
-            return
-        bad = zf.testzip()
-    if bad is not None:
-        raise zipfile.BadZipFile(f"member {bad!r} fails its CRC-32: the file was changed or damaged")
-
-
 def _damaged(path: Path, exc: BaseException) -> StoreError:
     return StoreError(f"point store {path} is damaged ({exc}); rerun the workflow: it recomputes that point")
 
@@ -320,46 +287,38 @@ def _unreadable(path: Path, exc: BaseException) -> StoreError:
 
 
 class PointStore:
-    """One point store opened for reading, of any layout; a context manager.
+    """One point store (``<hash>.npz``, single or packed) opened for reading; a context manager.
 
     Attributes:
         path: the store.
         attrs: its group attributes (identity, parameters, summary, layout version).
         arrays: name → (dimension names, attributes) of each array it holds.
 
-    A ``.npz`` store (layout 3) is read whole and checked (:func:`_check_crc`) when opened;
+    The store is read whole and checked (:func:`check_crc`) when opened;
     its members are checked before any is read (every name ``<array>.npy``, the metadata member
     present, declared sizes at most :data:`MAX_POINT_BYTES` in all, the metadata member's at most
     :data:`MAX_META_BYTES` declared and inflated) and read as
-    :func:`numpy.load` reads them, without pickle. Stores of layouts 2 and 1 are read through Zarr's public
-    API (:func:`zarr.open_group`); of a directory store, every array must have all its chunk
-    files (Zarr reads a missing one as the fill value) unless ``require_chunks`` is False (for a
-    group whose files were checked otherwise: an export's, against its manifest).
+    :func:`numpy.load` reads them, without pickle. (A point held as a Zarr group, an export's or
+    a store of an earlier layout, is read by :class:`sgdsweep.store.point_copies.ZarrPointGroup`.)
 
     Raises (on opening): StoreError naming the store when it is missing, unreadable, damaged,
     crafted, or not marked complete.
     """
 
-    def __init__(self, path: str | Path, require_chunks: bool = True) -> None:
+    def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self._require_chunks = require_chunks
         self._zip: zipfile.ZipFile | None = None
         self._tables: dict[str, str] = {}  # array name → the table member holding it
         self._rows: dict[str, np.ndarray] = {}  # table member → its structured array, once read
-        self._group: Any = None
-        self._zipstore: Any = None
         try:
-            if self.path.name.endswith(POINT_SUFFIX):
-                meta = self._open_npz()
-            else:
-                meta = self._open_zarr()
+            meta = self._open_npz()
         except StoreError:
             self.close()
             raise
         except zipfile.BadZipFile as exc:
             self.close()
             raise _damaged(self.path, exc) from None
-        except Exception as exc:  # noqa: BLE001 - OSError, or what numpy or zarr raise for a bad file
+        except Exception as exc:  # noqa: BLE001 - OSError, or what numpy raises for a bad file
             self.close()
             raise _unreadable(self.path, exc) from None
         attrs = meta.get("attributes") if isinstance(meta, dict) else None
@@ -381,7 +340,7 @@ class PointStore:
                                      "(not a store sgdsweep wrote); delete it and rerun the workflow")
                 raw = f.read()
         self._zip = zipfile.ZipFile(io.BytesIO(raw))  # reads the zip's directory only
-        _check_crc(raw, self._zip.comment)
+        check_crc(raw, self._zip.comment)
         infos = self._zip.infolist()
         names = [info.filename for info in infos]
         declared = sum(info.file_size for info in infos)
@@ -407,26 +366,6 @@ class PointStore:
             self._tables = {k: v["table"] for k, v in described.items() if "table" in v}
             meta["arrays"] = {k: (tuple(v["dims"]), dict(v.get("attrs", {}))) for k, v in described.items()}
         return meta
-
-    def _open_zarr(self) -> dict[str, Any]:
-        import zarr  # only for stores of earlier layouts
-        from zarr.storage import ZipStore
-
-        if self.path.is_dir():
-            self._group = zarr.open_group(str(self.path), mode="r")
-            for name, arr in self._group.arrays() if self._require_chunks else ():
-                present = arr.nchunks_initialized  # one listing of the array's chunk files
-                if present < arr.nchunks:
-                    raise StoreError(f"point store {self.path} is damaged: array '{name}' has "
-                                     f"{arr.nchunks - present} of its {arr.nchunks} chunk file(s) missing "
-                                     f"under {self.path / name}; rerun the workflow: it recomputes that point")
-        else:
-            _check_zarr_zip(self.path)
-            self._zipstore = ZipStore(self.path, mode="r")
-            self._group = zarr.open_group(store=self._zipstore, mode="r")
-        arrays = {name: (tuple(arr.metadata.dimension_names or ()), dict(arr.attrs))
-                  for name, arr in self._group.arrays()}
-        return {"attributes": dict(self._group.attrs), "arrays": arrays}
 
     def check_identity(self, point_hash: str) -> None:
         """Check that this store is point ``point_hash``'s
@@ -477,10 +416,8 @@ class PointStore:
                 if table not in self._rows:
                     self._rows[table] = self._member(table)
                 return self._rows[table][name].copy()
-            if self._zip is not None:
-                return self._member(name)
-            return np.asarray(self._group[name][...])
-        except Exception as exc:  # noqa: BLE001 - numpy, zipfile and zarr raise several types
+            return self._member(name)
+        except Exception as exc:  # noqa: BLE001 - numpy and zipfile raise several types
             raise StoreError(f"array {name!r} of point store {self.path} is unreadable ({exc}); "
                              "delete the store and rerun the workflow") from None
 
@@ -493,8 +430,6 @@ class PointStore:
     def close(self) -> None:
         if self._zip is not None:
             self._zip.close()
-        if self._zipstore is not None:
-            self._zipstore.close()
 
     def __enter__(self) -> PointStore:  # noqa: PYI034 - Python 3.10 has no typing.Self
         return self
@@ -504,7 +439,7 @@ class PointStore:
 
 
 def read_attrs(path: str | Path) -> dict[str, Any]:
-    """The group attributes of a complete point store (any layout).
+    """The group attributes of a complete point store.
 
     Raises:
         StoreError: if the store is missing, unreadable, damaged or incomplete.
@@ -514,7 +449,7 @@ def read_attrs(path: str | Path) -> dict[str, Any]:
 
 
 def read_array(path: str | Path, name: str) -> np.ndarray:
-    """One array of a point store (any layout).
+    """One array of a point store.
 
     Raises: StoreError if the store or the array is missing or unreadable.
     """
@@ -539,10 +474,9 @@ def read_arrays(path: str | Path, names: Iterable[str], prefixes: tuple[str, ...
 
 
 def is_complete(path: str | Path, point_hash: str | None = None) -> bool:
-    """Whether ``path`` holds a complete point store: readable, marked complete, and for a zip
-    store (layouts 3 and 2) every byte as written (a store cut short or with a byte changed is
-    not complete). A directory store (layout 1) has no checksum: its metadata is read and every
-    array's chunk files listed. With ``point_hash``, the store must also be that point's
+    """Whether ``path`` holds a complete point store: readable, marked complete, and every byte
+    as written (a store cut short or with a byte changed is not complete). With ``point_hash``,
+    the store must also be that point's
     (:func:`~sgdsweep.store.point_identity.identity_problem`)."""
     try:
         with PointStore(path) as store:
@@ -557,7 +491,8 @@ def complete_points(points_dir: str | Path, hashes: Iterable[str]) -> set[str]:
     """The hashes among ``hashes`` whose point store in ``points_dir`` (single or packed) is
     complete and is that point's own (:func:`is_complete` with the hash; one listing of the
     directory and one of its packs, then only the stores that exist are opened: planning 10⁴
-    points stays fast)."""
+    points stays fast). Stores of earlier layouts are not found: :mod:`sgdsweep.store.migrate`
+    rewrites them first."""
     try:
         present = set(os.listdir(points_dir))
     except FileNotFoundError:
@@ -565,10 +500,10 @@ def complete_points(points_dir: str | Path, hashes: Iterable[str]) -> set[str]:
     packed = packs.index(points_dir)
     done = set()
     for h in hashes:
-        if f"{h}{POINT_SUFFIX}" not in present and h in packed:  # as point_path prefers them
-            found: Path | None = packs.member_path(packed[h], h)
+        if f"{h}{POINT_SUFFIX}" in present:  # as point_path prefers them
+            found: Path | None = Path(points_dir) / f"{h}{POINT_SUFFIX}"
         else:
-            found = next((Path(points_dir) / f"{h}{s}" for s in SUFFIXES if f"{h}{s}" in present), None)
+            found = packs.member_path(packed[h], h) if h in packed else None
         if found is not None and is_complete(found, point_hash=h):
             done.add(h)
     return done

@@ -53,7 +53,7 @@ from sgdsweep.store import points as point_store
 from sgdsweep.store.crate import CRATE, DEFAULT_LICENSE, check_license, crate_metadata
 from sgdsweep.store.leftovers import remove_stale_imports
 from sgdsweep.store.packs import pack_points
-from sgdsweep.store.point_copies import zarr_group_keys
+from sgdsweep.store.point_copies import ZarrPointGroup, copy_point, zarr_group_keys
 from sgdsweep.store.point_identity import identity_problem
 from sgdsweep.store.share_parts import answer_members, unzip_to_directory, workflow_members
 from sgdsweep.store.share_remote import is_url, open_export_source
@@ -445,13 +445,13 @@ def _extract(zf: zipfile.ZipFile, manifest: dict[str, Any], staging: Path, src: 
             with open(out, "xb") as fh:
                 fh.writelines(member_blocks(zf, name, members[name], src))
         try:
-            with point_store.PointStore(group, require_chunks=False) as store:
+            with ZarrPointGroup(group, require_chunks=False) as store:
                 why = identity_problem(h, store.attrs)
-            if why is not None:
-                raise ShareError(f"{src}: member 'points/{h}.zarr/zarr.json': the point store under point {h}'s "
-                                 f"name is not that point's ({why}); the file's stores were swapped, renamed or "
-                                 "edited after export, do not use it")
-            point_store.copy_point(group, point_store.point_path(staging / "points", h), require_chunks=False)
+                if why is not None:
+                    raise ShareError(f"{src}: member 'points/{h}.zarr/zarr.json': the point store under point "
+                                     f"{h}'s name is not that point's ({why}); the file's stores were swapped, "
+                                     "renamed or edited after export, do not use it")
+                copy_point(store, point_store.point_path(staging / "points", h))
         except StoreError as exc:
             raise ShareError(f"{src}: the point store of point {h} is not marked complete or not readable ({exc}); "
                              "the file was crafted or exported from an unfinished sweep, do not use it") from None

@@ -37,6 +37,7 @@ from typing import Any
 from sgdsweep.core.paths import atomic_write_text, write_if_changed
 from sgdsweep.errors import StoreError
 from sgdsweep.store import packs
+from sgdsweep.store.migrate import legacy_problem, legacy_stores
 from sgdsweep.store.point_identity import HASH_ATTR, identity_problem
 from sgdsweep.store.points import complete_points, failed_marker, point_path, read_attrs
 from sgdsweep.sweep.config import Point, Sweep
@@ -355,7 +356,9 @@ def explain(sweep: Sweep) -> dict[str, str]:
     incomplete or unreadable), ``misnamed`` (a complete store under the point's name is not its
     own: another point's results, copied or renamed there, or edited parameters; what differs is
     listed, and the store is moved to its own point's name or replaced when the point is
-    simulated), ``previously failed`` (its last simulation raised; the error is
+    simulated), ``earlier layout`` (its only store is of an earlier layout, which the run
+    rewrites as ``.npz`` before it simulates anything: :mod:`sgdsweep.store.migrate`; a damaged
+    one is ``corrupt``), ``previously failed`` (its last simulation raised; the error is
     quoted), ``changed`` (the previous plan had a point with the same axis values but other
     parameters; the differences are listed) or ``new``.
     Call it before the plan is rewritten (by the workflow's plan rules or :func:`write_plan`).
@@ -376,6 +379,7 @@ def explain(sweep: Sweep) -> dict[str, str]:
     except OSError:
         present = set()
     present |= set(packs.index(files.points_dir))
+    legacy = legacy_stores(files.points_dir, (p.hash for p in sweep.points if p.hash not in done))
     for p in sweep.points:
         if p.hash in done:
             continue
@@ -390,6 +394,12 @@ def explain(sweep: Sweep) -> dict[str, str]:
         marker = failed_marker(files.points_dir, p.hash)
         if store.exists():
             reasons[p.hash] = _store_problem(store, p)
+        elif p.hash in legacy:
+            earlier = legacy[p.hash][0]
+            reasons[p.hash] = (f"earlier layout ({earlier.name}: rewritten as {store.name} when the run starts, "
+                               "not simulated)" if legacy_problem(earlier) is None else
+                               f"corrupt (incomplete or unreadable store of an earlier layout, {earlier.name}: "
+                               "not migrated)")
         elif marker.exists():
             try:
                 error = json.loads(marker.read_text()).get("error", "")
