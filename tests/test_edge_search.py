@@ -22,7 +22,7 @@ from sgdsweep.sim.tangent import lyapunov_exponents, tangent_streams
 from sgdsweep.store import points as point_store
 from sgdsweep.sweep.config import Sweep, build_sweep
 from sgdsweep.sweep.search import CRITERION, _targets, decide, half_width, write_edge_summary
-from sgdsweep.theory.edge import stability_edge
+from sgdsweep.models.edge import stability_edge
 
 LINEAR = {"kind": "linear", "n_inputs": 4, "label_noise": 0.5}
 EDGE: dict[str, Any] = {

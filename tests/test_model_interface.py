@@ -169,7 +169,7 @@ def spring_registered(monkeypatch):
 def test_a_new_model_is_one_module(spring_registered):
     """Config reads the module's axes, options, noise types, observables and restrictions; the
     theory is the module's hook; nothing else names the model."""
-    from sgdsweep.theory.predict import predict
+    from sgdsweep.models.predict import predict
 
     sweep = build_sweep({"sweep": "s", "model": {"kind": "spring", "stiffness": 4.0},
                          "grid": {"lr": [0.1, 0.2], "batch_size": 2}})
@@ -199,7 +199,7 @@ def test_no_model_is_named_outside_its_module():
     in them as a string, and no ``.kind`` is compared."""
     import ast
 
-    for rel in ("sgdsweep/sweep/config.py", "sgdsweep/theory/predict.py", "sgdsweep/sim/results.py"):
+    for rel in ("sgdsweep/sweep/config.py", "sgdsweep/models/predict.py", "sgdsweep/sim/results.py"):
         tree = ast.parse((ROOT / rel).read_text(encoding="utf-8"))
         named = sorted({node.value for node in ast.walk(tree)
                         if isinstance(node, ast.Constant) and node.value in models.MODELS})

@@ -230,7 +230,7 @@ def test_lr_edge_search_on_linear_regression_brackets_the_exact_edge(tmp_path):
     the second moment's (sgdsweep.theory.edge), and the bisection's final bracket holds it, and is
     narrower than the tolerance."""
     from sgdsweep.models import get_model
-    from sgdsweep.theory.edge import stability_edge
+    from sgdsweep.models.edge import stability_edge
 
     cfg = config(tmp_path, dynamics={"steps": 2000, "replicas": 16, "burn_in": 0},
                  grid={"lr": [0.05, 3.0], "batch_size": 4, "samples_per_param": 10, "noise": "gaussian"},

@@ -14,6 +14,7 @@ import math
 import numpy as np
 import pytest
 
+from sgdsweep.models import edge as model_edge
 from sgdsweep.models import linear
 from sgdsweep.theory import edge
 from sgdsweep.theory import linear as th
@@ -161,7 +162,7 @@ def test_bad_axis_is_named():
         edge.second_moment_radius(make_data({"n_inputs": 2, "n_samples": 4, "label_noise": 0.5, "seed": 1}),
                                   0.5, 2, 0.0, "epoch")
     with pytest.raises(ValueError, match="axis 'lrr'"):
-        edge.stability_edge(None, {"model": "linear"}, "lrr")
+        model_edge.stability_edge(None, {"model": "linear"}, "lrr")
 
 
 # ---- the model hook and the engine --------------------------------------------------------
@@ -179,12 +180,12 @@ def test_stability_edge_dispatches_through_the_model_hook():
     problem, params = _point({"model": {"kind": "linear", "n_inputs": 3, "label_noise": 0.5},
                               "grid": {"lr": 0.1, "batch_size": 2, "momentum": 0.3, "samples_per_param": 2,
                                        "noise": "minibatch_replace"}})
-    got = edge.stability_edge(problem, params, "lr")
+    got = model_edge.stability_edge(problem, params, "lr")
     assert got["value"] == edge.linear_edge(problem, "lr", 0.1, 2, 0.3, "minibatch_replace")["value"]
     assert "linear regression" in got["method"]
     problem, params = _point({"model": {"kind": "quadratic", "curvatures": [0.5, 2.0], "noise_cov": [1.0, 1.0]},
                               "grid": {"lr": 0.1, "batch_size": 2, "momentum": 0.3, "noise": "student_t"}})
-    assert edge.stability_edge(problem, params, "lr")["value"] == pytest.approx(1.3, rel=1e-10)
+    assert model_edge.stability_edge(problem, params, "lr")["value"] == pytest.approx(1.3, rel=1e-10)
     lin = {"lr": 0.1, "batch_size": 2, "samples_per_param": 2}
     no_theory = [
         {"model": {"kind": "linear", "n_inputs": 3}, "grid": {**lin, "noise": "epoch"}},
@@ -194,7 +195,7 @@ def test_stability_edge_dispatches_through_the_model_hook():
         {"model": {"kind": "landscape"}, "grid": {"lr": 0.1, "batch_size": 2}},  # the default hook
     ]
     for cfg in no_theory:
-        assert edge.stability_edge(*_point(cfg), "lr") is None, cfg
+        assert model_edge.stability_edge(*_point(cfg), "lr") is None, cfg
 
 
 def test_engine_replicas_are_bounded_below_the_edge_and_diverge_above(tmp_path):
@@ -208,7 +209,7 @@ def test_engine_replicas_are_bounded_below_the_edge_and_diverge_above(tmp_path):
     grid = {"batch_size": 4, "momentum": 0.5, "samples_per_param": 2.5, "noise": "minibatch"}
     model = {"kind": "linear", "n_inputs": 2, "label_noise": 0.5}
     problem, params = _point({"seed": 3, "model": model, "grid": {"lr": 0.1, **grid}})
-    lam = edge.stability_edge(problem, params, "lr")["value"]
+    lam = model_edge.stability_edge(problem, params, "lr")["value"]
     assert 1.1 * lam < 0.95 * 3.0 / np.linalg.eigvalsh(problem.sxx).max()
     sweep = build_sweep({"sweep": "t", "seed": 3, "model": model, "grid": {"lr": [0.9 * lam, 1.1 * lam], **grid},
                          "dynamics": {"steps": 4000, "replicas": 32}})

@@ -1,4 +1,4 @@
-"""Where the escape laws hold (sgdsweep.theory.predict.escape_laws_apply): Kramers' law only for
+"""Where the escape laws hold (sgdsweep.models.predict.escape_laws_apply): Kramers' law only for
 SGD without momentum under additive Gaussian noise of constant covariance, Mori's power law only
 without momentum under the state-dependent minibatch noise; elsewhere the column is absent, the
 ensemble's ``missing_because`` says why per point, and the escape fit compares nothing with it."""
@@ -19,7 +19,7 @@ from sgdsweep.sim.simulate import simulate_points
 from sgdsweep.store.aggregate import build_ensemble, write_ensemble
 from sgdsweep.sweep.config import build_sweep
 from sgdsweep.sweep.plan import write_plan
-from sgdsweep.theory.predict import predict
+from sgdsweep.models.predict import predict
 
 # the double well of the example: ΔL = 0.35, k_a = 2.6, k_b = 0.9, σ = 1.3, λ = 0.346, S = 3
 WELL = {"kind": "landscape", "barrier": 0.35, "curvature_min": 2.6, "curvature_saddle": 0.9, "noise_std": 1.3}

@@ -8,7 +8,7 @@ it). Agreement of a measured value m ± SE with an exact value t is judged on z 
 the n points of a sentence agree when max |z| stays within the bound that n independent
 standard normals stay within together with the report's confidence (:func:`joint_bound`; 2.80 for
 n = 5 at 95 %). The momentum lead also checks the stability edge: the exact edge
-(:func:`sgdsweep.theory.edge.stability_edge`) must lie between the largest μ at which a replica
+(:func:`sgdsweep.models.edge.stability_edge`) must lie between the largest μ at which a replica
 diverged and the smallest at which none did (:func:`measured_bracket`).
 """
 
@@ -196,7 +196,7 @@ def _momentum(ds: xr.Dataset, fits: Mapping[str, Any], config: Mapping[str, Any]
     from sgdsweep.analysis import lead_figures
     from sgdsweep.analysis.figures import label_of, point_status, split_by
     from sgdsweep.models import get_model
-    from sgdsweep.theory.edge import stability_edge
+    from sgdsweep.models.edge import stability_edge
 
     others = [a for a in _swept(ds) if a != "momentum"]
     params = _point_params(config, ds)
@@ -246,7 +246,7 @@ def _theory_curve(model: Any, problem: Any, params: Mapping[str, Any], mu: np.nd
                   edge: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """The exact weight variance over μ between the swept values, inside the stable range (and
     dense towards the edge, where it diverges); empty for large problems (:data:`CURVE_MAX_WEIGHTS`)."""
-    from sgdsweep.theory.predict import predict
+    from sgdsweep.models.predict import predict
 
     lo = max(float(mu.min()), edge.get("lower") if edge.get("lower") is not None else -math.inf)
     hi = min(float(mu.max()), edge["value"] if math.isfinite(edge.get("value", math.nan)) else math.inf)

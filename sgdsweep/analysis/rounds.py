@@ -14,7 +14,7 @@ report, the ensemble (its ``point`` coordinate holds each point's hash) and the 
   stopped it. For ``search``, the section "Stability edge": per combination of the other axes
   the measured bracket of the almost-sure edge (:mod:`sgdsweep.sweep.search`: its stable and
   unstable ends, each decided from the replicas' Lyapunov exponents), the exact theory's
-  mean-square edge (:func:`sgdsweep.theory.edge.stability_edge`), the ratio of the bracket's
+  mean-square edge (:func:`sgdsweep.models.edge.stability_edge`), the ratio of the bracket's
   midpoint to it and the status; the criterion; and, with more than one combination, the figure
   :func:`edge_figure`.
 
@@ -226,10 +226,10 @@ def _swept(ds: xr.Dataset) -> list[str]:
 
 def theory_edge(params: Mapping[str, Any], axis: str) -> dict[str, Any] | None:
     """The exact theory's (mean-square) edge along ``axis`` for a combination's resolved point
-    ``params`` (:func:`sgdsweep.theory.edge.stability_edge`), or None where the model has no such
+    ``params`` (:func:`sgdsweep.models.edge.stability_edge`), or None where the model has no such
     theory."""
     from sgdsweep.models import get_model
-    from sgdsweep.theory.edge import stability_edge
+    from sgdsweep.models.edge import stability_edge
 
     model = get_model(params["model"])
     return stability_edge(model.make_problem(model.data_params(params)), params, axis)

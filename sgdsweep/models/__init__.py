@@ -24,11 +24,11 @@ Optional, with the defaults of :mod:`sgdsweep.models.defaults`:
   ``escape``; ``escape: auto`` is on where supported); default none;
 - ``check_dynamics(params, where)``: its restrictions on ``dynamics`` (init, method, …);
 - ``theory(problem, params, pred, step, gain)``: fill the
-  :class:`~sgdsweep.theory.predict.Prediction` ``pred`` with the point's stationary theory
+  :class:`~sgdsweep.models.predict.Prediction` ``pred`` with the point's stationary theory
   (``step``: the integrator step, λ or the SDE's dt; ``gain``: the noise gain λ/dt, 1 for SGD);
 - ``stability_edge(problem, params, axis)``: the exact theory's stability edge along ``axis``
   (``lr`` or ``momentum``) as ``{"value": float, "method": str, ...}``
-  (:func:`sgdsweep.theory.edge.stability_edge` states the contract), or None where the model has
+  (:func:`sgdsweep.models.edge.stability_edge` states the contract), or None where the model has
   no exact edge theory for the point; default None.
 """
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from sgdsweep.models.base import Problem
-    from sgdsweep.theory.predict import Prediction
+    from sgdsweep.models.predict import Prediction
 
 #: No optional ``dynamics.observe`` key (``gradient_noise``, ``escape``) is supported.
 OBSERVES: frozenset[str] = frozenset()
@@ -19,9 +19,9 @@ def check_dynamics(params: Mapping[str, Any], where: str) -> None:
 
 
 def theory(problem: Problem, params: Mapping[str, Any], pred: Prediction, step: float, gain: float) -> None:
-    """No stationary theory: :func:`sgdsweep.theory.predict.predict` records why."""
+    """No stationary theory: :func:`sgdsweep.models.predict.predict` records why."""
 
 
 def stability_edge(problem: Problem, params: Mapping[str, Any], axis: str) -> dict[str, Any] | None:
-    """No exact stability-edge theory (:func:`sgdsweep.theory.edge.stability_edge`): None."""
+    """No exact stability-edge theory (:func:`sgdsweep.models.edge.stability_edge`): None."""
     return None

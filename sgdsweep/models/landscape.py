@@ -29,7 +29,7 @@ from sgdsweep.errors import ConfigError
 from sgdsweep.models.base import Layer, Problem, data_rng
 
 if TYPE_CHECKING:
-    from sgdsweep.theory.predict import Prediction
+    from sgdsweep.models.predict import Prediction
 
 AXES = ("lr", "batch_size", "momentum", "noise")
 OPTIONS: dict[str, Any] = {"landscape": "double_well", "barrier": 1.0, "curvature_min": 1.0,

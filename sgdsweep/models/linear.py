@@ -33,7 +33,7 @@ from sgdsweep.models.affine import AFFINE_NOISE, AffineProblem
 from sgdsweep.models.base import data_rng
 
 if TYPE_CHECKING:
-    from sgdsweep.theory.predict import Prediction
+    from sgdsweep.models.predict import Prediction
 
 #: Axes this model uses.
 AXES = ("lr", "batch_size", "momentum", "samples_per_param", "noise")

@@ -20,7 +20,7 @@ from sgdsweep.errors import ConfigError
 from sgdsweep.models.base import Layer, Problem
 
 if TYPE_CHECKING:
-    from sgdsweep.theory.predict import Prediction
+    from sgdsweep.models.predict import Prediction
 
 AXES = ("lr", "batch_size", "momentum", "noise")
 OPTIONS: dict[str, Any] = {"curvatures": [1.0], "noise_cov": [1.0]}

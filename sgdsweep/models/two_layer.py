@@ -24,7 +24,7 @@ from sgdsweep.models.base import Layer, Problem, data_rng
 from sgdsweep.models.linear import check_data, n_samples
 
 if TYPE_CHECKING:
-    from sgdsweep.theory.predict import Prediction
+    from sgdsweep.models.predict import Prediction
 
 AXES = ("lr", "batch_size", "momentum", "samples_per_param", "hidden_width", "noise")
 OPTIONS: dict[str, Any] = {"n_inputs": 10, "n_outputs": 1, "label_noise": 1.0, "labels": "noise",

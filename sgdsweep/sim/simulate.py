@@ -26,6 +26,7 @@ import numpy as np
 from sgdsweep.core.identity import hash_words, replica_stream_key
 from sgdsweep.errors import StoreError
 from sgdsweep.models import get_model
+from sgdsweep.models.predict import predict
 from sgdsweep.sim import tangent
 from sgdsweep.sim.engine import BATCH_VARYING, Dynamics, run_lanes
 from sgdsweep.sim.noise import lane_streams
@@ -35,7 +36,6 @@ from sgdsweep.store import lanes as lanes_store
 from sgdsweep.store import points as point_store
 from sgdsweep.store.provenance import code_version
 from sgdsweep.store.variables import point_array_attrs
-from sgdsweep.theory.predict import predict
 
 
 def replica_streams(seed: int, stream_key: str, replicas: int, start: int = 0) -> list[tuple[np.random.Generator, ...]]:

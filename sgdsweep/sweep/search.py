@@ -251,10 +251,10 @@ def bracket(outcome: Mapping[float, bool]) -> tuple[float | None, float | None, 
 
 def theory_edge(params: Mapping[str, Any], axis: str, stable_side: str = "below") -> dict[str, Any] | None:
     """The exact theory's mean-square edge for a combination's point ``params`` along ``axis``
-    (:func:`sgdsweep.theory.edge.stability_edge`): ``{"value", "method"}``, ``value`` the lower
+    (:func:`sgdsweep.models.edge.stability_edge`): ``{"value", "method"}``, ``value`` the lower
     edge (``lower``) where the stable side lies above it; None where the model has no such
     theory (or, stable above, no lower edge)."""
-    from sgdsweep.theory.edge import stability_edge
+    from sgdsweep.models.edge import stability_edge
 
     model = get_model(params["model"])
     out = stability_edge(model.make_problem(model.data_params(params)), params, axis)

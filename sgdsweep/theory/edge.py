@@ -56,15 +56,14 @@ then refined by :func:`scipy.optimize.brentq` on ρ − 1 to a relative toleranc
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import scipy.optimize
 import scipy.sparse.linalg as spla
 
-from sgdsweep.models.affine import AffineProblem
-from sgdsweep.theory.linear import _fluctuation_matrix, _fluctuation_op, _scheme, _single_output
+from sgdsweep.theory.linear import LinearData, _fluctuation_matrix, _fluctuation_op, _scheme, _single_output
 
 #: The axes an edge can be searched along.
 AXES = ("lr", "momentum")
@@ -166,12 +165,12 @@ def _radius_matrix_free(bbar: np.ndarray, fl: np.ndarray | Callable[[np.ndarray]
     return float(np.max(np.abs(vals)))
 
 
-def second_moment_radius(data: AffineProblem, lr: float, batch_size: int, momentum: float = 0.0,
+def second_moment_radius(data: LinearData, lr: float, batch_size: int, momentum: float = 0.0,
                          noise: str = "minibatch") -> float:
     """ρ of the exact second-moment map of SGD on finite-data linear regression (one output).
 
     Args:
-        data: the data set (:class:`~sgdsweep.models.affine.AffineProblem`, one output).
+        data: the data set (:class:`~sgdsweep.theory.linear.LinearData`, one output).
         lr: learning rate λ > 0.
         batch_size: minibatch size S (1 <= S <= P).
         momentum: heavy-ball μ in [0, 1).
@@ -272,7 +271,7 @@ def find_edge(radius: Callable[[float], float], axis: str, upper: float | None =
     return out
 
 
-def linear_edge(data: AffineProblem, axis: str, lr: float, batch_size: int, momentum: float = 0.0,
+def linear_edge(data: LinearData, axis: str, lr: float, batch_size: int, momentum: float = 0.0,
                 noise: str = "minibatch") -> dict[str, Any]:
     """The edge of finite-data linear regression along ``axis`` (the other values fixed), by
     :func:`find_edge` on :func:`second_moment_radius`; ``method`` names the formula."""
@@ -295,29 +294,3 @@ def quadratic_edge(curvatures: np.ndarray | list[float], axis: str, lr: float,
     else:
         out = find_edge(lambda v: quadratic_radius(curvatures, lr, v), axis)
     return {**out, "method": FORMULA["quadratic"]}
-
-
-def stability_edge(problem: Any, params: Mapping[str, Any], axis: str) -> dict[str, Any] | None:
-    """The exact theory's stability edge of a point's problem along ``axis``.
-
-    Args:
-        problem: ``model.make_problem(model.data_params(params))``.
-        params: a resolved point's parameters (``model``, ``lr``, ``batch_size``, ``momentum``,
-            ``noise``, ...); the value of ``axis`` in them is ignored.
-        axis: ``lr`` or ``momentum``.
-
-    Returns:
-        ``{"value": float, "method": str, ...}`` (see :func:`find_edge`: ``value`` is the largest
-        stable value, ``math.inf`` when the whole range is stable), or None when the point's
-        model (its ``stability_edge`` hook, :mod:`sgdsweep.models`) has no exact edge theory for
-        it.
-
-    Raises:
-        ValueError: ``axis`` is not one of :data:`AXES`.
-    """
-    from sgdsweep import models
-
-    if axis not in AXES:
-        raise ValueError(f"stability_edge axis {axis!r}: allowed are {', '.join(AXES)} "
-                         "(the search.edge key of the config)")
-    return models.hook(models.get_model(params["model"]), "stability_edge")(problem, params, axis)

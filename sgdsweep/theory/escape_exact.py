@@ -55,7 +55,9 @@ import scipy.sparse.linalg
 import scipy.special
 
 from sgdsweep.core.noise_types import DATA_FREE_NOISE, GAUSSIAN_NOISE, MINIBATCH_NOISE, NOISE
-from sgdsweep.sim.noise import STUDENT_NU
+
+#: Degrees of freedom of ``student_t`` noise (the registry's).
+STUDENT_NU: int = NOISE["student_t"].nu
 
 FORMULA = (
     "mean first-passage time of the discrete SGD chain itself, tau(w) = 1 + int_{not escaped} "

@@ -28,11 +28,12 @@ of M and matrix-free with GMRES beyond.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import numpy as np
 import scipy.sparse.linalg as spla
 
 from sgdsweep.core.noise_types import NOISE, select
-from sgdsweep.models.affine import AffineProblem
 
 #: Largest number of entries of M (N²) solved with a dense factorisation (2500: 50 MB a matrix).
 DIRECT_MAX_UNKNOWNS = 2500
@@ -52,6 +53,28 @@ FORMULA = (
 NOISE_TYPES = select(independent_steps=True)
 
 
+class LinearData(Protocol):
+    """What the exact theory reads of a finite linear-regression data set: P samples ``x``
+    (P × N), their uncentred moment ``sxx`` = XᵀX/P (N × N), the residuals at the minimiser
+    (P × outputs), the loss there, the label noise σ_ε, and the isotropic noise variance matched
+    to a batch size. :class:`sgdsweep.models.affine.LinearData` is one; the theory supports one
+    output without metric or offsets (``None``)."""
+
+    n_samples: int
+    n_inputs: int
+    n_outputs: int
+    x: np.ndarray
+    sxx: np.ndarray
+    residual: np.ndarray
+    loss_min: float
+    label_noise: float
+    metric: np.ndarray | None
+    offsets: np.ndarray | None
+
+    def gaussian_noise_var(self, batch_size: int) -> float:
+        """Per-coordinate variance of ``gaussian`` noise matched to the minibatch trace."""
+
+
 def _scheme(noise: str) -> str:
     """How the multiplicative term E[AMA] arises: 'without', 'with' (replacement) or 'none'
     (noise not matched to the per-sample gradients: isotropic ``gaussian``)."""
@@ -62,12 +85,12 @@ def _scheme(noise: str) -> str:
                      + ", ".join(NOISE_TYPES) + ")")
 
 
-def _single_output(data: AffineProblem) -> None:
+def _single_output(data: LinearData) -> None:
     if data.n_outputs != 1 or data.metric is not None or data.offsets is not None:
         raise ValueError("the exact theory is implemented for one output without metric or offsets")
 
 
-def noise_covariance(data: AffineProblem, batch_size: int, noise: str) -> np.ndarray:
+def noise_covariance(data: LinearData, batch_size: int, noise: str) -> np.ndarray:
     """Per-step gradient-noise covariance C = Cov[g_B − ∇L] at the minimiser, shape (N, N).
 
     ``label``: σ_ε² H / S (fresh label noise on a noiseless teacher); ``gaussian``: the isotropic
@@ -85,7 +108,7 @@ def noise_covariance(data: AffineProblem, batch_size: int, noise: str) -> np.nda
     return g * (p - s) / (s * (p - 1)) if scheme == "without" else g / s
 
 
-def _fluctuation_op(data: AffineProblem, batch_size: int, noise: str):
+def _fluctuation_op(data: LinearData, batch_size: int, noise: str):
     """The map M ↦ E[(A − H) M (A − H)] = E[AMA] − HMH (matrix-free)."""
     scheme = _scheme(noise)
     without = scheme == "without"
@@ -106,14 +129,14 @@ def _fluctuation_op(data: AffineProblem, batch_size: int, noise: str):
     return apply
 
 
-def batch_product(data: AffineProblem, m: np.ndarray, batch_size: int, noise: str = "minibatch") -> np.ndarray:
+def batch_product(data: LinearData, m: np.ndarray, batch_size: int, noise: str = "minibatch") -> np.ndarray:
     """E[A M A] over the minibatch second moments A = X_BᵀX_B/S of one step (N × N): the term
     the papers' fluctuation–dissipation relation drops (theory.fdr)."""
     h = data.sxx
     return _fluctuation_op(data, batch_size, noise)(m) + h @ m @ h
 
 
-def _fluctuation_matrix(data: AffineProblem, batch_size: int, noise: str) -> np.ndarray:
+def _fluctuation_matrix(data: LinearData, batch_size: int, noise: str) -> np.ndarray:
     """Dense N²×N² matrix of :func:`_fluctuation_op` acting on row-major vec(M)."""
     scheme = _scheme(noise)
     without = scheme == "without"
@@ -131,7 +154,7 @@ def _fluctuation_matrix(data: AffineProblem, batch_size: int, noise: str) -> np.
     return eama - hh
 
 
-def _deterministic_terms(data: AffineProblem, lr: float,
+def _deterministic_terms(data: LinearData, lr: float,
                          momentum: float) -> tuple[float, list[tuple[float, np.ndarray, np.ndarray]]]:
     """The noiseless part of the stationarity equation for M alone, L₀(M) = g M + Σ c X M Yᵀ,
     as (g, [(c, X, Y), …]) (see :func:`stationary_second_moment`)."""
@@ -182,7 +205,7 @@ def _solve_symmetric(g: float, terms: list[tuple[float, np.ndarray, np.ndarray]]
     return m
 
 
-def stationary_second_moment(data: AffineProblem, lr: float, batch_size: int, momentum: float = 0.0,
+def stationary_second_moment(data: LinearData, lr: float, batch_size: int, momentum: float = 0.0,
                              noise: str = "minibatch", noise_gain: float = 1.0) -> np.ndarray:
     """Exact stationary E[(w − ŵ)(w − ŵ)ᵀ] of SGD, shape (N, N).
 
@@ -240,7 +263,7 @@ def weight_var(m: np.ndarray) -> float:
     return float(np.trace(m) / m.shape[0])
 
 
-def training_loss(data: AffineProblem, m: np.ndarray) -> float:
+def training_loss(data: LinearData, m: np.ndarray) -> float:
     """Stationary E[L(w)] = L(ŵ) + ½ Tr(H M) (exact for the quadratic loss); inf without a stationary state."""
     if not np.all(np.isfinite(m)):
         return float("inf")
