@@ -82,7 +82,6 @@ def test_the_noise_subsets_are_the_lists_the_physics_uses():
     """Every subset is chosen by properties; these are the lists the models, the theory and the
     engine have always used."""
     from sgdsweep.models import landscape
-    from sgdsweep.sim import noise as sim_noise
     from sgdsweep.theory import escape_exact
     from sgdsweep.theory import linear as linear_theory
 
@@ -94,7 +93,6 @@ def test_the_noise_subsets_are_the_lists_the_physics_uses():
     assert nt.UNLABELLED_NOISE == ("minibatch", "minibatch_replace", "epoch", "gaussian", "gaussian_matched",
                                    "student_t")
     assert nt.MINIBATCH_NOISE == escape_exact.SAMPLED == ("minibatch", "minibatch_replace")
-    assert nt.MODE == sim_noise.MODE == {"minibatch": 0, "minibatch_replace": 1, "epoch": 2, "label": 0}
     assert linear_theory.NOISE_TYPES == ("minibatch", "minibatch_replace", "label", "gaussian",
                                          "gaussian_matched", "student_t")
     assert [linear_theory._scheme(n) for n in linear_theory.NOISE_TYPES] == [
