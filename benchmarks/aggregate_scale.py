@@ -41,7 +41,7 @@ def captured_points() -> list[tuple[dict, dict]]:
     sys.path.insert(0, str(REPO / "benchmarks"))
     import kernel_shard
 
-    from sgdsweep.sim import simulate
+    from sgdsweep.run import simulate
     from sgdsweep.store import points as point_store
 
     captured: list[tuple[dict, dict]] = []

@@ -60,7 +60,7 @@ def simulate_and_fit(config: dict[str, Any], seed: int) -> dict[str, Any]:
     """The fits of ``config`` at ``seed``, simulated in this process as the workers would."""
     from sgdsweep.analysis.fit import fit_ensemble
     from sgdsweep.run.execute import make_batches
-    from sgdsweep.sim.simulate import simulate_points
+    from sgdsweep.run.simulate import simulate_points
     from sgdsweep.store.aggregate import build_ensemble
     from sgdsweep.sweep.config import build_sweep
     from sgdsweep.sweep.plan import write_plan

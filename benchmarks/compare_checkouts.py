@@ -13,7 +13,7 @@ Benchmarks (replica-steps/s, float64): ``shard`` — :func:`kernel_shard.engine_
 small-model shard of 100 points × 16 replicas (N = 10) with the default observables, 3,000
 steps; ``linreg`` — :func:`kernel_linreg.sgdsweep_kernel`, linreg-ref at R = 1,024, bare steps,
 1,500 steps; ``points`` — the small-model shard as a worker runs it, 1,000 steps:
-:func:`sgdsweep.sim.simulate.simulate_points` with its exact theory, results and 100 point stores,
+:func:`sgdsweep.run.simulate.simulate_points` with its exact theory, results and 100 point stores,
 written under a fresh temporary directory (``TMPDIR=/dev/shm`` keeps the disk's noise out).
 """
 
@@ -46,7 +46,7 @@ print(max(kl.sgdsweep_kernel(data, 1024, {steps}, False, {threads}) for _ in ran
 import os, tempfile, time
 import kernel_shard as ks
 try:
-    from sgdsweep.sim.simulate import simulate_points
+    from sgdsweep.run.simulate import simulate_points
 except ImportError:  # a checkout from before the package was grouped by stage
     from sgdsweep.simulate import simulate_points
 os.environ["SGDSWEEP_THREADS"] = "{threads}"

@@ -21,7 +21,8 @@ import yaml
 
 from sgdsweep.models import get_model
 from sgdsweep.sim.engine import run_lanes
-from sgdsweep.sim.simulate import observe_spec, replica_streams
+from sgdsweep.sim.replicas import replica_streams
+from sgdsweep.sim.shapes import observe_spec
 from sgdsweep.sweep.config import build_sweep
 
 CONFIG = Path(__file__).resolve().parents[1] / "config" / "sweeps" / "vescovi_escape.yaml"

@@ -5,7 +5,7 @@ N = 10, 16 replicas; ``point_stores.capture`` simulates its first points and the
 attributes are repeated as new points, each named by its parameters' hash), written one by one
 (``write_point``) and packed as a shard job packs them (``pack_points``). Measured:
 
-- ``members``: every point's export members (``sgdsweep.store.share._point_members``: each store
+- ``members``: every point's export members (``sgdsweep.share.archive._point_members``: each store
   written as a Zarr group's keys, :func:`sgdsweep.store.point_copies.zarr_group_keys`) written
   into a zip file as ``sgdsweep export`` writes them (stored, the SHA-256 of each taken);
 - ``zarr_api``: the same keys written for ``--sample`` points through Zarr's API into a
@@ -44,10 +44,10 @@ def main() -> None:
     import point_stores
 
     from sgdsweep.core.identity import content_hash
+    from sgdsweep.share.archive import _point_members
     from sgdsweep.store import points as point_store
     from sgdsweep.store.packs import pack_points
     from sgdsweep.store.point_copies import write_zarr_group
-    from sgdsweep.store.share import _point_members
 
     with tempfile.TemporaryDirectory(dir=args.dir) as root:
         root = Path(root)

@@ -32,7 +32,8 @@ from sgdsweep.models import get_model
 from sgdsweep.sim import engine, kernels, noise
 from sgdsweep.sim.engine import run_lanes
 from sgdsweep.sim.kernels import loop
-from sgdsweep.sim.simulate import observe_spec, replica_streams
+from sgdsweep.sim.replicas import replica_streams
+from sgdsweep.sim.shapes import observe_spec
 from sgdsweep.sweep.config import build_sweep
 
 LANES = 256

@@ -9,7 +9,7 @@ observables (10×10 second moment, losses). Measured in the same run:
 - ``sgdsweep``: the compiled kernel on 1 and 2 threads (``SGDSWEEP_THREADS``) in this process, and
   in two Dask worker processes of one thread each, half the points each, as a sweep's workers
   run a shard (the rate: all replica-steps over the span from the first start to the last end);
-- the whole shard as a worker runs it: :func:`sgdsweep.sim.simulate.simulate_points` (engine, exact
+- the whole shard as a worker runs it: :func:`sgdsweep.run.simulate.simulate_points` (engine, exact
   theory per point, 100 point stores), one thread, and on two Dask workers, half the points each.
 
     python benchmarks/kernel_shard.py [--steps 10000]
@@ -25,9 +25,11 @@ import time
 import numpy as np
 
 from sgdsweep.models import get_model
+from sgdsweep.run.simulate import simulate_points
 from sgdsweep.sim import kernels
 from sgdsweep.sim.engine import run_lanes
-from sgdsweep.sim.simulate import loss_stride, observe_spec, replica_streams, simulate_points
+from sgdsweep.sim.replicas import loss_stride, replica_streams
+from sgdsweep.sim.shapes import observe_spec
 from sgdsweep.sweep.config import build_sweep
 
 REPLICAS = 16
@@ -78,7 +80,7 @@ def kernel_span(points, steps: int) -> tuple[float, float]:
 
 
 def shard_span(points, steps: int) -> tuple[float, float]:
-    """Start and end (``time.monotonic``) of :func:`sgdsweep.sim.simulate.simulate_points` on
+    """Start and end (``time.monotonic``) of :func:`sgdsweep.run.simulate.simulate_points` on
     ``points`` on one thread — engine, exact theory, results and a store per point — writing
     into a fresh temporary directory (removed after)."""
     os.environ[kernels.THREADS_ENV] = "1"

@@ -40,9 +40,9 @@ import numpy as np
 import yaml
 
 from sgdsweep.models import linear
+from sgdsweep.run.simulate import simulate_points
 from sgdsweep.sim import kernels as kernels_pkg
 from sgdsweep.sim.kernels import FAMILIES
-from sgdsweep.sim.simulate import simulate_points
 from sgdsweep.sweep.config import build_sweep
 
 #: The repository's root (its ``config/``).

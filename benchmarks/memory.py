@@ -1,6 +1,6 @@
 """Peak memory of simulating one batch of points: flat in steps, linear in replicas × d².
 
-Each measurement runs :func:`sgdsweep.sim.simulate.simulate_points` (engine, theory, point stores) in
+Each measurement runs :func:`sgdsweep.run.simulate.simulate_points` (engine, theory, point stores) in
 a fresh subprocess and reports its peak RSS above the RSS it had after importing everything and
 building the problem (the baseline, measured in the same subprocess). Two series:
 
@@ -24,7 +24,7 @@ import tempfile
 CHILD = r"""
 import json, resource, sys, tempfile
 from sgdsweep.sweep.config import build_sweep
-from sgdsweep.sim.simulate import simulate_points
+from sgdsweep.run.simulate import simulate_points
 n_inputs, replicas, steps = (int(a) for a in sys.argv[1:4])
 def point(n, r, t):
     c = {"sweep": "mem", "model": {"kind": "linear", "n_inputs": n},

@@ -81,7 +81,8 @@ def simulation_only(cfg: dict) -> float:
     from sgdsweep.models import get_model
     from sgdsweep.run.execute import make_batches
     from sgdsweep.sim.engine import Dynamics, run_lanes
-    from sgdsweep.sim.simulate import loss_stride, observe_spec, replica_streams
+    from sgdsweep.sim.replicas import loss_stride, replica_streams
+    from sgdsweep.sim.shapes import observe_spec
     from sgdsweep.sweep.config import build_sweep
 
     sweep = build_sweep(cfg)

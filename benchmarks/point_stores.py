@@ -43,7 +43,7 @@ def capture(path: Path) -> None:
     sys.path.insert(0, str(REPO / "benchmarks"))
     import kernel_shard
 
-    from sgdsweep.sim import simulate
+    from sgdsweep.run import simulate
     from sgdsweep.store import points as point_store
 
     captured = []

@@ -2,7 +2,7 @@
 
 A 16-point linear-regression sweep (4 lr × 4 batch_size) with the target ``weight_var:
 {rel_se: 0.005}`` runs its rounds in this process (:func:`sgdsweep.sweep.precision.resolve_rounds`
-decides each round from the stored results, :func:`sgdsweep.sim.simulate.simulate_points`
+decides each round from the stored results, :func:`sgdsweep.run.simulate.simulate_points`
 simulates it, as the workflow's shard jobs do). From each point's final store:
 
 - the *minimum*: the replicas that its measured per-replica variance of ``weight_var`` implies
@@ -25,7 +25,7 @@ import time
 import numpy as np
 
 from sgdsweep.run.execute import make_batches
-from sgdsweep.sim.simulate import simulate_points
+from sgdsweep.run.simulate import simulate_points
 from sgdsweep.store import points as point_store
 from sgdsweep.sweep.config import build_sweep
 

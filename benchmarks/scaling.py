@@ -26,7 +26,7 @@ import yaml
 from sgdsweep.models import linear
 from sgdsweep.sim.engine import run_lanes
 from sgdsweep.sim.observables import ObserveSpec
-from sgdsweep.sim.simulate import replica_streams
+from sgdsweep.sim.replicas import replica_streams
 
 
 def problem(n_inputs: int):

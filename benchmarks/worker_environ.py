@@ -38,7 +38,7 @@ def _batch(config: str, steps_scale: float, where: str) -> list[dict]:
 
 
 def _simulate(batch: list[dict], out: str) -> float:
-    from sgdsweep.sim.simulate import simulate_points
+    from sgdsweep.run.simulate import simulate_points
 
     shutil.rmtree(out, ignore_errors=True)
     simulate_points(batch[:1], out)  # compile numba, warm caches

@@ -174,7 +174,7 @@ def make_finished_sweep(root: Path, **sections: Any) -> Path:
     from sgdsweep.analysis.fit import fit_ensemble
     from sgdsweep.core.paths import atomic_write_text
     from sgdsweep.run.execute import make_batches
-    from sgdsweep.sim.simulate import simulate_points
+    from sgdsweep.run.simulate import simulate_points
     from sgdsweep.store.aggregate import build_ensemble, write_ensemble
     from sgdsweep.store.points import is_complete, point_path
     from sgdsweep.sweep.config import build_sweep

@@ -43,7 +43,7 @@ def export(tmp_path_factory) -> Path:
     """An export of a finished tiny sweep."""
     from conftest import make_finished_sweep
 
-    from sgdsweep.store.share import export_sweep
+    from sgdsweep.share.archive import export_sweep
 
     root = tmp_path_factory.mktemp("adversary")
     dest = root / "tiny.zip"
@@ -56,7 +56,7 @@ def test_an_import_racing_another_to_the_same_place_is_refused_and_keeps_the_fir
     the sweep's directory placed by the other after its own check, and is refused (exit status
     2, naming it), leaving the first's sweep whole and no staging directory behind."""
     from sgdsweep.errors import UsageError
-    from sgdsweep.store import share
+    from sgdsweep.share import archive as share
 
     results = tmp_path / "results"
     extract = share._extract
@@ -115,8 +115,8 @@ def _recrafted(src: Path, dest: Path, change_config) -> Path:
     import json
     import zipfile
 
-    from sgdsweep.store.share import _write_zip
-    from sgdsweep.store.share_verify import MANIFEST
+    from sgdsweep.share.archive import _write_zip
+    from sgdsweep.share.verify import MANIFEST
 
     with zipfile.ZipFile(src) as zf:
         manifest = json.loads(zf.read(MANIFEST))

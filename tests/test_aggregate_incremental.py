@@ -332,7 +332,7 @@ def test_a_grown_sweep_appends_its_new_points_to_its_ensemble(tmp_path):
     from conftest import make_finished_sweep
 
     from sgdsweep.run.execute import make_batches
-    from sgdsweep.sim.simulate import simulate_points
+    from sgdsweep.run.simulate import simulate_points
     from sgdsweep.store.points import is_complete, point_path
     from sgdsweep.sweep.config import build_sweep
     from sgdsweep.sweep.plan import write_plan

@@ -138,7 +138,7 @@ def test_bad_arguments_environment_and_paths(tmp_path, capsys, monkeypatch, argv
 
 
 def test_import_never_overwrites(tmp_path, capsys, monkeypatch):
-    from sgdsweep.store.share import export_sweep
+    from sgdsweep.share.archive import export_sweep
 
     export_sweep(_finished(tmp_path / "src"), str(tmp_path / "t.zip"))
     monkeypatch.chdir(tmp_path)
@@ -152,7 +152,7 @@ def test_import_refuses_paths_escaping_the_results_directory(tmp_path, capsys, m
     import hashlib
     import json
 
-    from sgdsweep.store.share import COMMENT_PREFIX, MANIFEST, SCHEMA_VERSION
+    from sgdsweep.share.archive import COMMENT_PREFIX, MANIFEST, SCHEMA_VERSION
 
     evil = tmp_path / "evil.zip"
     payload = b"owned"

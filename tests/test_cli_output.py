@@ -225,8 +225,8 @@ def test_the_jobs_draw_a_bar_only_when_one_shard_job_runs_at_a_time(tmp_path):
 def test_the_engine_reports_its_steps_block_by_block(tmp_path):
     import numpy as np
 
+    from sgdsweep.run.simulate import simulate_points
     from sgdsweep.sim import engine
-    from sgdsweep.sim.simulate import simulate_points
 
     sweep = build_sweep(tiny_config(results_dir=str(tmp_path), grid={"lr": [0.2], "batch_size": [2]},
                                     dynamics={"steps": 3000, "replicas": 2}))

@@ -19,7 +19,7 @@ from conftest import REPO, make_finished_sweep, run_cli, tiny_config, write_yaml
 
 import sgdsweep
 from sgdsweep.run.execute import make_batches
-from sgdsweep.sim.simulate import simulate_points
+from sgdsweep.run.simulate import simulate_points
 from sgdsweep.store.aggregate import build_ensemble, load_ensemble, write_ensemble
 from sgdsweep.sweep.config import build_sweep
 from sgdsweep.sweep.plan import write_plan

@@ -14,15 +14,16 @@ import pytest
 
 from sgdsweep.errors import ConfigError
 from sgdsweep.models import get_model
+from sgdsweep.models.edge import stability_edge
 from sgdsweep.run.execute import make_batches
+from sgdsweep.run.simulate import simulate_points
 from sgdsweep.sim.engine import Dynamics, run_lanes
 from sgdsweep.sim.observables import ObserveSpec
-from sgdsweep.sim.simulate import replica_streams, simulate_points
+from sgdsweep.sim.replicas import replica_streams
 from sgdsweep.sim.tangent import lyapunov_exponents, tangent_streams
 from sgdsweep.store import points as point_store
 from sgdsweep.sweep.config import Sweep, build_sweep
 from sgdsweep.sweep.search import CRITERION, _targets, decide, half_width, write_edge_summary
-from sgdsweep.models.edge import stability_edge
 
 LINEAR = {"kind": "linear", "n_inputs": 4, "label_noise": 0.5}
 EDGE: dict[str, Any] = {

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from sgdsweep.sim.simulate import simulate_points
+from sgdsweep.run.simulate import simulate_points
 from sgdsweep.store import points as point_store
 from sgdsweep.sweep.config import build_sweep
 

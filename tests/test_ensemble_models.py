@@ -13,7 +13,7 @@ import xarray as xr
 from sgdsweep.analysis.fit import fit_ensemble
 from sgdsweep.analysis.report import build_report
 from sgdsweep.run.execute import make_batches
-from sgdsweep.sim.simulate import simulate_points
+from sgdsweep.run.simulate import simulate_points
 from sgdsweep.store.aggregate import build_ensemble, write_ensemble
 from sgdsweep.sweep.config import build_sweep
 from sgdsweep.sweep.plan import write_plan

@@ -328,7 +328,7 @@ def test_two_layer_flatness_at_hidden_width_6_leaves_out_the_projected_mode(tmp_
 
     from sgdsweep.analysis.fit.spectra import fit_flatness
     from sgdsweep.run.execute import make_batches
-    from sgdsweep.sim.simulate import simulate_points
+    from sgdsweep.run.simulate import simulate_points
     from sgdsweep.store.aggregate import build_ensemble
     from sgdsweep.sweep.config import build_sweep
     from sgdsweep.sweep.plan import write_plan

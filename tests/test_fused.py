@@ -20,7 +20,7 @@ from sgdsweep.models import get_model
 from sgdsweep.sim import engine, kernels, pcg64
 from sgdsweep.sim.kernels import affine, common
 from sgdsweep.sim.observables import ObserveSpec
-from sgdsweep.sim.simulate import replica_streams
+from sgdsweep.sim.replicas import replica_streams
 from sgdsweep.sweep.config import build_sweep
 
 
@@ -443,7 +443,7 @@ from sgdsweep.models import get_model
 from sgdsweep.sim import engine
 from sgdsweep.sim.kernels import additive
 from sgdsweep.sim.observables import ObserveSpec
-from sgdsweep.sim.simulate import replica_streams
+from sgdsweep.sim.replicas import replica_streams
 from sgdsweep.sweep.config import build_sweep
 
 assert sgdsweep.__file__.startswith(sys.argv[1]), sgdsweep.__file__

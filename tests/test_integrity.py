@@ -19,7 +19,7 @@ from conftest import as_directory_store, make_finished_sweep, run_cli, tiny_conf
 
 from sgdsweep.core.identity import content_hash
 from sgdsweep.errors import StoreError
-from sgdsweep.sim.simulate import simulate_points
+from sgdsweep.run.simulate import simulate_points
 from sgdsweep.store import migrate
 from sgdsweep.store import points as point_store
 from sgdsweep.store.aggregate import build_ensemble, load_ensemble, open_ensemble

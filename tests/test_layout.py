@@ -1,16 +1,18 @@
-"""The package's shape: stage packages that show the data flow, small modules, and no reach
-into another package's private names."""
+"""The package's shape: layered packages that import one way (pyproject.toml's import-linter
+contracts), small modules, and no reach into another package's private names."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "sgdsweep"
 #: The packages, bottom layer first (each imports only those before it), and the modules allowed at the top.
-STAGES = ("core", "theory", "models", "sim", "store", "sweep", "analysis", "run")
+STAGES = ("core", "theory", "models", "sim", "store", "sweep", "analysis", "share", "run")
 TOP_MODULES = {"__init__.py", "__main__.py", "errors.py"}
 MAX_LINES = 600
 
@@ -73,3 +75,14 @@ def test_a_private_import_across_packages_is_found(tmp_path):
     assert private_imports(package) == []  # within one package: allowed
     (package / "sim" / "results.py").write_text("from sgdsweep.store.aggregate import _attrs\n")
     assert private_imports(package) == ["sgdsweep/sim/results.py:1 imports sgdsweep.store.aggregate._attrs"]
+
+
+def test_the_packages_import_one_way():
+    """pyproject.toml's import-linter contracts (the layers, bottom first: errors, core, theory,
+    models, sim, store, sweep, analysis, share, run) are kept: ``lint-imports`` sees every import,
+    those inside functions included."""
+    lint = Path(sys.executable).with_name("lint-imports")
+    if not lint.is_file():
+        pytest.skip("import-linter is not installed (pip install -e '.[test]')")
+    done = subprocess.run([str(lint), "--no-cache"], check=False, cwd=PACKAGE.parent, capture_output=True, text=True)
+    assert done.returncode == 0, f"an import runs against the layers:\n{done.stdout[-4000:]}{done.stderr[-2000:]}"

@@ -55,8 +55,8 @@ def test_the_engine_owns_what_varies_within_one_call(tmp_path):
     """The shard job's grouping and the task's check read the engine's BATCH_VARYING, and a
     mixed batch is refused naming the parameter and what may vary."""
     from sgdsweep.run import execute
+    from sgdsweep.run.simulate import simulate_points
     from sgdsweep.sim import engine, shapes
-    from sgdsweep.sim.simulate import simulate_points
     from sgdsweep.sweep.config import build_sweep
 
     assert execute.BATCH_VARYING is engine.BATCH_VARYING is shapes.BATCH_VARYING
@@ -73,7 +73,7 @@ def test_the_engine_owns_what_varies_within_one_call(tmp_path):
 def test_a_point_array_missing_from_the_catalogue_is_refused(tmp_path, monkeypatch):
     """Every array a point store holds is described by sgdsweep.store.variables; an array no
     table names (a misspelt variable) stops the task with its name, and no store is written."""
-    from sgdsweep.sim import simulate
+    from sgdsweep.run import simulate
     from sgdsweep.store import points as point_store
     from sgdsweep.store.variables import point_array_attrs
     from sgdsweep.sweep.config import build_sweep

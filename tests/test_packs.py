@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from conftest import make_finished_sweep, run_cli, write_yaml
 
+from sgdsweep.share.archive import export_sweep, import_sweep, verify
 from sgdsweep.store import packs
 from sgdsweep.store.aggregate import build_ensemble
 from sgdsweep.store.leftovers import remove_pack_leftovers
 from sgdsweep.store.points import PointStore, complete_points, is_complete, point_path, read_attrs
-from sgdsweep.store.share import export_sweep, import_sweep, verify
 from sgdsweep.sweep.config import build_sweep
 from sgdsweep.sweep.plan import PlanFiles, explain, pending_points
 

@@ -87,7 +87,7 @@ def test_memory_estimate_is_within_a_factor_2_of_the_measured_peak(tmp_path, cas
     simulate_points runs that task (after a warm-up that compiles and imports): 10–60 MB here."""
     import tracemalloc
 
-    from sgdsweep.sim.simulate import simulate_points
+    from sgdsweep.run.simulate import simulate_points
     from sgdsweep.sweep.cost import tasks
 
     cfg, replicas = MEASURED_CASES[case]

@@ -20,7 +20,8 @@ from conftest import REPO, run_cli, write_yaml
 
 from sgdsweep.core.identity import content_hash, points_digest, replica_stream_key
 from sgdsweep.errors import ConfigError
-from sgdsweep.sim.simulate import replica_streams, simulate_points
+from sgdsweep.run.simulate import simulate_points
+from sgdsweep.sim.replicas import replica_streams
 from sgdsweep.store import lanes as lanes_store
 from sgdsweep.store import points as point_store
 from sgdsweep.sweep.config import build_sweep
@@ -420,8 +421,8 @@ def test_a_precision_sweep_exported_and_imported_replays_its_rounds_without_simu
     from the stores it brings, and simulates nothing; merging such exports is refused."""
     from sgdsweep.analysis.fit import fit_ensemble
     from sgdsweep.core.paths import atomic_write_text
+    from sgdsweep.share.archive import ShareError, export_sweep, import_sweep, merge_exports
     from sgdsweep.store.aggregate import build_ensemble, write_ensemble
-    from sgdsweep.store.share import ShareError, export_sweep, import_sweep, merge_exports
     from sgdsweep.sweep.plan import write_plan
 
     finished = run_rounds(config(tmp_path / "here"))

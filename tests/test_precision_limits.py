@@ -19,7 +19,7 @@ from test_precision import PRECISE, run_rounds
 
 from sgdsweep.errors import ConfigError
 from sgdsweep.run.execute import run_shard
-from sgdsweep.sim.simulate import simulate_points
+from sgdsweep.run.simulate import simulate_points
 from sgdsweep.store import lanes as lanes_store
 from sgdsweep.store import leftovers
 from sgdsweep.store import points as point_store
@@ -210,7 +210,7 @@ def test_an_import_killed_midway_leaves_a_staging_directory_that_the_next_import
     """A killed `sgdsweep import` leaves <results>/.import-<hex>; the next import removes it once
     nothing in it changed for the stale age, and keeps one that changed since (an import in
     progress), and other directories."""
-    from sgdsweep.store.share import export_sweep
+    from sgdsweep.share.archive import export_sweep
 
     sweep_dir = make_finished_sweep(tmp_path / "src")
     export = tmp_path / "tiny.zip"

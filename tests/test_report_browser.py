@@ -131,11 +131,11 @@ def _family_report(name: str, tmp: Path, pool) -> tuple[Path, dict, dict, str]:
     """The family's shrunk config run in-process (plan, simulate, aggregate, fit) and its report
     written as the workflow writes it: (report path, fits, legends of every figure, the lead it
     resolved to)."""
-    from sgdsweep.analysis.lead import resolve
     from sgdsweep.run.execute import make_batches
-    from sgdsweep.sim.simulate import simulate_points
+    from sgdsweep.run.simulate import simulate_points
     from sgdsweep.store.aggregate import build_ensemble
     from sgdsweep.sweep.config import build_sweep
+    from sgdsweep.sweep.lead import resolve
     from sgdsweep.sweep.plan import write_plan
 
     path, _, changes = FAMILIES[name]

@@ -18,9 +18,10 @@ import xarray as xr
 import yaml
 from test_report import _ensemble, _text, _two_layer_like, _with_momentum
 
-from sgdsweep.analysis import figures, headline, lead, plotting, spectra_figures
+from sgdsweep.analysis import figures, headline, plotting, spectra_figures
 from sgdsweep.analysis.fit import fit_ensemble
 from sgdsweep.analysis.report import build_report
+from sgdsweep.sweep import lead
 from sgdsweep.sweep.config import build_sweep
 from sgdsweep.sweep.schema import load_schema
 from sgdsweep.theory.edge import liu_edge

@@ -16,7 +16,7 @@ from sgdsweep.analysis.fit import fit_ensemble
 from sgdsweep.analysis.report import build_report
 from sgdsweep.analysis.rounds import edge_figure, theory_edge
 from sgdsweep.run.execute import make_batches
-from sgdsweep.sim.simulate import simulate_points
+from sgdsweep.run.simulate import simulate_points
 from sgdsweep.store import points as point_store
 from sgdsweep.store.aggregate import build_ensemble
 from sgdsweep.sweep.config import Sweep, build_sweep

@@ -13,7 +13,7 @@ import yaml
 
 from sgdsweep.analysis.fit import fit_ensemble
 from sgdsweep.run.execute import make_batches
-from sgdsweep.sim.simulate import simulate_points
+from sgdsweep.run.simulate import simulate_points
 from sgdsweep.store import points as point_store
 from sgdsweep.store.aggregate import build_ensemble
 from sgdsweep.sweep.config import build_sweep

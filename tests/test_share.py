@@ -17,9 +17,9 @@ import zarr
 from conftest import make_finished_sweep, run_cli, run_snakemake
 
 from sgdsweep.errors import UsageError
+from sgdsweep.share.archive import ShareError, export_sweep, import_sweep, merge_exports, verify
 from sgdsweep.store.aggregate import write_ensemble
 from sgdsweep.store.points import point_path
-from sgdsweep.store.share import ShareError, export_sweep, import_sweep, merge_exports, verify
 from sgdsweep.sweep.config import build_sweep
 
 
@@ -92,7 +92,7 @@ def _crafted(src: Path, dest: Path, change_manifest=None, extra=None) -> Path:
     written after the original ones."""
     import hashlib
 
-    from sgdsweep.store.share import COMMENT_PREFIX, MANIFEST
+    from sgdsweep.share.archive import COMMENT_PREFIX, MANIFEST
 
     with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dest, "w") as zout:
         text = zin.read(MANIFEST)
@@ -254,7 +254,7 @@ def _forged(src: Path, dest: Path, change=None, add=(), replace=None) -> Path:
     comment's checksum is recomputed to match."""
     import hashlib
 
-    from sgdsweep.store.share import COMMENT_PREFIX, MANIFEST
+    from sgdsweep.share.archive import COMMENT_PREFIX, MANIFEST
 
     def blocks(data):
         return [data] if isinstance(data, bytes) else data()
@@ -404,7 +404,7 @@ def _zeros(megabytes: int):
 def test_zip_bomb_and_sizes_are_refused_before_reading(exported, tmp_path, monkeypatch):
     """The sizes a zip declares are checked before a member is read: all together against the
     file's size (a zip bomb), each against the manifest and against the limits."""
-    from sgdsweep.store import share_verify
+    from sgdsweep.share import verify as share_verify
     _, dest, _ = exported
     bomb = zipfile.ZipInfo("weight_var/c/1")
     bomb.compress_type = zipfile.ZIP_DEFLATED

@@ -13,7 +13,7 @@ import pytest
 from conftest import make_finished_sweep, run_cli
 from test_share import _forged, _import_refused, _rewrite
 
-from sgdsweep.store.share import ShareError, export_sweep, import_sweep, verify
+from sgdsweep.share.archive import ShareError, export_sweep, import_sweep, verify
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +146,7 @@ def test_merge_refuses_an_ensemble_array_declared_huge(exported, tmp_path):
 
 
 def test_a_legitimate_export_is_within_every_bound(exported):
-    from sgdsweep.store.share_bounds import check_declared
+    from sgdsweep.share.bounds import check_declared
 
     _, dest, manifest = exported
     total = check_declared(dest, manifest, dest.stat().st_size, dest)

@@ -21,7 +21,7 @@ import yaml
 from conftest import REPO, make_finished_sweep, run_cli
 
 import sgdsweep
-from sgdsweep.store.share import export_sweep, import_sweep, verify
+from sgdsweep.share.archive import export_sweep, import_sweep, verify
 
 #: Size of the stand-in for a report: a real self-contained report of the tiny sweep, figures
 #: embedded, is about 1.2 MB.

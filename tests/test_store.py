@@ -17,7 +17,7 @@ from conftest import as_directory_store, checksummed_zip, npy, tiny_config, writ
 
 from sgdsweep.errors import StoreError, UsageError
 from sgdsweep.run.execute import make_batches, run_shard
-from sgdsweep.sim.simulate import simulate_points
+from sgdsweep.run.simulate import simulate_points
 from sgdsweep.store import leftovers, migrate
 from sgdsweep.store import points as point_store
 from sgdsweep.store.aggregate import build_ensemble, open_ensemble, write_ensemble

@@ -202,7 +202,7 @@ def test_engine_replicas_are_bounded_below_the_edge_and_diverge_above(tmp_path):
     """N = 2, P = 5, S = 4 without replacement, μ = 0.5: at 0.9× the exact edge no replica
     diverges, at 1.1× every one does, although 1.1× the edge is still below the mean-dynamics
     bound 2(1 + μ)/h_max (a theory without the multiplicative noise would call it stable)."""
-    from sgdsweep.sim.simulate import simulate_points
+    from sgdsweep.run.simulate import simulate_points
     from sgdsweep.store import points as point_store
     from sgdsweep.sweep.config import build_sweep
 

@@ -14,12 +14,12 @@ import xarray as xr
 from sgdsweep import models
 from sgdsweep.analysis.fit.escape import fit_escape
 from sgdsweep.analysis.fit.verdict import judge
+from sgdsweep.models.predict import predict
 from sgdsweep.run.execute import make_batches
-from sgdsweep.sim.simulate import simulate_points
+from sgdsweep.run.simulate import simulate_points
 from sgdsweep.store.aggregate import build_ensemble, write_ensemble
 from sgdsweep.sweep.config import build_sweep
 from sgdsweep.sweep.plan import write_plan
-from sgdsweep.models.predict import predict
 
 # the double well of the example: ΔL = 0.35, k_a = 2.6, k_b = 0.9, σ = 1.3, λ = 0.346, S = 3
 WELL = {"kind": "landscape", "barrier": 0.35, "curvature_min": 2.6, "curvature_saddle": 0.9, "noise_std": 1.3}

@@ -1,4 +1,4 @@
-"""The report's first screen: a headline on the sweep's question (:mod:`sgdsweep.analysis.lead`)
+"""The report's first screen: a headline on the sweep's question (:mod:`sgdsweep.sweep.lead`)
 with the measured value, the theory value and their agreement, and the figure that answers it.
 
 :func:`headline` returns a :class:`Headline`: plain-text sentences, a status (``good``: the
@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from sgdsweep.analysis import lead as leads
 from sgdsweep.analysis.fit.verdict import HEADLINE, NAMES, SYMBOLS, assess, judge, num, where
+from sgdsweep.sweep import lead as leads
 
 
 @dataclass
@@ -308,7 +308,7 @@ def _fit_sentences(kind: str, fits: Mapping[str, Any]) -> tuple[list[str], list[
 def headline(requested: str | None, ds: xr.Dataset, fits: Mapping[str, Any], config: Mapping[str, Any],
              confidence: float = 0.95) -> Headline:
     """The headline of the report of ``ds`` (module docstring) for ``report.lead`` =
-    ``requested`` (``auto`` or None: :func:`sgdsweep.analysis.lead.resolve`). A requested lead
+    ``requested`` (``auto`` or None: :func:`sgdsweep.sweep.lead.resolve`). A requested lead
     the data cannot show falls back to ``auto``'s, with a note that says so."""
     lead = leads.resolve(requested, ds, fits)
     out = _build(lead, ds, fits, config, confidence)

@@ -1,4 +1,4 @@
-"""Figures that lead a report (:mod:`sgdsweep.analysis.lead`) where no section figure answers the
+"""Figures that lead a report (:mod:`sgdsweep.sweep.lead`) where no section figure answers the
 sweep's question: the variance against momentum with the exact stability edge, the two layers'
 joint fluctuation spectrum against its isotropic value, and every group's escape times in one
 panel. Conventions as :mod:`sgdsweep.analysis.figures`.

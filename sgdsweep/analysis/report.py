@@ -1,6 +1,6 @@
 """The self-contained HTML report: figures embedded as base64 PNG, tables, provenance.
 
-The page leads with the sweep's question (``report.lead``, :mod:`sgdsweep.analysis.lead`): a
+The page leads with the sweep's question (``report.lead``, :mod:`sgdsweep.sweep.lead`): a
 headline with the measured value, the theory value and their agreement, above the figure that
 answers it (:mod:`sgdsweep.analysis.headline`); then one line on the points (done, diverged,
 agreement with the exact theory), every fit's verdict in words with its headline numbers

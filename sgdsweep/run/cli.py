@@ -208,7 +208,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from sgdsweep.store.share import export_sweep
+    from sgdsweep.share.archive import export_sweep
 
     if args.format == "netcdf":  # the ensemble alone, for netCDF tools (sgdsweep.store.netcdf)
         from sgdsweep.store.netcdf import export_netcdf
@@ -225,7 +225,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from sgdsweep.store.share import verify
+    from sgdsweep.share.archive import verify
 
     manifest = verify(args.file)
     print(f"{args.file}: OK — sweep '{manifest['sweep']}', {len(manifest['points'])} points, "
@@ -234,7 +234,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from sgdsweep.store.share import import_sweep
+    from sgdsweep.share.archive import import_sweep
 
     target = import_sweep(args.file, args.results_dir)
     print(f"imported into {target}/; re-run fits and report without simulating: "
@@ -243,7 +243,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    from sgdsweep.store.share import merge_exports
+    from sgdsweep.share.archive import merge_exports
 
     manifest = merge_exports(args.files, args.out)
     print(f"merged {len(args.files)} exports into {args.out}: {len(manifest['points'])} points")

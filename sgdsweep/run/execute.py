@@ -50,12 +50,12 @@ TASK_REPORT_S = 1.0
 
 def simulate_task(points: Sequence[Mapping[str, Any]], points_dir: str, topic: str | None = None,
                   task: int = 0) -> dict[str, Any]:
-    """The Dask task: :func:`sgdsweep.sim.simulate.simulate_points`, imported on the worker (the
+    """The Dask task: :func:`sgdsweep.run.simulate.simulate_points`, imported on the worker (the
     shard job that submits it then needs neither the models nor the theory: it starts in a
     fraction of the time). With a ``topic``, on a Dask worker, it reports ``{"task": task,
     "fraction": share of its steps done}`` as events on that topic while it runs."""
     from sgdsweep.run.gpus import refuse_gpu_batch
-    from sgdsweep.sim.simulate import simulate_points
+    from sgdsweep.run.simulate import simulate_points
 
     refuse_gpu_batch(points)  # a GPU point is never simulated on the CPU under the GPU's name
     return simulate_points(points, points_dir, progress=_task_reporter(topic, task))

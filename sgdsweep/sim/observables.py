@@ -6,7 +6,7 @@ What is accumulated after a lane's burn-in, per lane (``L`` lanes, ``d`` paramet
   Σδ² (the diagonal) beyond, with δ = w − reference (the unique minimiser, or for models whose
   minima form a manifold the lane's weights at its first measured step — centred at the end);
 - ``sum_loss``, ``sum_test_loss``, ``loss_count``: Σ L(w), Σ L_test(w) over the measured steps
-  that are multiples of ``stride`` (:func:`sgdsweep.sim.simulate.loss_stride`: an eighth of the
+  that are multiples of ``stride`` (:func:`sgdsweep.sim.replicas.loss_stride`: an eighth of the
   slowest relaxation time of the mean dynamics, a thinning that costs almost no information),
   and their number;
 - ``loss_lag``: Σ L_t L_{t−m·stride} for m = 0 … K−1 (ring buffer of K values), for the

@@ -92,7 +92,7 @@ def tangent_burn_in(burn_in: int, steps: int) -> int:
 
 def tangent_streams(seed: int, stream_key: str, replicas: int) -> list[tuple[np.random.Generator, ...]]:
     """Per replica 0 … ``replicas`` − 1 of a point its (uniforms, normals, tangent direction)
-    generators: the first two are the replica's own (:func:`sgdsweep.sim.simulate.replica_streams`,
+    generators: the first two are the replica's own (:func:`sgdsweep.sim.replicas.replica_streams`,
     :func:`sgdsweep.sim.noise.lane_streams`), the third a fourth child of its seed sequence."""
     words = hash_words(stream_key)
     out = []

@@ -20,7 +20,7 @@ def warm() -> None:
     from sgdsweep.sim.engine import run_lanes
     from sgdsweep.sim.noise import COMPILED_NORMALS_MIN, draw_normals
     from sgdsweep.sim.observables import ObserveSpec
-    from sgdsweep.sim.simulate import replica_streams
+    from sgdsweep.sim.replicas import replica_streams
 
     problem = linear.make_problem({"n_inputs": 2, "n_outputs": 1, "n_samples": 8, "label_noise": 0.5,
                                    "inputs": "isotropic", "wishart_ratio": None, "labels": "teacher",

@@ -391,17 +391,18 @@ def load_ensemble(path: str | Path) -> xr.Dataset:
 
 
 def open_ensemble(path: str | Path, grid: bool = False) -> xr.Dataset:
-    """Open an ensemble lazily (its metadata checked and its chunks listed first:
-    :func:`check_ensemble`; each chunk's CRC-32C is checked by Zarr when it is read); with
-    ``grid=True`` unstack ``point`` into the swept axes. ``path`` may be a URL of a shared sweep,
-    ``zip::https://…/SWEEP.zip`` or an export directory (:mod:`sgdsweep.store.share_remote`)."""
-    if isinstance(path, str) and "://" in path:
-        from sgdsweep.store.share_remote import open_remote_ensemble
+    """Open an ensemble on this machine lazily (its metadata checked and its chunks listed
+    first: :func:`check_ensemble`; each chunk's CRC-32C is checked by Zarr when it is read);
+    with ``grid=True`` unstack ``point`` into the swept axes (:func:`as_grid`). A URL of a shared
+    sweep is opened by :func:`sgdsweep.open_ensemble` (:mod:`sgdsweep.share.remote`)."""
+    check_ensemble(path)
+    return opened(xr.open_zarr(path), grid)
 
-        ds = open_remote_ensemble(path)
-    else:
-        check_ensemble(path)
-        ds = xr.open_zarr(path)
+
+def opened(ds: xr.Dataset, grid: bool = False) -> xr.Dataset:
+    """An ensemble just opened, as its reader sees it: without the record of its metadata's
+    digests (checked already; not part of the results), and with ``grid=True`` its ``point``
+    dimension unstacked into one dimension per swept axis."""
     ds.attrs.pop(METADATA_ATTR, None)  # checked: the record is not part of the results
     if not grid:
         return ds

@@ -40,7 +40,7 @@ _LANE_TEMPORARY = re.compile(r"^\.([0-9a-f]{16})\.[0-9]+-[0-9]+\.npz\.tmp-[0-9a-
 SUFFIXES = (POINT_SUFFIX, *LEGACY_SUFFIXES)
 #: A point store's temporary when any point's may be removed: ``.<hex hash><suffix>.tmp-*``.
 _POINT_TEMPORARY = re.compile(r"^\.[0-9a-f]+(?:" + "|".join(re.escape(s) for s in SUFFIXES) + r")\.tmp-")
-#: The staging directory of ``sgdsweep import`` (:func:`sgdsweep.store.share.import_sweep`).
+#: The staging directory of ``sgdsweep import`` (:func:`sgdsweep.share.archive.import_sweep`).
 _IMPORT_STAGING = re.compile(r"^\.import-[0-9a-f]{8}$")
 #: Length of the checksum comment that ends a complete store: the marker and 8 hex digits.
 _TAIL = len(CHECKSUM_MARKER) + 8

@@ -46,7 +46,7 @@ def export_netcdf(sweep_dir: str | Path, dest: str | Path) -> Path:
         UsageError: ``dest`` does not end in ``.nc`` or exists; the sweep has no ensemble, or its
             ensemble fails its checks (naming it and the fix); no netCDF-4 writer is installed.
     """
-    from sgdsweep import __version__
+    from sgdsweep.core.version import VERSION as __version__
     from sgdsweep.store.aggregate import load_ensemble
 
     dest = Path(dest)

@@ -1,6 +1,6 @@
 """Point stores copied to and from Zarr groups: what an export holds and an import reads back.
 
-An export (:mod:`sgdsweep.store.share`) holds each point store as a Zarr (format 3) group,
+An export (:mod:`sgdsweep.share.archive`) holds each point store as a Zarr (format 3) group,
 written through Zarr's public API (:func:`write_zarr_group`, :func:`zarr_group_keys`); an import
 writes such a group back as the point's ``.npz`` store (:func:`copy_point`). The ``.npz`` stores
 are read single or packed (:class:`sgdsweep.store.points.PointStore`); a point held as a Zarr

@@ -8,9 +8,9 @@ import importlib.metadata
 import platform
 import subprocess
 
-from sgdsweep import __version__
 from sgdsweep.core.identity import SIMULATION_VERSION
 from sgdsweep.core.paths import workflow_root
+from sgdsweep.core.version import VERSION as __version__
 
 PACKAGES = ("sgdsweep", "numpy", "scipy", "numba", "xarray", "zarr", "dask", "distributed", "snakemake")
 

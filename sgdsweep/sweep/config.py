@@ -1,7 +1,7 @@
 """From a YAML config to a frozen :class:`Sweep`: validation, defaults, points, identity.
 
 Every check runs here, before any job starts: the schema (types, ranges, unknown keys), the
-grid (duplicates, zip groups), the report's lead (:func:`sgdsweep.analysis.lead.check`), and per
+grid (duplicates, zip groups), the report's lead (:func:`sgdsweep.sweep.lead.check`), and per
 point the model's own constraints (its hooks in
 :mod:`sgdsweep.models`: noise types, observables, ``check_point``, ``check_dynamics``) and the
 burn-in (resolved from the problem's slowest relaxation time when ``auto``, and required to be
@@ -18,13 +18,13 @@ from typing import Any
 
 import numpy as np
 
-from sgdsweep.analysis import lead as report_lead
 from sgdsweep.core.identity import LYAPUNOV, canonical_json, content_hash
 from sgdsweep.core.noise_types import SAMPLING_NOISE, SDE_NOISE, describe
 from sgdsweep.core.paths import nested_sweep, sweep_dir
 from sgdsweep.errors import ConfigError
 from sgdsweep.models import allowed_noise, get_model, hook, observing
 from sgdsweep.sweep import grid as gridmod
+from sgdsweep.sweep import lead as report_lead
 from sgdsweep.sweep import limits
 from sgdsweep.sweep.cost import Footprint, footprint
 from sgdsweep.sweep.device import router as device_router

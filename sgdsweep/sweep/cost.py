@@ -2,7 +2,7 @@
 
 A sweep's points run as Dask tasks: each task advances the replicas of up to
 ``execution.points_per_task`` points of one data set and batch size together, as the lanes of one
-engine call (:func:`sgdsweep.run.execute.make_batches`, :func:`sgdsweep.sim.simulate.simulate_points`).
+engine call (:func:`sgdsweep.run.execute.make_batches`, :func:`sgdsweep.run.simulate.simulate_points`).
 Memory of one task, in bytes (:class:`Footprint`, from the point's own problem):
 
 - per lane (replica): twice its accumulators (:class:`sgdsweep.sim.observables.Accumulators` for
@@ -13,7 +13,7 @@ Memory of one task, in bytes (:class:`Footprint`, from the point's own problem):
 - per task: the problem's arrays, the engine's random-number blocks and the exact theory
   (:func:`theory_bytes`).
 
-Measured against ``tracemalloc`` peaks of :func:`~sgdsweep.sim.simulate.simulate_points` (tests in
+Measured against ``tracemalloc`` peaks of :func:`~sgdsweep.run.simulate.simulate_points` (tests in
 ``tests/test_plan.py``), the estimate is within a factor of 2. The machine holds the largest
 tasks that run at once (:func:`tasks_at_once`), each in a worker process of about
 :data:`PROCESS_BYTES` (its Python, NumPy, Numba and Dask). :func:`check_memory` refuses a sweep
@@ -273,7 +273,8 @@ def measure_rate(point: Point, lanes: int) -> float:
     from sgdsweep.core.identity import replica_stream_key
     from sgdsweep.models import get_model
     from sgdsweep.sim.engine import Dynamics, run_lanes
-    from sgdsweep.sim.simulate import observe_spec, replica_streams
+    from sgdsweep.sim.replicas import replica_streams
+    from sgdsweep.sim.shapes import observe_spec
 
     p = point.params
     model = get_model(p["model"])

@@ -10,10 +10,10 @@ views a reader may take, and those of every point store), counted in bytes as Nu
 (its elements times their item size, 16 bytes for a string element):
 
 - each array declares at most :data:`MAX_ARRAY_BYTES` (the largest member an export may hold,
-  :data:`sgdsweep.store.share_verify.MAX_MEMBER_BYTES`: a point store's array is one member);
+  :data:`sgdsweep.share.verify.MAX_MEMBER_BYTES`: a point store's array is one member);
 - each point store declares at most :data:`sgdsweep.store.points.MAX_POINT_BYTES` in all (the
   largest point store sgdsweep reads);
-- all arrays together declare at most :data:`sgdsweep.store.share_verify.MAX_EXPANSION` times
+- all arrays together declare at most :data:`sgdsweep.share.verify.MAX_EXPANSION` times
   the file's size (the bound the zip's own declared sizes keep: sgdsweep writes an export's
   point stores uncompressed and its ensemble is a small part of it, so a real export declares
   about its own size);
@@ -36,8 +36,8 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from sgdsweep.share.verify import MAX_EXPANSION, MAX_MEMBER_BYTES, ShareError
 from sgdsweep.store.points import MAX_POINT_BYTES
-from sgdsweep.store.share_verify import MAX_EXPANSION, MAX_MEMBER_BYTES, ShareError
 from sgdsweep.store.variables import COORDS
 
 #: Largest size one array of an export may declare, bytes: 1 GiB (the largest member).
@@ -100,7 +100,7 @@ def check_declared(source: Path | zipfile.ZipFile, manifest: dict[str, Any], siz
     Raises:
         ShareError: naming the array, what it declares and the bound it exceeds.
     """
-    from sgdsweep.store.share_remote import export_store
+    from sgdsweep.share.remote import export_store
 
     members = max(len(manifest["members"]), 1)
     total = 0

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from sgdsweep.errors import ConfigError, StoreError
-from sgdsweep.store.share_verify import ShareError, member_blocks
+from sgdsweep.share.verify import ShareError, member_blocks
 
 #: Name of a member holding the fits of one round of a precision sweep (``rounds/fits/<name>``).
 FIT_ARCHIVE = re.compile(r"rounds/fits/[0-9a-f]{1,64}-[0-9a-f]{1,64}\.json")

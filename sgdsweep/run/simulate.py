@@ -16,45 +16,25 @@ summary.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from sgdsweep.core.identity import hash_words, replica_stream_key
+from sgdsweep.core.identity import replica_stream_key
 from sgdsweep.errors import StoreError
 from sgdsweep.models import get_model
 from sgdsweep.models.predict import predict
 from sgdsweep.sim import tangent
 from sgdsweep.sim.engine import BATCH_VARYING, Dynamics, run_lanes
-from sgdsweep.sim.noise import lane_streams
+from sgdsweep.sim.replicas import loss_stride, replica_streams
 from sgdsweep.sim.results import finite_or_none, point_result
 from sgdsweep.sim.shapes import observe_spec
 from sgdsweep.store import lanes as lanes_store
 from sgdsweep.store import points as point_store
 from sgdsweep.store.provenance import code_version
 from sgdsweep.store.variables import point_array_attrs
-
-
-def replica_streams(seed: int, stream_key: str, replicas: int, start: int = 0) -> list[tuple[np.random.Generator, ...]]:
-    """Per replica ``start`` … ``replicas − 1`` its (uniforms, normals, initialisation)
-    generators, keyed by (root seed, the point's
-    :func:`sgdsweep.core.identity.replica_stream_key`, replica index)."""
-    words = hash_words(stream_key)
-    return [lane_streams(np.random.SeedSequence([seed, *words, r])) for r in range(start, replicas)]
-
-
-def loss_stride(problem, params: Mapping[str, Any], burn_in: int, substeps: int) -> int:
-    """Integrator steps between loss samples of a point: an eighth of its relaxation time
-    (successive samples closer than that carry almost no new information), but at least
-    2·autocorr_lags + 2 samples in the measured window (slow modes must not starve the mean)."""
-    tau = problem.relaxation_steps(params["lr"], params["momentum"])
-    by_tau = int(tau * substeps / 8) if math.isfinite(tau) else 1
-    window = (int(params["steps"]) - int(burn_in)) * substeps
-    by_window = window // (2 * int(params["observe"]["autocorr_lags"]) + 2)
-    return max(1, min(by_tau, by_window))
 
 
 def simulate_points(points: Sequence[Mapping[str, Any]], points_dir: str,

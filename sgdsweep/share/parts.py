@@ -13,9 +13,9 @@ import zipfile
 from pathlib import Path
 
 from sgdsweep.errors import UsageError
-from sgdsweep.store.share_verify import COMMENT_PREFIX
+from sgdsweep.share.verify import COMMENT_PREFIX
 
-log = logging.getLogger("sgdsweep.store.share")
+log = logging.getLogger("sgdsweep.share.archive")
 #: The file of a directory export holding its manifest's SHA-256 (a zip export's comment).
 MANIFEST_SHA256 = "sgdsweep-manifest.sha256"
 

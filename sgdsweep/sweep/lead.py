@@ -20,7 +20,8 @@ the sweep measured and fitted (:func:`resolve`), in the order of :data:`AUTO_ORD
 lead that the sweep cannot draw (a :class:`~sgdsweep.errors.ConfigError` naming the key, the
 value and what it needs); the schema's enum of ``report.lead`` is :data:`LEADS`' keys.
 
-Light on imports: :mod:`sgdsweep.sweep.config` calls :func:`check` for every config.
+Light on imports: :mod:`sgdsweep.sweep.config` calls :func:`check` for every config, and the report
+(:mod:`sgdsweep.analysis.headline`) calls :func:`resolve`.
 """
 
 from __future__ import annotations

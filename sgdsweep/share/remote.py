@@ -5,7 +5,7 @@ fsspec URL), without downloading it first.
   local file as it is, a URL through fsspec's seekable file object (HTTP range requests), which
   :mod:`zipfile` reads like a local file. The bytes read through it are counted and bounded
   (:data:`MAX_READ_FACTOR` times the size the server declares, plus :data:`READ_SLACK_BYTES`):
-  the checks of :mod:`sgdsweep.store.share_verify` read each member once to hash it and the
+  the checks of :mod:`sgdsweep.share.verify` read each member once to hash it and the
   arrays' metadata once more, so a server that serves more than that is refused instead of
   being read without end. Every check runs as on a local file.
 - :func:`export_store` is the read-only Zarr store over an open export (local or remote), for
@@ -50,7 +50,7 @@ def is_url(src: str | Path) -> bool:
 
 class BoundedReader(io.RawIOBase):
     """A seekable binary file over ``raw`` (fsspec's file object) that counts the bytes read
-    through it and raises :class:`~sgdsweep.store.share_verify.ShareError` once they would pass
+    through it and raises :class:`~sgdsweep.share.verify.ShareError` once they would pass
     ``limit``."""
 
     def __init__(self, raw: Any, size: int, limit: int, src: str) -> None:
@@ -70,7 +70,7 @@ class BoundedReader(io.RawIOBase):
         return self.raw.tell()
 
     def read(self, n: int = -1) -> bytes:
-        from sgdsweep.store.share_verify import ShareError
+        from sgdsweep.share.verify import ShareError
 
         if n is None or n < 0:
             n = max(self.size - self.raw.tell(), 0)
@@ -150,7 +150,7 @@ def open_export_source(src: str | Path) -> Iterator[tuple[zipfile.ZipFile, int]]
         UsageError: the file is not found, or the URL cannot be read in place.
         ShareError: not a complete zip file; a remote one that sends more than it declares.
     """
-    from sgdsweep.store.share_verify import open_export
+    from sgdsweep.share.verify import open_export
 
     if not is_url(src):
         path = Path(src)
@@ -226,8 +226,8 @@ def open_remote_ensemble(url: str) -> Any:
     import xarray as xr
     import zarr
 
+    from sgdsweep.share.verify import MANIFEST
     from sgdsweep.store.integrity import check_ensemble
-    from sgdsweep.store.share_verify import MANIFEST
 
     fs, root = _remote_fs(url)
     root = root.rstrip("/")

@@ -9,7 +9,7 @@ also holds
   report (or the whole workflow) without simulating anything;
 - ``fits.json`` — the fits (also in the root group's ``fits`` attribute); with ``precision:``,
   also ``rounds/fits/<name>.json``, each round's fits, from which an import replays the rounds
-  (:mod:`sgdsweep.store.share_rounds`);
+  (:mod:`sgdsweep.share.rounds`);
 - ``report.html`` and ``figures/<name>.png|svg`` — the sweep's report and figures, when it has
   them, so that a collaborator sees the results before running anything;
 - ``config.yaml`` — the resolved config (also in the manifest, which an import uses);
@@ -24,7 +24,7 @@ The zip comment holds the manifest's own SHA-256, so a changed manifest is detec
 pickle anywhere: JSON and Zarr only. Every member, the report and the crate included, is checked
 by ``sgdsweep verify`` against its SHA-256.
 
-An export is read where it lies, too (:mod:`sgdsweep.store.share_remote`): ``verify`` and
+An export is read where it lies, too (:mod:`sgdsweep.share.remote`): ``verify`` and
 ``import`` of a URL read the zip through range requests with the checks of a local file, and
 :func:`sgdsweep.open_ensemble` opens ``zip::https://…/x.zip`` lazily. ``--format directory``
 writes the same members unzipped into a new directory (its root a Zarr group with consolidated
@@ -49,15 +49,9 @@ from typing import Any
 import yaml
 
 from sgdsweep.errors import StoreError, UsageError
-from sgdsweep.store import points as point_store
-from sgdsweep.store.crate import CRATE, DEFAULT_LICENSE, check_license, crate_metadata
-from sgdsweep.store.leftovers import remove_stale_imports
-from sgdsweep.store.packs import pack_points
-from sgdsweep.store.point_copies import ZarrPointGroup, copy_point, zarr_group_keys
-from sgdsweep.store.point_identity import identity_problem
-from sgdsweep.store.share_parts import answer_members, unzip_to_directory, workflow_members
-from sgdsweep.store.share_remote import is_url, open_export_source
-from sgdsweep.store.share_verify import (
+from sgdsweep.share.parts import answer_members, unzip_to_directory, workflow_members
+from sgdsweep.share.remote import is_url, open_export_source
+from sgdsweep.share.verify import (
     COMMENT_PREFIX,
     MANIFEST,
     SCHEMA_VERSION,
@@ -65,6 +59,12 @@ from sgdsweep.store.share_verify import (
     member_blocks,
     verified,
 )
+from sgdsweep.store import points as point_store
+from sgdsweep.store.crate import CRATE, DEFAULT_LICENSE, check_license, crate_metadata
+from sgdsweep.store.leftovers import remove_stale_imports
+from sgdsweep.store.packs import pack_points
+from sgdsweep.store.point_copies import ZarrPointGroup, copy_point, zarr_group_keys
+from sgdsweep.store.point_identity import identity_problem
 
 __all__ = ["COMMENT_PREFIX", "FORMATS", "MANIFEST", "SCHEMA_VERSION", "ShareError", "export_sweep",
            "import_sweep", "merge_exports", "verify"]
@@ -231,7 +231,7 @@ def _download(src: str, tmpdir: Path) -> Path:
 def export_sweep(sweep_dir: str | Path, dest: str, license_id: str | None = None,
                  fmt: str = "zip") -> dict[str, Any]:
     """Export a finished sweep directory (``results/<sweep>``) to ``dest`` (a path or fsspec URL),
-    with its report and figures (:func:`sgdsweep.store.share_parts.answer_members`), config, workflow and RO-Crate
+    with its report and figures (:func:`sgdsweep.share.parts.answer_members`), config, workflow and RO-Crate
     declaring ``license_id`` (an SPDX identifier; by default the config's ``metadata.license``, or
     :data:`sgdsweep.store.crate.DEFAULT_LICENSE`). ``fmt="directory"``: the same members, the
     manifest and ``sgdsweep-manifest.sha256`` (its checksum, the zip comment of a zip) written
@@ -307,7 +307,7 @@ def _point_members(points_dir: Path, hashes: list[str]) -> Iterable[tuple[str, b
 
 
 def verify(src: str | Path) -> dict[str, Any]:
-    """Check an export (:mod:`sgdsweep.store.share_verify`): the zip and its entries, the sizes they
+    """Check an export (:mod:`sgdsweep.share.verify`): the zip and its entries, the sizes they
     declare, the manifest's checksum, version and content (its config a sweep of its own name
     and points), and every member's SHA-256, streamed.
 

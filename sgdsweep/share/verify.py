@@ -18,14 +18,14 @@ integrity, not origin), so nothing the file says is trusted:
 - every member is read in blocks of :data:`BLOCK_BYTES`, counted and hashed as it streams: no
   member is ever held whole in memory;
 - then, from the arrays' metadata alone, what they declare is bounded (their sizes, chunk
-  counts and data types: :mod:`sgdsweep.store.share_bounds`), before any of their data is read;
+  counts and data types: :mod:`sgdsweep.share.bounds`), before any of their data is read;
 - then, read through Zarr's public API (:func:`check_contents`): the ensemble passes the check
   :func:`sgdsweep.open_ensemble` runs (:func:`sgdsweep.store.integrity.check_ensemble`: its
   metadata against its recorded digests, every chunk present), and each point's store records
   that point (its hash, and parameters that hash to it), so stores swapped or renamed between
   points are refused;
 - last, for a sweep with rounds, the rounds replayed from the file's own stores and fits reach
-  exactly its points and simulate nothing (:mod:`sgdsweep.store.share_rounds`).
+  exactly its points and simulate nothing (:mod:`sgdsweep.share.rounds`).
 """
 
 from __future__ import annotations
@@ -111,17 +111,17 @@ def verified(zf: zipfile.ZipFile, size: int, src: str | Path) -> dict[str, Any]:
     manifest = read_manifest(zf, infos, src)
     check_listed_members(manifest, infos, src)
     check_config(manifest, src)
-    from sgdsweep.store.share_rounds import check_archive_names
+    from sgdsweep.share.rounds import check_archive_names
 
     check_archive_names(manifest, src)
     for name, entry in manifest["members"].items():
         for _ in member_blocks(zf, name, entry, src):
             pass
-    from sgdsweep.store.share_bounds import check_declared
+    from sgdsweep.share.bounds import check_declared
 
     check_declared(zf, manifest, size, src)  # before any array is read
     check_contents(zf, manifest, src)
-    from sgdsweep.store.share_rounds import check_rounds
+    from sgdsweep.share.rounds import check_rounds
 
     check_rounds(zf, manifest, src)
     return manifest
@@ -138,9 +138,9 @@ def check_contents(source: Path | zipfile.ZipFile, manifest: dict[str, Any], src
     """
     import zarr
 
+    from sgdsweep.share.remote import export_store
     from sgdsweep.store.integrity import check_ensemble
     from sgdsweep.store.point_identity import identity_problem
-    from sgdsweep.store.share_remote import export_store
 
     with export_store(source) as store:
         try:
