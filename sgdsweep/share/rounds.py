@@ -15,8 +15,10 @@ current round. The export is refused unless
 - the file's points are exactly the points of every round the replay reached (no round's
   store left out, none added).
 
-Cost: one small file per point (its store's ``zarr.json``) written to a temporary directory,
-and the rounds' decisions, which read nothing else.
+Cost: one small file per point (its store's ``zarr.json``) written to a temporary directory and
+rewritten there as the ``.npz`` store, holding its attributes only, that the rounds read
+(:func:`sgdsweep.store.migrate.migrate_points`: a group not marked complete is not rewritten, so
+its point counts as still to simulate), and the rounds' decisions, which read nothing else.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any
 
 from sgdsweep.errors import ConfigError, StoreError
 from sgdsweep.share.verify import ShareError, member_blocks
+from sgdsweep.store.migrate import migrate_points
 
 #: Name of a member holding the fits of one round of a precision sweep (``rounds/fits/<name>``).
 FIT_ARCHIVE = re.compile(r"rounds/fits/[0-9a-f]{1,64}-[0-9a-f]{1,64}\.json")
@@ -68,6 +71,7 @@ def check_rounds(zf: zipfile.ZipFile, manifest: dict[str, Any], src: str | Path)
             out.parent.mkdir(parents=True, exist_ok=True)
             with open(out, "xb") as fh:
                 fh.writelines(member_blocks(zf, name, members[name], src))
+        migrate_points(root / "points")  # the groups as the .npz stores that the rounds read
         try:
             sweep = build_sweep({**{k: v for k, v in config.items() if k != "execution"}, "results_dir": tmp})
         except (ConfigError, StoreError) as exc:
