@@ -13,7 +13,7 @@ import zlib
 import numpy as np
 import pytest
 import xarray as xr
-from conftest import as_directory_store, checksummed_zip, npy, tiny_config, write_zarr_zip_point
+from conftest import as_directory_store, checksummed_zip, npy, tiny_config, write_yaml, write_zarr_zip_point
 
 from sgdsweep.errors import StoreError, UsageError
 from sgdsweep.run.execute import make_batches, run_shard
@@ -188,13 +188,16 @@ def _with_checksum(path):
     path.write_bytes(bytes(raw))
 
 
+def _legacy_config(tmp_path):
+    return tiny_config(results_dir=str(tmp_path / "results"), dynamics={"steps": 1000, "replicas": 3})
+
+
 def _legacy_sweep(tmp_path):
     """A simulated tiny sweep whose four points are then stored in the three earlier layouts: a
     Zarr zip file without a checksum (two points), one with it, and a Zarr directory. Returns
     (sweep, plan files, the ensemble of the .npz stores, hash → what its store of an earlier
     layout holds, read through Zarr: arrays and attributes, hash → that store)."""
-    cfg = tiny_config(results_dir=str(tmp_path / "results"), dynamics={"steps": 1000, "replicas": 3})
-    sweep = build_sweep(cfg)
+    sweep = build_sweep(_legacy_config(tmp_path))
     files = write_plan(sweep)
     for batch in make_batches([p.spec() for p in sweep.points], 4):
         simulate_points(batch, str(files.points_dir))
@@ -257,6 +260,32 @@ def test_stores_of_earlier_layouts_are_migrated_and_reused(tmp_path):
         ds.attrs.pop("created_utc")
         ds.attrs.pop("history")  # its first line is dated too
     xr.testing.assert_identical(as_migrated, as_npz)
+
+
+def test_sgdsweep_run_migrates_before_it_plans(tmp_path, monkeypatch):
+    """``sgdsweep run`` migrates the stores of earlier layouts once it holds the sweep's lock,
+    before it plans and starts Snakemake: the plan it writes has nothing to simulate."""
+    from sgdsweep.run import runner
+    from sgdsweep.run.cli import build_parser
+
+    sweep, files, _, original, legacy = _legacy_sweep(tmp_path)
+    hashes = [p.hash for p in sweep.points]
+    config = write_yaml(tmp_path / "tiny.yaml", _legacy_config(tmp_path))
+    seen = {}
+
+    def snakemake(cmd, lock, env, sweep):  # what the workflow would find when it starts
+        seen["stored"] = point_store.complete_points(files.points_dir, hashes)
+        seen["shards"] = [json.loads(files.shard_spec(s).read_text())["repair"] for s in sweep.shards]
+        return 0
+
+    monkeypatch.setattr(runner, "_snakemake", snakemake)
+    args = build_parser().parse_args(["run", str(config), "--cores", "1"])
+    args.snakemake_args = []  # as sgdsweep.run.cli.main sets them
+    assert runner.run_sweep(args, -1) == 0
+    assert seen == {"stored": set(hashes), "shards": [0]}  # nothing pending: no shard to repair
+    assert not any(p.exists() for p in legacy.values())
+    for h in hashes:
+        _same_as_original(point_store.point_path(files.points_dir, h), original[h])
 
 
 def test_migration_is_idempotent_and_a_killed_one_keeps_the_old_store(tmp_path, monkeypatch):
