@@ -182,7 +182,7 @@ def test_thesis_kernel_far_outside_the_box_keeps_the_escape_time():
     move when the grid is refined (it was absent, "linear system is singular")."""
     problem = make_problem({"landscape": "thesis", "start": "spurious", "seed": 5})
     base = {"lr": 3.2e-3, "batch_size": 2, "momentum": 0.0, "method": "sgd", "noise": "gaussian"}
-    column, res, note = escape_exact.for_point(problem, base)
+    column, res, note = problem.exact_escape(base)
     assert column == "exact" and res is not None, note
     assert 7150 < res.steps < 7180 and res.error < 0.01, res
     chain = escape_exact.thesis_chain(problem, 3.2e-3, 2, "gaussian")
@@ -192,14 +192,14 @@ def test_thesis_kernel_far_outside_the_box_keeps_the_escape_time():
     assert 7150 < fine < 7180 and abs(fine - res.steps) / fine < 0.01, (fine, res)
 
 
-def test_for_point_labels_columns_and_refuses_momentum():
+def test_exact_escape_labels_columns_and_refuses_momentum():
     problem = _thesis()
     base = {"lr": 3.5e-3, "batch_size": 1, "momentum": 0.0, "method": "sgd", "dt_over_lr": 1.0}
-    column, res, note = escape_exact.for_point(problem, {**base, "noise": "minibatch"})
+    column, res, note = problem.exact_escape({**base, "noise": "minibatch"})
     assert column == "matched" and res is not None and note.startswith("approximation")
-    column, res, note = escape_exact.for_point(problem, {**base, "noise": "gaussian_matched", "momentum": 0.5})
+    column, res, note = problem.exact_escape({**base, "noise": "gaussian_matched", "momentum": 0.5})
     assert column == "exact" and res is None and "momentum" in note
-    column, res, note = escape_exact.for_point(problem, {**base, "noise": "epoch"})
+    column, res, note = problem.exact_escape({**base, "noise": "epoch"})
     assert res is None and "epoch" in note
 
 

@@ -1,7 +1,8 @@
-"""Where the escape laws hold (sgdsweep.models.predict.escape_laws_apply): Kramers' law only for
-SGD without momentum under additive Gaussian noise of constant covariance, Mori's power law only
-without momentum under the state-dependent minibatch noise; elsewhere the column is absent, the
-ensemble's ``missing_because`` says why per point, and the escape fit compares nothing with it."""
+"""Where the escape laws hold (sgdsweep.models.escape.laws_absent, which each landscape's escape
+theory asks): Kramers' law only for SGD without momentum under additive Gaussian noise of constant
+covariance, Mori's power law only without momentum under the state-dependent minibatch noise;
+elsewhere the column is absent, the ensemble's ``missing_because`` says why per point, and the
+escape fit compares nothing with it."""
 
 from __future__ import annotations
 
@@ -41,11 +42,11 @@ def test_kramers_on_the_double_well_only_without_momentum_and_with_gaussian_nois
         if mu == 0 and noise == "gaussian":
             temp = 0.346 * 1.3**2 / (2 * 3)
             tau = 2 * math.pi / math.sqrt(2.6 * 0.9) * math.exp(0.35 / temp) / 0.346
-            assert math.isclose(pred.escape_arrhenius, tau, rel_tol=1e-12) and not why
+            assert math.isclose(pred.escape_time_arrhenius, tau, rel_tol=1e-12) and not why
         else:
-            assert pred.escape_arrhenius is None, params
+            assert pred.escape_time_arrhenius is None, params
             assert ("momentum 0.3" in why) if mu else ("student_t" in why and "heavy-tailed" in why), why
-        assert pred.escape_powerlaw is None and "additive noise" in pred.reasons["escape_time_powerlaw"]
+        assert pred.escape_time_powerlaw is None and "additive noise" in pred.reasons["escape_time_powerlaw"]
 
 
 def _hessian(problem, w: np.ndarray, h: float = 1e-4) -> np.ndarray:
@@ -68,7 +69,7 @@ def test_thesis_landscape_laws_by_noise_type_and_momentum():
         why_k = pred.reasons.get("escape_time_arrhenius", "")
         why_p = pred.reasons.get("escape_time_powerlaw", "")
         if mu:
-            assert pred.escape_arrhenius is None and pred.escape_powerlaw is None
+            assert pred.escape_time_arrhenius is None and pred.escape_time_powerlaw is None
             assert "momentum 0.5" in why_k and "momentum 0.5" in why_p
             continue
         if noise == "gaussian":
@@ -78,11 +79,12 @@ def test_thesis_landscape_laws_by_noise_type_and_momentum():
             temp = 3.2e-3 * problem.gaussian_noise_var(2) / 2
             tau = (2 * math.pi / -h_b[0] * math.sqrt(-h_b[0] * h_b[1] / (h_a[0] * h_a[1]))
                    * math.exp(problem.barrier / temp))
-            assert math.isclose(pred.escape_arrhenius, 0.5 * tau / 3.2e-3, rel_tol=1e-4), pred.escape_arrhenius
-            assert pred.escape_powerlaw is None and "gaussian is not" in why_p
+            kramers = pred.escape_time_arrhenius
+            assert math.isclose(kramers, 0.5 * tau / 3.2e-3, rel_tol=1e-4), kramers
+            assert pred.escape_time_powerlaw is None and "gaussian is not" in why_p
         else:
-            assert pred.escape_arrhenius is None and noise in why_k, why_k
-            assert (pred.escape_powerlaw is not None) == (noise != "student_t"), (noise, why_p)
+            assert pred.escape_time_arrhenius is None and noise in why_k, why_k
+            assert (pred.escape_time_powerlaw is not None) == (noise != "student_t"), (noise, why_p)
 
 
 def test_missing_because_is_per_point_and_the_fit_compares_only_where_a_law_holds(tmp_path):

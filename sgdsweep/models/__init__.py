@@ -26,6 +26,11 @@ Optional, with the defaults of :mod:`sgdsweep.models.defaults`:
 - ``theory(problem, params, pred, step, gain)``: fill the
   :class:`~sgdsweep.models.predict.Prediction` ``pred`` with the point's stationary theory
   (``step``: the integrator step, λ or the SDE's dt; ``gain``: the noise gain λ/dt, 1 for SGD);
+- ``escape(problem, params, pred)``: fill the escape-time fields of ``pred``
+  (``escape_time_arrhenius``, ``escape_time_powerlaw``, ``escape_time_exact``,
+  ``escape_time_exact_matched``), each with its formula or the reason it is absent, for a model
+  with a barrier to escape over (:mod:`sgdsweep.models.escape` holds what such models share);
+  default none;
 - ``stability_edge(problem, params, axis)``: the exact theory's stability edge along ``axis``
   (``lr`` or ``momentum``) as ``{"value": float, "method": str, ...}``
   (:func:`sgdsweep.models.edge.stability_edge` states the contract), or None where the model has
@@ -46,7 +51,7 @@ MODELS: dict[str, ModuleType] = {"quadratic": quadratic, "linear": linear, "two_
 #: What every model module defines.
 REQUIRED = ("AXES", "OPTIONS", "NOISE_TYPES", "check_point", "data_params", "make_problem")
 #: Hooks a model module may define; :mod:`sgdsweep.models.defaults` has the others' defaults.
-OPTIONAL = ("noise_types", "OBSERVES", "check_dynamics", "theory", "stability_edge")
+OPTIONAL = ("noise_types", "OBSERVES", "check_dynamics", "theory", "escape", "stability_edge")
 
 
 def get_model(kind: str) -> ModuleType:

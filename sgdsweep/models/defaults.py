@@ -22,6 +22,10 @@ def theory(problem: Problem, params: Mapping[str, Any], pred: Prediction, step: 
     """No stationary theory: :func:`sgdsweep.models.predict.predict` records why."""
 
 
+def escape(problem: Problem, params: Mapping[str, Any], pred: Prediction) -> None:
+    """No escape theory: the model has no barrier to escape over, so no escape-time field is filled."""
+
+
 def stability_edge(problem: Problem, params: Mapping[str, Any], axis: str) -> dict[str, Any] | None:
     """No exact stability-edge theory (:func:`sgdsweep.models.edge.stability_edge`): None."""
     return None

@@ -13,6 +13,11 @@ x in [−15, 15], 20 copies each, plus Uniform[−3, 3] label noise (fixed by th
 minimum ≈ (0.97, 5.0), spurious minimum ≈ (−5.6, 3.0) and saddle ≈ (−0.30, 0.16) are located
 numerically. A replica starting in ``start`` has escaped when it crosses the hyperplane
 through the saddle normal to the saddle's unstable direction (the linearised separatrix).
+
+Each landscape owns its escape theory (:meth:`DoubleWell.escape_theory`,
+:meth:`Thesis.escape_theory`), which the model's ``escape`` hook asks: Kramers' 1-D law and the
+1-D exact chain on the double well; Eyring–Kramers, Mori's power law and the 2-D exact chain on
+the thesis landscape (docs/physics.md §6; :mod:`sgdsweep.models.escape` holds what they share).
 """
 
 from __future__ import annotations
@@ -24,9 +29,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sgdsweep.core.noise_types import DATA_FREE_NOISE, NOISE, UNLABELLED_NOISE, select
+from sgdsweep.core.noise_types import DATA_FREE_NOISE, GAUSSIAN_NOISE, MINIBATCH_NOISE, NOISE, UNLABELLED_NOISE, select
 from sgdsweep.errors import ConfigError
 from sgdsweep.models.base import Layer, Problem, data_rng
+from sgdsweep.models.escape import laws_absent, record_exact
 
 if TYPE_CHECKING:
     from sgdsweep.models.predict import Prediction
@@ -96,6 +102,39 @@ class DoubleWell(Problem):
     def describe(self):
         return {"loss_min": 0.0, "barrier": self.barrier, "saddle": self.saddle,
                 "other_minimum": self.other_minimum}
+
+    def stationary_theory(self, params: Mapping[str, Any], pred: Prediction, step: float, gain: float) -> None:
+        """None: no stationary theory of the double well is computed (predict records why)."""
+
+    def escape_theory(self, params: Mapping[str, Any], pred: Prediction) -> None:
+        """Kramers' 1-D law where it holds (:func:`sgdsweep.models.escape.laws_absent`; no power
+        law: the noise is additive) and, where escape is measured, the exact 1-D chain's τ; in SGD
+        steps, escape = reaching the other minimum."""
+        from sgdsweep.theory import escape as escape_theory
+
+        absent = laws_absent(params, powerlaw=False)
+        pred.reasons.update(absent)
+        lr, s = params["lr"], params["batch_size"]
+        if "escape_time_arrhenius" not in absent:
+            pred.escape_time_arrhenius = escape_theory.kramers_steps(self.barrier, self.k_min, self.k_saddle, lr,
+                                                                     self.step_noise_var(s))
+            pred.formulas["escape_time_arrhenius"] = (
+                escape_theory.FORMULA["kramers_steps"] + " with the per-step noise variance sigma^2/S; valid "
+                "for lr*curvature << 1 and T << barrier")
+        if params["observe"]["escape"]:  # a grid solve per point: only where escape is measured
+            record_exact(pred, *self.exact_escape(params))
+
+    def exact_escape(self, params: Mapping[str, Any], rtol: float = 0.01) -> tuple[str, Any, str]:
+        """(column, result, note) of the exact 1-D chain at the point ``params``
+        (:func:`sgdsweep.theory.escape_exact.for_point`; column ``exact``), to relative
+        accuracy ``rtol``."""
+        from sgdsweep.theory import escape_exact
+
+        noise, s = params["noise"], int(params["batch_size"])
+        unsupported = None if noise in DATA_FREE_NOISE else f"no exact kernel for noise {noise} on the double well"
+        return escape_exact.for_point(
+            params, "exact", lambda step, gain: escape_exact.double_well(self, step, self.step_noise_var(s) * gain,
+                                                                         noise, rtol=rtol), unsupported)
 
 
 def _thesis_f(a, b, x):
@@ -225,6 +264,72 @@ class Thesis(Problem):
                 "minimum": self.w_min.tolist(), "saddle": self.saddle_point.tolist(),
                 "other_minimum": self.other.tolist()}
 
+    def stationary_theory(self, params: Mapping[str, Any], pred: Prediction, step: float, gain: float) -> None:
+        """With :data:`LOCAL_NOISE`: the stationary covariance and loss of the local quadratic
+        approximation at the starting minimum (:data:`LOCAL_FORMULA`); none with other noise."""
+        from sgdsweep.theory import quadratic as quadratic_theory
+
+        noise, s = params["noise"], params["batch_size"]
+        if noise not in LOCAL_NOISE:
+            return
+        pred.hessian = self.hessian(self.w_min)
+        pred.noise_cov = self.minibatch_noise_cov(s, replace=NOISE[noise].replacement)
+        pred.weight_cov = quadratic_theory.stationary_covariance(pred.hessian, pred.noise_cov * gain, step,
+                                                                 params["momentum"])
+        pred.loss = float(self.loss_min + 0.5 * np.sum(pred.hessian * pred.weight_cov))
+        pred.formulas["weight_cov"] = LOCAL_FORMULA
+        pred.formulas["loss"] = "L(w*) + ½ Tr(H M) with M from " + LOCAL_FORMULA
+
+    def escape_theory(self, params: Mapping[str, Any], pred: Prediction) -> None:
+        """Eyring–Kramers (isotropic ``gaussian`` noise) and Mori's power law (state-dependent
+        minibatch noise), each where it holds (:func:`sgdsweep.models.escape.laws_absent`), and,
+        where escape is measured, the exact 2-D chain's τ (or its Gaussian-matched approximation
+        for sampled noise); in SGD steps, escape = crossing the saddle's linearised separatrix."""
+        from sgdsweep.theory import escape as escape_theory
+
+        absent = laws_absent(params, powerlaw=self.loss_min > 0)
+        pred.reasons.update(absent)
+        lr, s = params["lr"], params["batch_size"]
+        if "escape_time_arrhenius" not in absent:
+            temp = escape_theory.sgd_temperature(lr, self.gaussian_noise_var(s), 1.0)
+            tau = escape_theory.eyring_kramers_time(self.barrier, np.linalg.eigvalsh(self.hessian(self.w_min)),
+                                                    np.linalg.eigvalsh(self.hessian(self.saddle_point)), temp)
+            pred.escape_time_arrhenius = 0.5 * tau / lr
+            pred.formulas["escape_time_arrhenius"] = (
+                "half the " + escape_theory.FORMULA["eyring_kramers_time"] + ", at T = lr*v/2 with v the "
+                "per-coordinate variance of the isotropic noise, in steps (tau/lr): the escape criterion "
+                "(crossing the saddle's linearised separatrix) is met in half the time into the other basin; "
+                "valid for lr*curvature << 1 and T << barrier")
+        if "escape_time_powerlaw" not in absent:
+            slope = escape_theory.powerlaw_slope(self.k_min, self.loss_min, self.loss_saddle)
+            exponent = slope * s / lr
+            pred.escape_time_powerlaw = math.exp(exponent) / lr if exponent < 700.0 else math.inf  # beyond float range
+            pred.formulas["escape_time_powerlaw"] = (
+                "Mori's state-dependent law τ_t ∝ exp((S/(λ h*)) ln(L_saddle/L_min)) with unit prefactor, "
+                "τ_steps = τ_t/λ; only the slope of ln τ against S/λ is predicted")
+        if params["observe"]["escape"]:  # seconds per point: only where escape is measured
+            record_exact(pred, *self.exact_escape(params))
+
+    def exact_escape(self, params: Mapping[str, Any], rtol: float = 0.01) -> tuple[str, Any, str]:
+        """(column, result, note) of the exact 2-D chain at the point ``params``
+        (:func:`sgdsweep.theory.escape_exact.for_point`): column ``exact`` for Gaussian noise,
+        ``matched`` (the Gaussian chain of the same covariance C(w), an approximation) for sampled
+        minibatch noise; to relative accuracy ``rtol``."""
+        from sgdsweep.theory import escape_exact
+
+        noise, s = params["noise"], int(params["batch_size"])
+        column = "matched" if noise in MINIBATCH_NOISE else "exact"
+        unsupported = None if noise in GAUSSIAN_NOISE + MINIBATCH_NOISE else (
+            f"no exact kernel for noise {noise} on the thesis landscape (gaussian and gaussian_matched; "
+            "minibatch via the matched approximation)")
+
+        def solve(step: float, gain: float) -> Any:
+            chain = escape_exact.thesis_chain(self, step, s, "gaussian" if noise == "gaussian" else "matched",
+                                              gain, replace=NOISE[noise].replacement)
+            return escape_exact.chain_escape(chain, escape_exact.box_2d(chain, self.hessian(self.w_min)), rtol=rtol)
+
+        return escape_exact.for_point(params, column, solve, unsupported)
+
 
 def data_params(params: Mapping[str, Any]) -> dict[str, Any]:
     if params["landscape"] == "double_well":
@@ -275,19 +380,13 @@ def _double_well(barrier: float, k_a: float, k_b: float, noise_std: float) -> Do
     return DoubleWell(barrier, k_a, k_b, noise_std)
 
 
-def theory(problem: Problem, params: Mapping[str, Any], pred: Prediction, step: float, gain: float) -> None:
-    """The thesis landscape with :data:`LOCAL_NOISE`: the stationary covariance and loss of the
-    local quadratic approximation at the starting minimum (:data:`LOCAL_FORMULA`). The double
-    well has none; escape times are common to every problem with a barrier."""
-    from sgdsweep.theory import quadratic as quadratic_theory
+def theory(problem: DoubleWell | Thesis, params: Mapping[str, Any], pred: Prediction, step: float,
+           gain: float) -> None:
+    """The theory hook: the landscape's own stationary theory (:meth:`Thesis.stationary_theory`;
+    the double well has none)."""
+    problem.stationary_theory(params, pred, step, gain)
 
-    noise, s = params["noise"], params["batch_size"]
-    if problem.n_samples is None or noise not in LOCAL_NOISE:
-        return
-    pred.hessian = problem.hessian(problem.w_min)
-    pred.noise_cov = problem.minibatch_noise_cov(s, replace=NOISE[noise].replacement)
-    pred.weight_cov = quadratic_theory.stationary_covariance(pred.hessian, pred.noise_cov * gain, step,
-                                                             params["momentum"])
-    pred.loss = float(problem.loss_min + 0.5 * np.sum(pred.hessian * pred.weight_cov))
-    pred.formulas["weight_cov"] = LOCAL_FORMULA
-    pred.formulas["loss"] = "L(w*) + ½ Tr(H M) with M from " + LOCAL_FORMULA
+def escape(problem: DoubleWell | Thesis, params: Mapping[str, Any], pred: Prediction) -> None:
+    """The escape hook: the landscape's own escape theory (:meth:`DoubleWell.escape_theory`,
+    :meth:`Thesis.escape_theory`)."""
+    problem.escape_theory(params, pred)

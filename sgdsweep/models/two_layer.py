@@ -163,8 +163,8 @@ def theory(problem: TwoLayerProblem, params: Mapping[str, Any], pred: Prediction
     on the range of Γ and the formula of W2's spectrum, measured per replica."""
     from sgdsweep.theory import two_layer as two_layer_theory
 
-    pred.formulas["w2_covariance"] = (two_layer_theory.FORMULA["w2_covariance_eigenvalues"]
-                                      + "; per replica at its own mean weights, averaged")
+    pred.formulas["layer_cov_eigenvalues_W2"] = (two_layer_theory.FORMULA["w2_covariance_eigenvalues"]
+                                                 + "; per replica at its own mean weights, averaged")
     pred.joint_eigenvalue = params["lr"] * 2.0 * problem.loss_min / (2.0 * params["batch_size"])
     pred.formulas["joint_eigenvalue"] = (
         "λ⟨r²⟩/(2S), ⟨r²⟩ = 2 L_min: isotropic joint fluctuations on the range of Γ (Gross et al. "

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from sgdsweep.models import escape
+from sgdsweep.models.predict import theory_column
 from sgdsweep.sim import observables as obs
 from sgdsweep.theory import fdr
 
@@ -375,10 +377,8 @@ def point_result(problem, params: Mapping[str, Any], burn_in: int, lanes: Mappin
         summary.update(escape_summary(lanes["escape_step"][alive], cap, 1.0 / substeps))
         times = np.where(lanes["escape_step"] >= 0, lanes["escape_step"] + 1, cap) / substeps
         arrays["escape_time_replica"] = (("replica",), np.where(alive, times, np.nan))
-        summary["escape_time_theory_arrhenius"] = finite_or_none(pred.escape_arrhenius)
-        summary["escape_time_theory_powerlaw"] = finite_or_none(pred.escape_powerlaw)
-        summary["escape_time_theory_exact"] = finite_or_none(pred.escape_exact)
-        summary["escape_time_theory_exact_matched"] = finite_or_none(pred.escape_exact_matched)
+        for law in escape.LAWS:
+            summary[theory_column("escape_time", law)] = finite_or_none(getattr(pred, f"escape_time_{law}"))
         summary["lr_curvature"] = float(params["lr"] * np.max(problem.curvatures()))
     if pred.joint_eigenvalue is not None:
         summary["joint_eigenvalue_theory"] = finite_or_none(pred.joint_eigenvalue)

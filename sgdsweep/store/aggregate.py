@@ -52,12 +52,14 @@ from sgdsweep.store.variables import (
     INT_SCALARS,
     MODEL_UNITS,
     SCALAR_COORDS,
-    THEORY_SOURCES,
+    THEORY_COLUMNS,
     VARIABLES,
     ancillary_variables,
     describe,
     describe_dimension,
     ensemble_dims,
+    theory_entries,
+    theory_source,
 )
 
 
@@ -106,7 +108,7 @@ def _missing_because(columns: list[str], data_vars: dict[str, Any],
     for j, k in enumerate(columns):
         values = np.asarray(data_vars[k][1], float).reshape(len(reasons), -1)
         for i in np.flatnonzero(~np.isfinite(values).any(axis=1)):
-            out[i, j] = reasons[i].get(THEORY_SOURCES[k]) or NO_FINITE_VALUE
+            out[i, j] = reasons[i].get(theory_source(k)) or NO_FINITE_VALUE
     return out
 
 
@@ -136,9 +138,9 @@ def build_ensemble(sweep_spec: dict[str, Any]) -> xr.Dataset:
     for i, (attrs, arrays) in enumerate(read_points(points_dir, entries)):
         summary = attrs["summary"]
         summaries.append(summary)
-        for k, v in summary.get("theory_formulas", {}).items():
+        for k, v in theory_entries(summary.get("theory_formulas", {})).items():
             formulas.setdefault(k, set()).add(v)
-        reasons.append(summary.get("theory_reasons", {}))
+        reasons.append(theory_entries(summary.get("theory_reasons", {})))
         for c, values in coords.items():
             values.append(attrs["params"].get(c))
         seconds.append(attrs.get("simulation_seconds", np.nan))
@@ -194,12 +196,12 @@ def build_ensemble(sweep_spec: dict[str, Any]) -> xr.Dataset:
             pad = [(0, 0)] * arr.ndim
             pad[dims.index("replica")] = (0, n_rep - arr.shape[dims.index("replica")])
             data_vars[name] = (dims, np.pad(arr, pad, constant_values=-1 if arr.dtype.kind == "i" else np.nan), attrs)
-    columns = [k for k in THEORY_SOURCES if k in data_vars]
+    columns = [k for k in THEORY_COLUMNS if k in data_vars]
     why = _missing_because(columns, data_vars, reasons)
     for j, k in enumerate(columns):
         attrs = data_vars[k][2]
-        if THEORY_SOURCES[k] in formulas:
-            attrs["formula"] = " | ".join(sorted(formulas[THEORY_SOURCES[k]]))
+        if theory_source(k) in formulas:
+            attrs["formula"] = " | ".join(sorted(formulas[theory_source(k)]))
         distinct = sorted({r for r in why[:, j] if r})
         if distinct:
             attrs["missing_because"] = " | ".join(distinct)

@@ -4,14 +4,16 @@ The one place that names every variable a point store or the ensemble may hold
 (:data:`VARIABLES`, and :data:`POINT_ARRAYS` for the matrices only point stores hold), the
 ensemble's coordinates (:data:`COORDS`), which point-store arrays aggregation copies and along
 which dimension (:data:`REPLICA_ARRAYS`, :data:`VECTOR_ARRAYS`,
-:data:`LAYER_VECTORS`), and which theory each ``*_theory`` column comes from
-(:data:`THEORY_SOURCES`). It imports neither xarray nor Zarr: simulation workers use it to
+:data:`LAYER_VECTORS`), and which theory each ``*_theory`` column holds (:data:`THEORY_COLUMNS`,
+:func:`theory_source`). It imports neither xarray nor Zarr: simulation workers use it to
 describe the arrays they store (:func:`point_array_attrs`, which refuses a name no table holds).
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+
+from sgdsweep.models.predict import theory_name
 
 #: (long_name, units in the model, description) of every variable the ensemble may hold. Units:
 #: weights and losses are in the model's own units (label units for regression); times in SGD
@@ -187,20 +189,43 @@ COORDS: dict[str, tuple[str, str | None, str]] = {
     "replicas_not_diverged": ("replicas not diverged", None,
                               "the replicas a mean over replicas is taken over (cell_methods): diverged ones excluded"),
 }
-#: theory column → the key of its formula (and of the reason when it is missing) in the point summaries
-THEORY_SOURCES = {"weight_var_theory": "weight_cov", "weight_cov_eigenvalues_theory": "weight_cov",
-                  "mode_curvature_theory": "weight_cov",
-                  "loss_theory": "loss", "escape_time_theory_arrhenius": "escape_time_arrhenius",
-                  "escape_time_theory_powerlaw": "escape_time_powerlaw",
-                  "escape_time_theory_exact": "escape_time_exact",
-                  "escape_time_theory_exact_matched": "escape_time_exact_matched",
-                  "joint_eigenvalue_theory": "joint_eigenvalue",
+#: The ensemble's theory columns, in the order of the coordinate ``theory_column``. Each holds the
+#: theory quantity its name says without ``_theory`` (:func:`sgdsweep.models.predict.theory_name`:
+#: ``escape_time_theory_arrhenius`` holds ``escape_time_arrhenius``, the Prediction field and the
+#: key of its formula and reason in the point summaries), or one computed from another
+#: (:data:`DERIVED_THEORY`).
+THEORY_COLUMNS = ("weight_var_theory", "weight_cov_eigenvalues_theory", "mode_curvature_theory", "loss_theory",
+                  "escape_time_theory_arrhenius", "escape_time_theory_powerlaw", "escape_time_theory_exact",
+                  "escape_time_theory_exact_matched", "joint_eigenvalue_theory", "weight_var_theory_continuous",
+                  "weight_cov_eigenvalues_theory_continuous", "weight_cov_eigenvalues_theory_detailed_balance",
+                  "q_eigenvalues_theory", "q_eigenvalues_theory_continuous", "layer_cov_eigenvalues_W2_theory",
+                  "test_loss_theory", "fdr_residual_theory")
+#: Theory columns computed from a covariance the theory predicts rather than predicted themselves
+#: (Tr Σ/d, its eigenvalues, the curvatures along its modes, the Q of the exact Σ): column → that
+#: covariance, whose formula and reason they carry.
+DERIVED_THEORY = {"weight_var_theory": "weight_cov", "weight_cov_eigenvalues_theory": "weight_cov",
+                  "mode_curvature_theory": "weight_cov", "q_eigenvalues_theory": "weight_cov",
                   "weight_var_theory_continuous": "weight_cov_continuous",
-                  "weight_cov_eigenvalues_theory_continuous": "weight_cov_continuous",
-                  "weight_cov_eigenvalues_theory_detailed_balance": "weight_cov_detailed_balance",
-                  "q_eigenvalues_theory": "weight_cov", "q_eigenvalues_theory_continuous": "q_continuous",
-                  "layer_cov_eigenvalues_W2_theory": "w2_covariance",
-                  "test_loss_theory": "test_loss", "fdr_residual_theory": "fdr_residual"}
+                  "weight_cov_eigenvalues_theory_continuous": "weight_cov_continuous"}
+#: Keys under which point stores written before recorded three formulas and reasons: old key →
+#: the quantity's name (:func:`theory_entries` reads them so).
+EARLIER_THEORY_KEYS = {"weight_cov_detailed_balance": "weight_cov_eigenvalues_detailed_balance",
+                       "q_continuous": "q_eigenvalues_continuous", "w2_covariance": "layer_cov_eigenvalues_W2"}
+
+
+def theory_source(column: str) -> str:
+    """The quantity whose formula and reason (in a point summary's ``theory_formulas`` and
+    ``theory_reasons``) the theory column ``column`` carries: :data:`DERIVED_THEORY`'s, else the
+    column's own (its name without ``_theory``)."""
+    return DERIVED_THEORY.get(column) or theory_name(column)
+
+
+def theory_entries(recorded: Mapping[str, str]) -> dict[str, str]:
+    """A point summary's ``theory_formulas`` or ``theory_reasons`` keyed by quantity, the keys of
+    stores written before (:data:`EARLIER_THEORY_KEYS`) read as the quantities' names."""
+    return {EARLIER_THEORY_KEYS.get(k, k): v for k, v in recorded.items()}
+
+
 INT_SCALARS = ("diverged_replicas", "burn_in", "measured_steps", "escape_censored", "loss_autocorr_truncated")
 
 

@@ -20,7 +20,7 @@ Two laws are provided:
 
   Where it holds: additive Gaussian noise of constant covariance, no momentum, λk ≪ 1 and
   T ≪ ΔL; in d dimensions with isotropic noise the prefactor is Eyring–Kramers'
-  (:func:`eyring_kramers_time`). :func:`sgdsweep.models.predict.escape_laws_apply` decides per
+  (:func:`eyring_kramers_time`). :func:`sgdsweep.models.escape.laws_absent` decides per
   point whether a column is computed, and records why not.
 
 - **Mori's power law** (state-dependent SGD noise, ``C ≈ 2L(θ)H/S`` near a minimum):

@@ -54,7 +54,7 @@ import scipy.sparse
 import scipy.sparse.linalg
 import scipy.special
 
-from sgdsweep.core.noise_types import DATA_FREE_NOISE, GAUSSIAN_NOISE, MINIBATCH_NOISE, NOISE
+from sgdsweep.core.noise_types import MINIBATCH_NOISE, NOISE
 
 #: Degrees of freedom of ``student_t`` noise (the registry's).
 STUDENT_NU: int = NOISE["student_t"].nu
@@ -348,16 +348,21 @@ def thesis_chain(problem, step: float, batch_size: int, noise: str, gain: float 
 SAMPLED = MINIBATCH_NOISE
 
 
-def for_point(problem, params: Mapping[str, Any], rtol: float = 0.01) -> tuple[str, ExactEscape | None, str]:
-    """(column, result, note) for a landscape point: column ``exact`` or ``matched`` (the
-    approximation for sampled noise); result None when there is no prediction, ``note`` then
-    says why (else the formula and the grid). τ is returned in SGD steps (λ; for the SDE, its
-    substeps divided by their number per step)."""
-    noise, s = params["noise"], int(params["batch_size"])
-    column = "matched" if noise in SAMPLED and problem.n_samples is not None else "exact"
+def for_point(params: Mapping[str, Any], column: str, solve: Callable[[float, float], ExactEscape],
+              unsupported: str | None = None) -> tuple[str, ExactEscape | None, str]:
+    """(column, result, note) for a landscape point whose model solves its own chain: ``solve(step,
+    gain)`` returns the escape time in updates of the integrator (step λ, noise gain 1 for SGD; for
+    the SDE its substep dt and gain λ/dt). ``column`` is ``exact``, or ``matched`` for the
+    approximation standing in for sampled noise; ``unsupported`` says why the model has no kernel
+    for the point's noise (None where it has one). The result is None when there is no prediction
+    (momentum, ``unsupported``, or the solver failed), ``note`` then says why (else the formula and
+    the grid). τ is returned in SGD steps (for the SDE, its substeps divided by their number per
+    step)."""
     if params["momentum"] != 0:
         return column, None, ("with momentum the chain is 2-D per parameter (w and the velocity); "
                               "the exact escape time is computed for momentum 0 only")
+    if unsupported is not None:
+        return column, None, unsupported
     lr = float(params["lr"])
     if params["method"] == "sde":
         step = lr * float(params["dt_over_lr"])
@@ -365,18 +370,7 @@ def for_point(problem, params: Mapping[str, Any], rtol: float = 0.01) -> tuple[s
     else:
         step, gain, substeps = lr, 1.0, 1
     try:
-        if problem.n_samples is None:
-            if noise not in DATA_FREE_NOISE:
-                return column, None, f"no exact kernel for noise {noise} on the double well"
-            res = double_well(problem, step, problem.step_noise_var(s) * gain, noise, rtol=rtol)
-        else:
-            if noise not in GAUSSIAN_NOISE + SAMPLED:
-                return column, None, (f"no exact kernel for noise {noise} on the thesis landscape "
-                                      "(gaussian and gaussian_matched; minibatch via the matched "
-                                      "approximation)")
-            chain = thesis_chain(problem, step, s, "gaussian" if noise == "gaussian" else "matched",
-                                 gain, replace=NOISE[noise].replacement)
-            res = chain_escape(chain, box_2d(chain, problem.hessian(problem.w_min)), rtol=rtol)
+        res = solve(step, gain)
     except (ResolutionError, ValueError, np.linalg.LinAlgError, MemoryError) as exc:
         return column, None, f"{type(exc).__name__}: {exc}"
     res = ExactEscape(res.steps / substeps, res.nodes, res.spacing, res.error)
