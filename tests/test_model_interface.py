@@ -60,7 +60,8 @@ def test_every_model_module_provides_the_hooks(kind):
         assert callable(getattr(model, name))
     observes = models.hook(model, "OBSERVES")
     assert isinstance(observes, frozenset) and observes <= {"gradient_noise", "escape"}
-    for name in ("check_dynamics", "theory", "stability_edge"):  # a module's own hook takes the default's arguments
+    # a module's own hook takes the default's arguments
+    for name in ("check_dynamics", "theory", "escape", "stability_edge"):
         assert list(inspect.signature(models.hook(model, name)).parameters) == list(
             inspect.signature(getattr(defaults, name)).parameters)
 
