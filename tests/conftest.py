@@ -108,9 +108,88 @@ def write_yaml(path: Path, data: Any) -> Path:
     return path
 
 
+class _SharedCluster:
+    """A real ``dask scheduler`` and one ``dask worker`` process (2 worker processes of one
+    thread) on 127.0.0.1, started on first use and stopped when the test run ends: the workflow
+    tests that are not about a cluster's lifetime run their shard jobs on it through
+    ``SGDSWEEP_SCHEDULER`` (case 1 of :mod:`sgdsweep.run.cluster`) instead of starting a cluster
+    in each job. The tests of the run's own cluster pass ``cluster="own"``."""
+
+    def __init__(self) -> None:
+        self.address: str | None = None
+        self.procs: list[subprocess.Popen] = []
+        self.dir: Path | None = None
+
+    def start(self) -> str:
+        import json
+        import tempfile
+        import time
+
+        if self.address is not None and all(p.poll() is None for p in self.procs):
+            return self.address
+        self.stop()
+        self.dir = Path(tempfile.mkdtemp(prefix="sgdsweep-test-cluster-"))
+        sched_file = self.dir / "scheduler.json"
+        bindir = Path(sys.executable).parent
+        env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        env.pop(STREAM_VERSION_ENV, None)  # subprocesses keep the default streams
+        self.procs.append(subprocess.Popen(
+            [str(bindir / "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0",
+             "--dashboard-address", "127.0.0.1:0", "--scheduler-file", str(sched_file)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env, cwd=self.dir))
+        deadline = time.monotonic() + 120
+        while not sched_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        address = json.loads(sched_file.read_text())["address"]
+        self.procs.append(subprocess.Popen(
+            [str(bindir / "dask"), "worker", address, "--nworkers", "2", "--nthreads", "1",
+             "--host", "127.0.0.1", "--no-dashboard"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env, cwd=self.dir))
+        from distributed import Client
+
+        with Client(address, timeout="60s") as client:
+            client.wait_for_workers(2, timeout=120)
+        self.address = address
+        return address
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, 15)
+        for proc in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=30)
+        self.procs, self.address = [], None
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+SHARED_CLUSTER = _SharedCluster()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _stop_the_shared_cluster() -> Iterator[None]:
+    yield
+    SHARED_CLUSTER.stop()
+
+
+def _cluster_env(cluster: str, env: dict[str, str] | None) -> dict[str, str]:
+    """``env`` with the shared test cluster's address for ``cluster="shared"`` (unless ``env``
+    names a scheduler itself); as given for ``cluster="own"``."""
+    if cluster not in ("shared", "own"):
+        raise ValueError(f"cluster={cluster!r}: 'shared' or 'own'")
+    env = dict(env or {})
+    if cluster == "shared" and "SGDSWEEP_SCHEDULER" not in env and "SGDSWEEP_SCHEDULER_FILE" not in env:
+        env["SGDSWEEP_SCHEDULER"] = SHARED_CLUSTER.start()
+    return env
+
+
 def run_snakemake(workdir: Path, configfile: Path | None = None, *extra: str,
-                  env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    """Run the real ``snakemake`` on the repository's Snakefile in ``workdir``."""
+                  env: dict[str, str] | None = None, timeout: float = 600,
+                  cluster: str = "shared") -> subprocess.CompletedProcess:
+    """Run the real ``snakemake`` on the repository's Snakefile in ``workdir``. Its shard jobs
+    use the test run's shared Dask cluster, or with ``cluster="own"`` each starts its own (as
+    plain ``snakemake`` does for a user)."""
     cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"),
            "--directory", str(workdir), "--cores", "2"]
     if configfile is not None:
@@ -119,15 +198,21 @@ def run_snakemake(workdir: Path, configfile: Path | None = None, *extra: str,
     full_env = {k: v for k, v in os.environ.items() if k not in ("SGDSWEEP_SCHEDULER_FILE", "SGDSWEEP_SCHEDULER")}
     # plain snakemake: the jobs' `python` is the one that has sgdsweep installed
     full_env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + full_env.get("PATH", "")
-    full_env.update(env or {})
+    full_env.update(_cluster_env(cluster, env))
     return subprocess.run(cmd, cwd=workdir, env=full_env, capture_output=True, text=True, timeout=timeout,
                           check=False)
 
 
+#: The commands that run shard jobs, and so a cluster.
+_RUNS_JOBS = {"run", "simulate-shard"}
+
+
 def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
-            timeout: float = 600) -> subprocess.CompletedProcess:
-    """Run ``python -m sgdsweep ARGS`` in a subprocess."""
-    full_env = {**os.environ, **(env or {})}
+            timeout: float = 600, cluster: str = "shared") -> subprocess.CompletedProcess:
+    """Run ``python -m sgdsweep ARGS`` in a subprocess; a command that runs shard jobs uses the
+    test run's shared Dask cluster, or with ``cluster="own"`` the cluster the command starts."""
+    full_env = {k: v for k, v in os.environ.items() if k not in ("SGDSWEEP_SCHEDULER_FILE", "SGDSWEEP_SCHEDULER")}
+    full_env.update(_cluster_env(cluster, env) if args and args[0] in _RUNS_JOBS else (env or {}))
     full_env["PYTHONPATH"] = str(REPO) + os.pathsep + full_env.get("PYTHONPATH", "")
     return subprocess.run([sys.executable, "-m", "sgdsweep", *args], cwd=cwd, env=full_env,
                           capture_output=True, text=True, timeout=timeout, check=False)

@@ -19,6 +19,7 @@ import pytest
 import xarray as xr
 from conftest import (
     REPO,
+    SHARED_CLUSTER,
     checksummed_zip,
     cluster_daemons,
     immutable,
@@ -307,14 +308,42 @@ def test_unwritable_results_directory(tmp_path):
         subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
-def test_bitwise_identical_across_workers_and_chunking(tmp_path):
-    results = []
-    for workers, per_task in ((1, 1), (2, 4), (2, 2)):
-        work = tmp_path / f"w{workers}-{per_task}"
-        work.mkdir()
-        cfg = write_yaml(work / "t.yaml", tiny_config(execution={"workers": workers, "points_per_task": per_task}))
-        proc = run_snakemake(work, cfg)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        results.append(_ensemble(work / "results" / "tiny"))
-    for other in results[1:]:
-        _assert_same_results(results[0], other)
+def test_point_stores_are_bitwise_identical_across_processes_and_batching(tmp_path):
+    """Each point's store holds the same bytes whichever process simulates it and whatever batch it
+    is in: in this process one point per call, and the task body the shard job submits run in
+    batches of 2 and of 3 on the two worker processes of a real Dask cluster, each worker named
+    for its batches so that both run some."""
+    from distributed import Client
+
+    from sgdsweep.run.execute import make_batches, simulate_task
+    from sgdsweep.sweep.config import build_sweep
+    from sgdsweep.sweep.plan import write_plan
+
+    runs: dict[str, dict[str, dict[str, np.ndarray]]] = {}
+    with Client(SHARED_CLUSTER.start(), timeout="60s") as client:
+        workers = sorted(client.scheduler_info()["workers"])
+        assert len(workers) == 2
+        for per_task in (1, 2, 3):
+            cfg = tiny_config(results_dir=str(tmp_path / f"batches-of-{per_task}"),
+                              grid={"lr": [0.2, 0.3, 0.4], "batch_size": [2, 4]})
+            sweep = build_sweep(cfg)
+            files = write_plan(sweep)
+            batches = make_batches([p.spec() for p in sweep.points], per_task)
+            if per_task == 1:
+                for batch in batches:
+                    simulate_task(batch, str(files.points_dir))
+            else:
+                futures = [client.submit(simulate_task, batch, str(files.points_dir), pure=False,
+                                         workers=[workers[i % 2]], allow_other_workers=False)
+                           for i, batch in enumerate(batches)]
+                client.gather(futures)
+            stores = {path.name: _members(path)[0] for path in files.points_dir.glob("*.npz")}
+            assert len(stores) == 6
+            runs[per_task] = stores
+    for per_task in (2, 3):
+        assert runs[per_task].keys() == runs[1].keys()
+        for name, arrays in runs[1].items():
+            other = runs[per_task][name]
+            assert arrays.keys() == other.keys()
+            for key, value in arrays.items():
+                np.testing.assert_array_equal(value, other[key], err_msg=f"{name}:{key}, batches of {per_task}")

@@ -30,72 +30,125 @@ from sgdsweep.errors import SgdsweepError
 from sgdsweep.run import cluster, progress
 from sgdsweep.run.cli import EXIT_CODES, build_parser
 
-# --- the run's local cluster: its start, its phases, its workers' environment ------------------
+# --- the run's local cluster: its start, its failures, its workers' environment -----------------
 
-#: A stand-in for ``sgdsweep cluster-daemon``: records the phases it is given (phase, seconds)
-#: in the status record, then an address and the scheduler file, then waits to be stopped.
+#: A stand-in for ``sgdsweep cluster-daemon``: a Dask scheduler that writes the scheduler file at
+#: once and gets its one worker (a thread) only the seconds it is given after a client connects,
+#: as the real one compiles the kernels between the two; then it waits to be stopped.
 FAKE_DAEMON = """
-import json, os, sys, time
-cluster_dir, phases = sys.argv[1], json.loads(sys.argv[2])
-def record(**status):
-    tmp = os.path.join(cluster_dir, "status.json.tmp")
-    open(tmp, "w").write(json.dumps({"pid": os.getpid(), **status}))
-    os.replace(tmp, os.path.join(cluster_dir, "status.json"))
-for phase, seconds in phases:
-    record(phase=phase)
-    time.sleep(seconds)
-open(os.path.join(cluster_dir, "scheduler.json"), "w").write(json.dumps({"address": "tcp://127.0.0.1:1"}))
-record(phase="ready", address="tcp://127.0.0.1:1", dashboard="http://127.0.0.1:2/status", workers=1)
-time.sleep(60)
+import sys, time
+from distributed import LocalCluster
+cluster = LocalCluster(n_workers=0, processes=False, protocol="tcp", host="127.0.0.1", dashboard_address=None,
+                       scheduler_kwargs={"scheduler_file": sys.argv[1]})
+while len(cluster.scheduler.clients) < 2:  # the scheduler's own "fire-and-forget" client, and the job's
+    time.sleep(0.01)
+time.sleep(float(sys.argv[2]))
+cluster.scale(1)
+time.sleep(120)
+"""
+
+#: The real ``sgdsweep cluster-daemon`` with a start deadline of 2 s for workers that never start
+#: (their preload names no module).
+DAEMON_WITHOUT_WORKERS = """
+import sys
+import sgdsweep.run.cluster as c
+c.START_TIMEOUT_S = 2.0
+c.WORKER_PRELOAD[:] = ["sgdsweep_no_such_module"]
+c.serve(sys.argv[1], 1)
 """
 
 
-def _fake_daemon(cluster_dir: Path, phases: list[tuple[str, float]]) -> subprocess.Popen:
-    status = cluster_dir / cluster.STATUS_FILE
-    proc = subprocess.Popen([sys.executable, "-c", FAKE_DAEMON, str(cluster_dir), json.dumps(phases)],
+def _fake_daemon(cluster_dir: Path, seconds: float) -> subprocess.Popen:
+    """:data:`FAKE_DAEMON` in ``cluster_dir``, once its scheduler file names the scheduler."""
+    scheduler_file = cluster_dir / cluster.SCHEDULER_FILE
+    proc = subprocess.Popen([sys.executable, "-c", FAKE_DAEMON, str(scheduler_file), str(seconds)],
                             start_new_session=True)
-    while not (status.exists() and f'"pid": {proc.pid}' in status.read_text()):
-        time.sleep(0.01)
+    while not (scheduler_file.exists() and "address" in scheduler_file.read_text()):
+        assert proc.poll() is None, "the stand-in cluster process exited"
+        time.sleep(0.05)
     return proc
 
 
+def _start_environ(texts: dict[str, str]) -> list[dict[str, str]]:
+    """Of each worker's ``/proc/self/environ`` (the environment its process started with, which
+    glibc's malloc reads), the variables of :data:`cluster.WORKER_ENVIRON`."""
+    environs = [dict(kv.split("=", 1) for kv in text.split("\0") if "=" in kv) for text in texts.values()]
+    return [{k: env.get(k) for k in cluster.WORKER_ENVIRON} for env in environs]
+
+
+#: Read in a worker (``client.run(START_ENVIRON.read_text)``): the environment its process started with.
+START_ENVIRON = Path("/proc/self/environ")
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` runs (not gone, not a zombie)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def test_compiling_the_kernels_is_not_under_the_start_deadline(tmp_path, monkeypatch, caplog):
-    """A cluster that compiles for 8× the start deadline is waited for, with progress lines."""
+    """A cluster whose workers come 8× the start deadline after the job connected to its
+    scheduler (the kernels compile between the two) is waited for, with progress lines."""
     monkeypatch.setattr(cluster, "START_TIMEOUT_S", 0.25)
     monkeypatch.setattr(cluster, "PROGRESS_EVERY_S", 0.5)
-    proc = _fake_daemon(tmp_path, [("kernels", 2.0), ("workers", 0.05)])
+    monkeypatch.delenv(cluster.SCHEDULER_ENV, raising=False)
+    monkeypatch.setenv(cluster.SCHEDULER_FILE_ENV, str(tmp_path / cluster.SCHEDULER_FILE))
+    proc = _fake_daemon(tmp_path, 2.0)
     try:
-        with caplog.at_level("INFO", logger="sgdsweep.run.cluster"):
-            status = cluster.wait_for_run_cluster(tmp_path / cluster.SCHEDULER_FILE)
+        with caplog.at_level("INFO", logger="sgdsweep.run.cluster"), cluster.dask_client({}) as client:
+            assert len(client.scheduler_info()["workers"]) == 1
     finally:
         proc.kill()
         proc.wait()
-    assert status["address"] == "tcp://127.0.0.1:1"
     assert "waiting for the local Dask cluster: compiling or loading the simulation kernels" in caplog.text
 
 
-def test_a_dask_start_past_its_deadline_names_the_phase(tmp_path, monkeypatch):
-    """The waiting job fails naming the phase; the cluster is its owner's to stop, not the job's."""
+def test_a_scheduler_that_does_not_start_within_the_deadline_fails_the_job(tmp_path, monkeypatch):
+    """A cluster process that never writes its scheduler file: the waiting job fails within the
+    start deadline, saying so; the process is its owner's to stop, not the job's."""
     monkeypatch.setattr(cluster, "START_TIMEOUT_S", 0.5)
-    proc = _fake_daemon(tmp_path, [("kernels", 0.05), ("workers", 120.0)])
+    monkeypatch.delenv(cluster.SCHEDULER_ENV, raising=False)
+    monkeypatch.setenv(cluster.SCHEDULER_FILE_ENV, str(tmp_path / cluster.SCHEDULER_FILE))
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
     try:
-        with pytest.raises(SgdsweepError, match="its scheduler and workers are starting took more than"):
-            cluster.wait_for_run_cluster(tmp_path / cluster.SCHEDULER_FILE)
+        with pytest.raises(SgdsweepError, match="its Dask scheduler did not start within 0.5 s"), \
+                cluster.dask_client({}):
+            pass
         assert proc.poll() is None
         cluster.stop_run_cluster(proc, tmp_path)
-        assert proc.returncode is not None and not (tmp_path / cluster.STATUS_FILE).exists()
+        assert proc.returncode is not None
     finally:
         proc.kill()
         proc.wait()
 
 
-def test_a_cluster_that_fails_to_start_reports_its_own_error(tmp_path):
+def test_workers_past_their_start_deadline_fail_the_waiting_job_with_the_clusters_error(tmp_path, monkeypatch):
+    """The real cluster process, whose workers cannot start: it gives up after its start
+    deadline, and the job connected to its scheduler fails with that error, not waiting for ever."""
+    monkeypatch.delenv(cluster.SCHEDULER_ENV, raising=False)
+    monkeypatch.setenv(cluster.SCHEDULER_FILE_ENV, str(tmp_path / cluster.SCHEDULER_FILE))
+    with open(tmp_path / cluster.DAEMON_LOG, "w") as log:
+        proc = subprocess.Popen([sys.executable, "-c", DAEMON_WITHOUT_WORKERS, str(tmp_path)], stdout=log,
+                                stderr=log, start_new_session=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        with pytest.raises(SgdsweepError, match="failed to start: WorkerStartTimeoutError"), cluster.dask_client({}):
+            pass
+    finally:
+        cluster.stop_run_cluster(proc, tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [cluster.DAEMON_LOG]
+
+
+def test_a_cluster_that_fails_to_start_reports_its_own_error(tmp_path, monkeypatch):
     """Binding to an address that is not this machine's fails in the real cluster process; the
     message carries Dask's own reason, not only the path of a log."""
+    monkeypatch.delenv(cluster.SCHEDULER_ENV, raising=False)
+    monkeypatch.setenv(cluster.SCHEDULER_FILE_ENV, str(tmp_path / cluster.SCHEDULER_FILE))
     proc = cluster.start_run_cluster(tmp_path, 1, host="192.0.2.1")
     try:
-        with pytest.raises(SgdsweepError) as info:
-            cluster.wait_for_run_cluster(tmp_path / cluster.SCHEDULER_FILE)
+        with pytest.raises(SgdsweepError) as info, cluster.dask_client({}):
+            pass
     finally:
         cluster.stop_run_cluster(proc, tmp_path)
     text = str(info.value)
@@ -109,11 +162,12 @@ def test_a_shard_job_connects_through_the_scheduler_file_and_the_owner_stops_the
     files and its worker processes."""
     proc = cluster.start_run_cluster(tmp_path, 1)
     try:
+        monkeypatch.delenv(cluster.SCHEDULER_ENV, raising=False)
         monkeypatch.setenv(cluster.SCHEDULER_FILE_ENV, str(tmp_path / cluster.SCHEDULER_FILE))
         with cluster.dask_client({}) as client:
-            seen = client.run(lambda: {k: os.environ.get(k) for k in cluster.WORKER_ENVIRON})
+            seen = client.run(START_ENVIRON.read_text)
             (worker_pid,) = client.run(os.getpid).values()
-        assert list(seen.values()) == [cluster.WORKER_ENVIRON]
+        assert _start_environ(seen) == [cluster.WORKER_ENVIRON]
         address = json.loads((tmp_path / cluster.SCHEDULER_FILE).read_text())["address"]
         assert address.startswith("tcp://127.0.0.1:")
     finally:
@@ -121,31 +175,52 @@ def test_a_shard_job_connects_through_the_scheduler_file_and_the_owner_stops_the
     assert proc.returncode is not None
     assert sorted(p.name for p in tmp_path.iterdir()) == [cluster.DAEMON_LOG]
     deadline = time.monotonic() + 30
-    while cluster._pid_alive(worker_pid):
+    while _running(worker_pid):
         assert time.monotonic() < deadline, "a worker outlived its cluster"
         time.sleep(0.1)
 
 
+def test_a_cluster_process_whose_owner_is_gone_stops_and_says_so(tmp_path):
+    """``sgdsweep run`` killed (here: the process that started the cluster process exits): the
+    cluster process stops by itself, and a job that waits for it fails at once, saying why."""
+    starter = ("import sys, time; from pathlib import Path; from sgdsweep.run import cluster; "
+               "p = cluster.start_run_cluster(Path(sys.argv[1]), 1); print(p.pid, flush=True)")
+    out = subprocess.run([sys.executable, "-c", starter, str(tmp_path)], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    daemon = int(out.stdout.split()[0])
+    deadline = time.monotonic() + 300
+    while _running(daemon):
+        assert time.monotonic() < deadline, "the cluster process outlived the process that started it"
+        time.sleep(0.1)
+    assert "which started it, is gone" in (tmp_path / cluster.FAILURE_FILE).read_text()
+    assert not (tmp_path / cluster.SCHEDULER_FILE).exists()
+
+
+def _unset(monkeypatch: pytest.MonkeyPatch, names: list[str]) -> None:
+    """Remove ``names`` from this process's environment for the test (and put back what was)."""
+    for name in names:
+        monkeypatch.setenv(name, os.environ.get(name, ""))
+        monkeypatch.delenv(name)
+
+
 def test_a_jobs_own_cluster_starts_its_workers_with_the_malloc_settings(monkeypatch):
-    """Without a run's cluster (plain snakemake) the job's own LocalCluster sets the same worker
-    environment; Dask's default would be MALLOC_TRIM_THRESHOLD_=65536 and no mmap threshold."""
-    monkeypatch.delenv(cluster.SCHEDULER_FILE_ENV, raising=False)
-    monkeypatch.delenv(cluster.SCHEDULER_ENV, raising=False)
+    """Without a run's cluster (plain snakemake) the job's own LocalCluster starts its workers
+    with the same environment; Dask's default would be MALLOC_TRIM_THRESHOLD_=65536 and no mmap
+    threshold."""
+    _unset(monkeypatch, [cluster.SCHEDULER_FILE_ENV, cluster.SCHEDULER_ENV, *cluster.WORKER_ENVIRON])
     with cluster.dask_client({"workers": 1}) as client:
-        seen = client.run(lambda: {k: os.environ.get(k) for k in cluster.WORKER_ENVIRON})
-    assert list(seen.values()) == [cluster.WORKER_ENVIRON]
+        seen = client.run(START_ENVIRON.read_text)
+    assert _start_environ(seen) == [cluster.WORKER_ENVIRON]
 
 
 def test_a_cluster_started_after_one_with_dasks_defaults_keeps_the_malloc_settings(monkeypatch):
     """A Nanny copies its settings into this process's environment, and later Nannies read that
     first: after a cluster with Dask's defaults in the same process, ours must still win."""
+    _unset(monkeypatch, [cluster.SCHEDULER_FILE_ENV, cluster.SCHEDULER_ENV, *cluster.WORKER_ENVIRON])
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "65536")  # what Dask's default Nanny leaves behind
-    monkeypatch.delenv(cluster.SCHEDULER_FILE_ENV, raising=False)
-    monkeypatch.delenv(cluster.SCHEDULER_ENV, raising=False)
     with cluster.dask_client({"workers": 1}) as client:
-        seen = client.run(lambda: {k: os.environ.get(k) for k in cluster.WORKER_ENVIRON})
-    assert list(seen.values()) == [cluster.WORKER_ENVIRON]
-    assert os.environ["MALLOC_TRIM_THRESHOLD_"] == "65536"  # this process's own environment as it was
+        seen = client.run(START_ENVIRON.read_text)
+    assert _start_environ(seen) == [cluster.WORKER_ENVIRON]
 
 
 # --- a scheduler named by the user that is not Dask ------------------------------------------
@@ -328,7 +403,7 @@ def test_a_second_run_is_refused_before_it_starts_a_cluster(tmp_path):
     env.pop("SGDSWEEP_SCHEDULER_FILE", None)
     first = subprocess.Popen([sys.executable, "-m", "sgdsweep", "run", str(cfg), "--cores", "2"], cwd=tmp_path,
                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    state = sweep / ".cluster" / "status.json"
+    state = sweep / ".cluster" / "scheduler.json"
     deadline = time.monotonic() + 300
     while not (state.exists() and "address" in state.read_text()):
         assert time.monotonic() < deadline and first.poll() is None, "the first run's cluster did not start"
@@ -364,7 +439,7 @@ def test_default_sweep_from_a_cold_numba_cache_on_a_saturated_machine(tmp_path):
     try:
         t0 = time.monotonic()
         out = run_cli("run", str(path), "--cores", "2", cwd=tmp_path, env={"NUMBA_CACHE_DIR": str(cache)},
-                      timeout=1500)
+                      timeout=1500, cluster="own")
         seconds = time.monotonic() - t0
     finally:
         for proc in busy:
@@ -436,7 +511,7 @@ def test_a_killed_front_end_is_named_and_a_killed_snakemake_is_reported(tmp_path
     import signal
 
     cfg = write_yaml(tmp_path / "slow.yaml", tiny_config(sweep="slow", **SLOW))
-    state = tmp_path / "results" / "slow" / ".cluster" / "status.json"
+    state = tmp_path / "results" / "slow" / ".cluster" / "scheduler.json"
     lock = tmp_path / "results" / "slow" / ".sgdsweep.lock"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("SGDSWEEP_SCHEDULER_FILE", None)
@@ -507,7 +582,7 @@ def test_ctrl_c_stops_the_run_and_its_cluster_and_the_next_run_resumes(tmp_path)
     for fallout in ("Traceback", "RuleException", "WorkflowError", "Error in rule", "Terminating processes"):
         assert fallout not in out, out[-3000:]
     assert cluster_daemons(tmp_path) == 0
-    assert not (sweep / ".cluster" / "scheduler.json").exists() and not (sweep / ".cluster" / "status.json").exists()
+    assert sorted(p.name for p in (sweep / ".cluster").iterdir()) == ["daemon.log"]  # its log only
     stored = len(list((sweep / "points").glob("*.npz")))
     resumed = run_cli("run", str(cfg), "--cores", "2", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]

@@ -57,7 +57,7 @@ def first_run(tmp_path_factory):
     work = tmp_path_factory.mktemp("wf")
     cfg = write_yaml(work / "tiny.yaml", tiny_config())
     t0 = time.perf_counter()
-    proc = run_snakemake(work, cfg)
+    proc = run_snakemake(work, cfg, cluster="own")  # plain snakemake as a user runs it: a cluster per job
     assert proc.returncode == 0, proc.stderr[-4000:]
     return work, cfg, proc, time.perf_counter() - t0
 
@@ -343,7 +343,7 @@ def test_cli_run_starts_the_cluster_while_snakemake_starts(tmp_path):
     one through its scheduler file (one dashboard, one cluster process), the run stops it, and a
     no-op rerun starts none."""
     path = write_yaml(tmp_path / "early.yaml", tiny_config(sweep="early", grid={"lr": [0.3], "batch_size": [2, 3]}))
-    proc = run_cli("run", str(path), "--cores", "2", cwd=tmp_path)
+    proc = run_cli("run", str(path), "--cores", "2", cwd=tmp_path, cluster="own")
     assert proc.returncode == 0, proc.stderr[-3000:]
     text = proc.stdout + proc.stderr
     assert "sweep 'early': 2 points, 0 stored, 2 to simulate" in text, text[-3000:]
@@ -354,7 +354,7 @@ def test_cli_run_starts_the_cluster_while_snakemake_starts(tmp_path):
     assert xr.open_zarr(sweep / "ensemble.zarr").sizes["point"] == 2
     assert sorted(p.name for p in (sweep / ".cluster").iterdir()) == ["daemon.log"]  # no scheduler file left
     assert cluster_daemons(tmp_path) == 0
-    again = run_cli("run", str(path), "--cores", "2", "-v", cwd=tmp_path)
+    again = run_cli("run", str(path), "--cores", "2", "-v", cwd=tmp_path, cluster="own")
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr  # -v: Snakemake's output
     assert "starting a local Dask cluster" not in again.stdout + again.stderr
 
