@@ -90,7 +90,7 @@ def test_a_linked_cluster_directory_is_replaced_not_written_through(tmp_path):
     proc = start_run_cluster(cluster_dir, 1)
     try:
         assert cluster_dir.is_dir() and not cluster_dir.is_symlink()
-        assert (cluster_dir / "status.json").is_file()
+        assert (cluster_dir / "daemon.log").is_file()
     finally:
         stop_run_cluster(proc, cluster_dir)
     assert {p.name: p.read_text() for p in victim.iterdir()} == dict.fromkeys(

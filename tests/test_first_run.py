@@ -180,9 +180,10 @@ def test_a_shard_job_connects_through_the_scheduler_file_and_the_owner_stops_the
         time.sleep(0.1)
 
 
-def test_a_cluster_process_whose_owner_is_gone_stops_and_says_so(tmp_path):
-    """``sgdsweep run`` killed (here: the process that started the cluster process exits): the
-    cluster process stops by itself, and a job that waits for it fails at once, saying why."""
+def test_a_cluster_process_whose_owner_is_gone_stops_and_says_so(tmp_path, monkeypatch):
+    """``sgdsweep run`` killed (here: the process that started the cluster process exits at
+    once): the cluster process stops by itself, and a job that waits for it fails at once,
+    saying why."""
     starter = ("import sys, time; from pathlib import Path; from sgdsweep.run import cluster; "
                "p = cluster.start_run_cluster(Path(sys.argv[1]), 1); print(p.pid, flush=True)")
     out = subprocess.run([sys.executable, "-c", starter, str(tmp_path)], capture_output=True, text=True, check=True,
@@ -192,8 +193,12 @@ def test_a_cluster_process_whose_owner_is_gone_stops_and_says_so(tmp_path):
     while _running(daemon):
         assert time.monotonic() < deadline, "the cluster process outlived the process that started it"
         time.sleep(0.1)
-    assert "which started it, is gone" in (tmp_path / cluster.FAILURE_FILE).read_text()
     assert not (tmp_path / cluster.SCHEDULER_FILE).exists()
+    monkeypatch.delenv(cluster.SCHEDULER_ENV, raising=False)
+    monkeypatch.setenv(cluster.SCHEDULER_FILE_ENV, str(tmp_path / cluster.SCHEDULER_FILE))
+    with pytest.raises(SgdsweepError, match=r"failed to start: sgdsweep run \(pid \d+\), which started it, is gone"), \
+            cluster.dask_client({}):
+        pass
 
 
 def _unset(monkeypatch: pytest.MonkeyPatch, names: list[str]) -> None:

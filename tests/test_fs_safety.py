@@ -144,9 +144,9 @@ SHARD_JOB = ("import sys; import sgdsweep.run.cluster as c; c.PROBE_TIMEOUT_S = 
 
 
 def test_a_stale_scheduler_file_naming_a_silent_listener_fails_the_job_in_seconds(tmp_path):
-    """A scheduler file whose status says ready (the pid is alive: this test's) and whose address
-    is a port that accepts connections and never answers: the shard job exits 1 within the
-    probe's deadline, naming the address and the scheduler file, and writes no receipt."""
+    """A scheduler file whose address is a port that accepts connections and never answers: the
+    shard job exits 1 within the probe's deadline, naming the address and the scheduler file,
+    and writes no receipt."""
     cfg = tiny_config(results_dir=str(tmp_path / "results"))
     files = write_plan(build_sweep(cfg))
     (spec,) = sorted((files.root / "plan" / "shards").glob("*.json"))
@@ -157,8 +157,6 @@ def test_a_stale_scheduler_file_naming_a_silent_listener_fails_the_job_in_second
     cluster_dir = tmp_path / "stale"
     cluster_dir.mkdir()
     (cluster_dir / cluster.SCHEDULER_FILE).write_text(json.dumps({"address": address, "type": "Scheduler"}))
-    (cluster_dir / cluster.STATUS_FILE).write_text(json.dumps({"pid": os.getpid(), "phase": "ready",
-                                                               "address": address, "workers": 1}))
     receipt = tmp_path / "receipt.json"
     env = {k: v for k, v in os.environ.items() if k != cluster.SCHEDULER_ENV}
     env.update({cluster.SCHEDULER_FILE_ENV: str(cluster_dir / cluster.SCHEDULER_FILE), "PYTHONPATH": str(REPO)})
@@ -177,9 +175,8 @@ def test_a_stale_scheduler_file_naming_a_silent_listener_fails_the_job_in_second
 
 
 def test_a_scheduler_file_without_an_address_is_named(tmp_path, monkeypatch):
-    """A ready status beside a scheduler file that records no address fails at once, naming it."""
+    """A scheduler file that records no address fails the job at once, naming it."""
     (tmp_path / cluster.SCHEDULER_FILE).write_text("{}")
-    (tmp_path / cluster.STATUS_FILE).write_text(json.dumps({"pid": os.getpid(), "phase": "ready"}))
     monkeypatch.delenv(cluster.SCHEDULER_ENV, raising=False)
     monkeypatch.setenv(cluster.SCHEDULER_FILE_ENV, str(tmp_path / cluster.SCHEDULER_FILE))
     with pytest.raises(cluster.SgdsweepError, match=r"names no scheduler \(its 'address' is None"), \
@@ -259,13 +256,13 @@ def test_an_atomic_write_does_not_write_through_a_link_at_its_temporary_name(tmp
     from sgdsweep.core.paths import atomic_write_text
 
     target = _precious(tmp_path)
-    path = tmp_path / "sweep" / ".cluster" / cluster.STATUS_FILE
+    path = tmp_path / "sweep" / ".cluster" / cluster.FAILURE_FILE
     path.parent.mkdir(parents=True)
     (path.parent / f".{path.name}.tmp{os.getpid()}").symlink_to(target)
-    atomic_write_text(path, '{"phase": "ready"}')
+    atomic_write_text(path, "RuntimeError: Cluster failed to start")
     assert target.read_text() == "precious contents\n"
-    assert path.read_text() == '{"phase": "ready"}' and not path.is_symlink()
-    assert sorted(p.name for p in path.parent.iterdir()) == [cluster.STATUS_FILE]
+    assert path.read_text() == "RuntimeError: Cluster failed to start" and not path.is_symlink()
+    assert sorted(p.name for p in path.parent.iterdir()) == [cluster.FAILURE_FILE]
 
 
 def test_a_jobs_log_file_is_created_afresh_not_written_through_a_link(tmp_path):

@@ -253,7 +253,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
 def cmd_cluster_daemon(args: argparse.Namespace) -> int:
     from sgdsweep.run.cluster import serve
 
-    serve(Path(args.dir), args.workers, args.host, args.gpus)
+    serve(Path(args.dir), args.workers, args.host, args.gpus, args.owner)
     return 0
 
 
@@ -406,10 +406,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = verb("cluster-daemon", None)
     p.add_argument("--dir", required=True,
-                   help="where to write the Dask scheduler file, the status record and the log")
+                   help="where to write the Dask scheduler file, the record of a failure and the log")
     p.add_argument("--workers", type=int, required=True, help="CPU worker processes (0 with --gpus)")
     p.add_argument("--gpus", type=int, default=0, help="GPU worker processes, one per GPU (default 0)")
     p.add_argument("--host", default="127.0.0.1", help="the interface to bind (default 127.0.0.1)")
+    p.add_argument("--owner", type=int, help="the pid of the parent process whose end stops the cluster "
+                                             "(default: the parent process at the start)")
     p.set_defaults(func=cmd_cluster_daemon)
     return parser
 

@@ -9,12 +9,14 @@ Four cases, in order of precedence:
    ``sgdsweep run``. It starts one cluster process (``python -m sgdsweep cluster-daemon``,
    :func:`serve`) as Snakemake starts, passes the scheduler file's path to Snakemake's
    environment, and stops the process when Snakemake ends (also on error and on Ctrl-C); the
-   process also stops by itself when ``sgdsweep run`` is gone (e.g. after ``kill -9``). Shard
-   jobs only wait for it (:func:`wait_for_run_cluster`), check that the address in the scheduler
-   file answers as a Dask scheduler within :data:`PROBE_TIMEOUT_S` (:func:`probe_scheduler`: a
-   stale file naming a port that something else now holds fails there, not for ever) and
-   connect with ``distributed.Client(scheduler_file=...)``. The cluster process's log,
-   ``daemon.log``, is created afresh by each run; a symbolic link there is removed, never
+   process also stops by itself when ``sgdsweep run`` is gone (e.g. after ``kill -9``). The
+   process starts its Dask scheduler at once (which writes the scheduler file), then compiles
+   the simulation kernels, then starts its workers. Shard jobs only wait for the scheduler file,
+   check that its address answers as a Dask scheduler within :data:`PROBE_TIMEOUT_S`
+   (:func:`probe_scheduler`: a stale file naming a port that something else now holds fails
+   there, not for ever), connect with ``distributed.Client(scheduler_file=...)`` and wait for a
+   worker with ``Client.wait_for_workers`` (:func:`wait_for_run_cluster`). The cluster process's
+   log, ``daemon.log``, is created afresh by each run; a symbolic link there is removed, never
    written through.
 4. Otherwise (plain ``snakemake``, or a shard job run by hand): a ``LocalCluster`` inside the job
    for the duration of the job.
@@ -46,11 +48,11 @@ from sgdsweep.sweep.execution import SCHEDULER_ENV, scheduler_address, valid_add
 #: Environment variable set by ``sgdsweep run`` for its Snakemake process: the path of the Dask
 #: scheduler file of the run's local cluster.
 SCHEDULER_FILE_ENV = "SGDSWEEP_SCHEDULER_FILE"
-#: Names, in the run's cluster directory, of Dask's scheduler file, the cluster process's phase
-#: record and its log.
-SCHEDULER_FILE, STATUS_FILE, DAEMON_LOG = "scheduler.json", "status.json", "daemon.log"
-#: Seconds each of the Python start and the Dask start of the run's cluster may take (compiling
-#: or loading the kernels between them has no deadline while the process lives).
+#: Names, in the run's cluster directory, of Dask's scheduler file, of the cluster process's
+#: record of why it stopped (written only when it failed or lost its owner) and of its log.
+SCHEDULER_FILE, FAILURE_FILE, DAEMON_LOG = "scheduler.json", "failure.txt", "daemon.log"
+#: Seconds the cluster process has to start its Dask scheduler, and after the kernels its
+#: workers (compiling or loading the kernels between them has no deadline while it lives).
 START_TIMEOUT_S = 120.0
 #: Seconds between the progress lines of a job waiting for the run's cluster.
 PROGRESS_EVERY_S = 15.0
@@ -63,18 +65,29 @@ PROBE_TIMEOUT_S = 30.0
 #: these values keep arrays up to 32 MiB on the heap and at most 128 MiB of free heap per worker.
 WORKER_ENVIRON = {"MALLOC_MMAP_THRESHOLD_": str(32 * 1024 * 1024),
                   "MALLOC_TRIM_THRESHOLD_": str(128 * 1024 * 1024)}
+#: What the workers of local clusters import as they start: the simulation code and its kernels.
+WORKER_PRELOAD = ["sgdsweep.sim.warmup"]
+#: What the run's cluster does while it has no worker, for the waiting job's progress lines.
+_COMPILING = ("compiling or loading the simulation kernels, then starting its workers (the first run of an "
+              "installation compiles them: 1-3 min on a busy 2-core machine; later runs load them from numba's "
+              "cache)")
 
 log = logging.getLogger("sgdsweep.run.cluster")
 
 
-
-
 def local_cluster(workers: int, host: str = "127.0.0.1", gpus: int = 0, **kwargs: Any) -> Any:
     """A started ``distributed.LocalCluster`` of ``workers`` one-thread worker processes bound to
-    ``host``, whose workers preload :mod:`sgdsweep.sim.warmup` and start with
-    :data:`WORKER_ENVIRON`; ``kwargs`` go to ``LocalCluster`` (and replace these defaults). With
-    ``gpus``, ``workers`` CPU workers and one worker per GPU advertising the Dask resource ``GPU``
-    (:func:`sgdsweep.run.gpus.gpu_local_cluster`; ``kwargs`` then may hold ``scheduler_kwargs``)."""
+    ``host``, whose workers preload :data:`WORKER_PRELOAD` and start with :data:`WORKER_ENVIRON`;
+    ``kwargs`` go to ``LocalCluster`` (and replace these defaults). With ``gpus``, ``workers`` CPU
+    workers and one worker per GPU advertising the Dask resource ``GPU``
+    (:func:`sgdsweep.run.gpus.gpu_local_cluster`; ``kwargs`` then may hold ``scheduler_kwargs``).
+
+    This process's environment holds :data:`WORKER_ENVIRON` afterwards: a Nanny takes each
+    variable of ``distributed.nanny.pre-spawn-environ`` from this process's environment where it
+    is set there (an earlier cluster of this process leaves Dask's defaults there), and writes
+    them there before it spawns a worker, which inherits them at its start (the Nanny's ``env=``
+    is applied only after the worker process has started, too late for glibc's malloc).
+    """
     import dask
     from distributed import LocalCluster
 
@@ -82,32 +95,13 @@ def local_cluster(workers: int, host: str = "127.0.0.1", gpus: int = 0, **kwargs
 
     options = {"n_workers": workers, "threads_per_worker": 1, "processes": True, "host": host,
                "scheduler_port": 0, "dashboard_address": f"{host}:0", "silence_logs": logging.WARNING,
-               "preload": ["sgdsweep.sim.warmup"], **kwargs}
-    environ = {f"distributed.nanny.pre-spawn-environ.{k}": v for k, v in WORKER_ENVIRON.items()}
-    # read by each Nanny as it is created, inside LocalCluster(). A Nanny reads this process's
-    # environment before the setting, and copies its own settings into that environment when it
-    # spawns a worker: an earlier cluster of this process with Dask's defaults would override
-    # ours, so the environment holds ours while the workers start.
-    with dask.config.set(environ), _environment(WORKER_ENVIRON):
+               "preload": WORKER_PRELOAD, **kwargs}
+    os.environ.update(WORKER_ENVIRON)
+    with dask.config.set({f"distributed.nanny.pre-spawn-environ.{k}": v for k, v in WORKER_ENVIRON.items()}):
         if gpus:
             return gpu_local_cluster(workers, gpus, host, kwargs.get("scheduler_kwargs"),
-                                     {"preload": options["preload"]})
+                                     {"preload": WORKER_PRELOAD})
         return LocalCluster(**options)
-
-
-@contextlib.contextmanager
-def _environment(values: Mapping[str, str]) -> Iterator[None]:
-    """This process's environment with ``values`` for the block, then as it was."""
-    before = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in before.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 # --- the run's local cluster: started and stopped by `sgdsweep run` ------------------------------
@@ -115,7 +109,8 @@ def _environment(values: Mapping[str, str]) -> Iterator[None]:
 
 def start_run_cluster(cluster_dir: Path, workers: int, host: str = "127.0.0.1", gpus: int = 0) -> subprocess.Popen:
     """Start the run's cluster process without waiting for it; return the process, which the
-    caller stops with :func:`stop_run_cluster`. What an earlier run left in ``cluster_dir`` is
+    caller stops with :func:`stop_run_cluster`, and which stops by itself when the caller's
+    process is gone. What an earlier run left in ``cluster_dir`` is
     removed first (the caller holds the sweep's lock: no live run owns it). A symbolic link at
     ``cluster_dir`` is removed, never followed: the run's files are not written, nor another
     directory's ``scheduler.json`` removed, through it."""
@@ -125,21 +120,20 @@ def start_run_cluster(cluster_dir: Path, workers: int, host: str = "127.0.0.1", 
                     "directory there", cluster_dir, os.readlink(cluster_dir))
         cluster_dir.unlink()
     cluster_dir.mkdir(parents=True, exist_ok=True)
-    (cluster_dir / SCHEDULER_FILE).unlink(missing_ok=True)
-    log_fh = create_afresh(cluster_dir / DAEMON_LOG)  # a link there is removed, not followed
-    # until the process records its own phases, the record names this (its owner) process
-    _write_status(cluster_dir, os.getpid(), "spawned")
-    with log_fh:
+    for name in (SCHEDULER_FILE, FAILURE_FILE):
+        (cluster_dir / name).unlink(missing_ok=True)
+    with create_afresh(cluster_dir / DAEMON_LOG) as log_fh:  # a link there is removed, not followed
         return subprocess.Popen(
             [sys.executable, "-m", "sgdsweep", "cluster-daemon", "--dir", str(cluster_dir),
-             "--workers", str(workers), "--host", host, *(["--gpus", str(gpus)] if gpus else [])],
+             "--workers", str(workers), "--host", host, "--owner", str(os.getpid()),
+             *(["--gpus", str(gpus)] if gpus else [])],
             stdin=subprocess.DEVNULL, stdout=log_fh, stderr=log_fh, start_new_session=True)
 
 
 def stop_run_cluster(proc: subprocess.Popen, cluster_dir: Path, timeout_s: float = 20.0) -> None:
     """Stop the run's cluster process started by :func:`start_run_cluster`: SIGTERM, then after
-    ``timeout_s`` seconds SIGKILL to its process group (its workers); its scheduler file and
-    status record are gone afterwards."""
+    ``timeout_s`` seconds SIGKILL to its process group (its workers); of its files only its log
+    is left."""
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
             proc.terminate()
@@ -149,44 +143,8 @@ def stop_run_cluster(proc: subprocess.Popen, cluster_dir: Path, timeout_s: float
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    for name in (SCHEDULER_FILE, STATUS_FILE):
+    for name in (SCHEDULER_FILE, FAILURE_FILE):
         (Path(cluster_dir) / name).unlink(missing_ok=True)
-
-
-def _write_status(cluster_dir: Path, pid: int, phase: str, **extra: Any) -> None:
-    atomic_write_text(Path(cluster_dir) / STATUS_FILE, json.dumps({"pid": pid, "phase": phase, **extra}))
-
-
-def _read_status(cluster_dir: Path) -> dict[str, Any]:
-    try:
-        status = json.loads((Path(cluster_dir) / STATUS_FILE).read_text())
-    except (OSError, ValueError):
-        return {}
-    return status if isinstance(status, dict) else {}
-
-
-def _pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (a zombie — exited, not yet reaped by its parent — does not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # pragma: no cover
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:  # no procfs (macOS): kill(0) is all there is
-        return True
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
-
-
-#: What the cluster process is doing in each phase it records, for the waiting job's lines.
-_PHASES = {
-    "spawned": "its process is starting",
-    "kernels": ("compiling or loading the simulation kernels (the first run of an installation compiles "
-                "them: 1-3 min on a busy 2-core machine; later runs load them from numba's cache)"),
-    "workers": "its scheduler and workers are starting",
-}
 
 
 def _tail(path: Path, lines: int = 15) -> str:
@@ -198,54 +156,82 @@ def _tail(path: Path, lines: int = 15) -> str:
     return "\n".join("  " + line for line in text.splitlines()[-lines:]) if text else "  (empty)"
 
 
-def wait_for_run_cluster(scheduler_file: Path) -> dict[str, Any]:
-    """Wait until the run's cluster, whose Dask scheduler file is ``scheduler_file``, is ready;
-    return its status record (``address``, ``dashboard``, ``workers``).
+def _failed(cluster_dir: Path, why: str | None = None) -> SgdsweepError:
+    """The error of a job whose run's cluster failed: the cluster process's own record of why
+    (:data:`FAILURE_FILE`), else ``why``, and the end of its log."""
+    with contextlib.suppress(OSError):
+        why = (cluster_dir / FAILURE_FILE).read_text().strip() or why
+    return SgdsweepError(f"the run's local Dask cluster failed to start: {why}\n"
+                         f"last lines of {cluster_dir / DAEMON_LOG}:\n{_tail(cluster_dir / DAEMON_LOG)}")
 
-    The wait follows the cluster process's phases, not one wall clock: while it compiles or
-    loads the simulation kernels it may take as long as it needs while it lives; the Python
-    start before that and the Dask start after it each get :data:`START_TIMEOUT_S`. A progress
-    line is logged every :data:`PROGRESS_EVERY_S` seconds.
+
+def wait_for_run_cluster(client: Any, cluster_dir: Path) -> None:
+    """Wait until the run's cluster, connected to by ``client``, has a worker (the others join
+    as they start). Compiling or loading the kernels before the workers start has no deadline
+    while the cluster lives; a progress line is logged every :data:`PROGRESS_EVERY_S` seconds.
 
     Raises:
-        SgdsweepError: the process is gone or reported an error (its own message and the end of
-            its log are in the text), or a phase with a deadline overran it.
+        SgdsweepError: the cluster process recorded a failure in ``cluster_dir`` (its message and
+            the end of its log are in the text) or its scheduler no longer answers.
+    """
+    t0 = last_note = time.monotonic()
+    while True:
+        if (cluster_dir / FAILURE_FILE).exists():
+            raise _failed(cluster_dir)
+        try:
+            client.wait_for_workers(1, timeout=min(1.0, PROGRESS_EVERY_S))
+            return
+        except TimeoutError:  # distributed's WorkerStartTimeoutError
+            pass
+        except OSError as exc:  # the scheduler is gone (the cluster process exited)
+            raise _failed(cluster_dir, f"its scheduler stopped answering ({type(exc).__name__}: {exc})") from None
+        if time.monotonic() - last_note >= PROGRESS_EVERY_S:
+            last_note = time.monotonic()
+            log.info("waiting for the local Dask cluster: %s (%.0f s so far)", _COMPILING, last_note - t0)
+
+
+def _wait_for_scheduler_file(scheduler_file: Path) -> str:
+    """Wait until ``scheduler_file`` names a scheduler (at most :data:`START_TIMEOUT_S` seconds)
+    and return its address.
+
+    Raises:
+        SgdsweepError: the cluster process recorded a failure, or the deadline passed (the end of
+            its log is in the text); or the file names no scheduler (:func:`_file_address`).
     """
     cluster_dir = Path(scheduler_file).parent
-    log_path = cluster_dir / DAEMON_LOG
-    t0 = time.monotonic()
-    phase, phase_start, last_note = None, t0, t0
+    t0 = last_note = time.monotonic()
+    found = None  # when the file was first seen: Dask writes it in place, not by a rename
     while True:
-        status = _read_status(cluster_dir)
-        if status.get("phase") == "ready" and Path(scheduler_file).exists():
-            return status
-        if status.get("phase") == "failed" or not (status and _pid_alive(int(status["pid"]))):
-            reason = status.get("error") or ("the process exited" if status else "it is not running")
-            raise SgdsweepError(f"the run's local Dask cluster failed to start: {reason}\n"
-                                f"last lines of {log_path}:\n{_tail(log_path)}")
+        if (cluster_dir / FAILURE_FILE).exists():
+            raise _failed(cluster_dir)
+        if Path(scheduler_file).exists():
+            found = found or time.monotonic()
+            try:
+                return _file_address(Path(scheduler_file))
+            except SgdsweepError:
+                if time.monotonic() - found > 1.0:
+                    raise
         now = time.monotonic()
-        if status["phase"] != phase:
-            phase, phase_start = status["phase"], now
-            if phase == "workers" and status.get("kernels_s") is not None:
-                log.info("simulation kernels ready in %.0f s; starting the Dask workers", status["kernels_s"])
-        if phase != "kernels" and now - phase_start > START_TIMEOUT_S:
-            raise SgdsweepError(f"the run's local Dask cluster did not start: {_PHASES.get(phase, phase)} took "
-                                f"more than {START_TIMEOUT_S:.0f} s\nlast lines of {log_path}:\n{_tail(log_path)}")
+        if now - t0 > START_TIMEOUT_S:
+            raise _failed(cluster_dir, f"its Dask scheduler did not start within {START_TIMEOUT_S:g} s")
         if now - last_note >= PROGRESS_EVERY_S:
             last_note = now
-            log.info("waiting for the local Dask cluster: %s (%.0f s so far)", _PHASES.get(phase, phase), now - t0)
-        time.sleep(0.1)
+            log.info("waiting for the local Dask cluster: its process is starting (%.0f s so far)", now - t0)
+        time.sleep(0.05)
 
 
-def serve(cluster_dir: Path, workers: int, host: str = "127.0.0.1", gpus: int = 0) -> None:
-    """Run the run's local cluster until SIGTERM/SIGINT or until the parent process is gone.
+def serve(cluster_dir: Path, workers: int, host: str = "127.0.0.1", gpus: int = 0, owner: int | None = None) -> None:
+    """Run the run's local cluster until SIGTERM/SIGINT or until its owner, the parent process
+    ``owner`` (by default the parent process at the call), is gone.
 
-    First the simulation kernels are compiled (or loaded from numba's cache) in this process, so
-    that the workers, which preload them (:mod:`sgdsweep.sim.warmup`), find them cached and start
-    in seconds. Each phase is recorded in ``status.json`` (``kernels``, ``workers``, then
-    ``ready`` with the scheduler's ``address``) for :func:`wait_for_run_cluster`; the scheduler
-    writes Dask's scheduler file ``scheduler.json``. An exception is recorded as ``failed`` with
-    its message before it propagates.
+    The Dask scheduler starts first and writes Dask's scheduler file ``scheduler.json``, so that
+    shard jobs connect while the simulation kernels are compiled (or loaded from numba's cache)
+    in this process; then the workers start, which preload the kernels
+    (:mod:`sgdsweep.sim.warmup`), find them cached and start in seconds, all within
+    :data:`START_TIMEOUT_S`. A failure is recorded with its message in :data:`FAILURE_FILE`: one
+    of the scheduler's start propagates; after it, the scheduler stays up until the owner stops
+    it, so that the jobs connected to it read the record rather than lose their connection. The
+    loss of the owner is recorded too.
     """
     cluster_dir = Path(cluster_dir)
     stop = False
@@ -256,36 +242,57 @@ def serve(cluster_dir: Path, workers: int, host: str = "127.0.0.1", gpus: int = 
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    parent, me = os.getppid(), os.getpid()
+    parent = os.getppid() if owner is None else owner
 
     def running() -> bool:
         return not stop and os.getppid() == parent
 
     try:
-        _write_status(cluster_dir, me, "kernels")
-        t0 = time.monotonic()
-        from sgdsweep.sim.warmup import warm
-
-        warm()
-        _write_status(cluster_dir, me, "workers", kernels_s=time.monotonic() - t0)
-        if not running():  # the run ended meanwhile
-            return
-        cluster = local_cluster(workers, host, gpus,
+        # the scheduler alone; each CPU worker later gets the share of memory of one of `workers`
+        cluster = local_cluster(0, host, memory_limit=1 / max(workers, 1),
                                 scheduler_kwargs={"scheduler_file": str(cluster_dir / SCHEDULER_FILE)})
     except BaseException as exc:
-        with contextlib.suppress(OSError):
-            _write_status(cluster_dir, me, "failed", error=f"{type(exc).__name__}: {exc}")
+        _record_failure(cluster_dir, exc)
         raise
     try:
-        _write_status(cluster_dir, me, "ready", address=cluster.scheduler_address,
-                      dashboard=cluster.dashboard_link, workers=workers)
+        try:
+            _start_workers(cluster, workers, gpus, host, running)
+        except Exception as exc:
+            log.exception("the cluster's workers did not start")
+            _record_failure(cluster_dir, exc)
         while running():
             time.sleep(0.25)
     finally:
+        if os.getppid() != parent:
+            _record_failure(cluster_dir, f"sgdsweep run (pid {parent}), which started it, is gone")
         cluster.close(timeout=20)
-        for name in (STATUS_FILE, SCHEDULER_FILE):
-            with contextlib.suppress(FileNotFoundError):
-                (cluster_dir / name).unlink()
+        (cluster_dir / SCHEDULER_FILE).unlink(missing_ok=True)
+
+
+def _start_workers(cluster: Any, workers: int, gpus: int, host: str, running: Any) -> None:
+    """Compile or load the kernels, then start ``workers`` CPU and ``gpus`` GPU workers in
+    ``cluster`` and wait :data:`START_TIMEOUT_S` seconds at most for them all (unless
+    ``running()`` turns false meanwhile)."""
+    from sgdsweep.sim.warmup import warm
+
+    t0 = time.monotonic()
+    warm()
+    if not running():  # the run ended meanwhile
+        return
+    log.info("simulation kernels ready in %.0f s; starting %d Dask workers", time.monotonic() - t0, workers + gpus)
+    if gpus:
+        from sgdsweep.run.gpus import gpu_worker_specs
+
+        cluster.worker_spec.update(gpu_worker_specs(workers, gpus, host, {"preload": WORKER_PRELOAD}))
+    cluster.scale(workers + gpus)
+    cluster.wait_for_workers(workers + gpus, timeout=START_TIMEOUT_S)
+
+
+def _record_failure(cluster_dir: Path, why: BaseException | str) -> None:
+    """Record ``why`` the cluster process stops in :data:`FAILURE_FILE`, for the waiting jobs."""
+    text = why if isinstance(why, str) else f"{type(why).__name__}: {why}"
+    with contextlib.suppress(OSError):
+        atomic_write_text(Path(cluster_dir) / FAILURE_FILE, text)
 
 
 # --- the shard job's client ------------------------------------------------------------------------
@@ -366,8 +373,7 @@ def dask_client(execution: Mapping[str, Any]) -> Iterator[Any]:
         return
     scheduler_file = os.environ.get(SCHEDULER_FILE_ENV, "").strip()
     if scheduler_file:
-        status = wait_for_run_cluster(Path(scheduler_file))
-        probe_scheduler(_file_address(Path(scheduler_file)),
+        probe_scheduler(_wait_for_scheduler_file(Path(scheduler_file)),
                         fix=(f"the scheduler file {scheduler_file} ({SCHEDULER_FILE_ENV}) is stale or not the "
                              f"run's own: run the workflow with 'sgdsweep run', or unset {SCHEDULER_FILE_ENV} to "
                              "start a cluster for this job"))
@@ -377,8 +383,9 @@ def dask_client(execution: Mapping[str, Any]) -> Iterator[Any]:
             raise SgdsweepError(f"cannot connect to the run's local Dask cluster ({exc}); see "
                                 f"{Path(scheduler_file).parent / DAEMON_LOG}") from None
         with client:
-            log.info("Dask dashboard: %s (scheduler %s, %s workers)", status.get("dashboard"),
-                     status.get("address"), status.get("workers"))
+            wait_for_run_cluster(client, Path(scheduler_file).parent)
+            log.info("Dask dashboard: %s (scheduler %s, the run's cluster)", client.dashboard_link,
+                     client.scheduler.address)
             yield client
         return
     from sgdsweep.run.gpus import local_cpu_workers, local_gpus

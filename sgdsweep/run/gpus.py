@@ -6,9 +6,9 @@ is submitted with ``resources={"GPU": 1}`` (:func:`task_resources`); Dask then r
 worker that advertises the resource ``GPU`` — Dask's worker resources, an abstract count that the
 scheduler matches, not a device check. Such workers come from
 
-- a local cluster (:func:`gpu_local_cluster`): one worker process per GPU, advertising ``GPU: 1``,
-  with ``CUDA_VISIBLE_DEVICES`` set to its own GPU; with ``execution.device: auto`` also the CPU
-  workers of ``execution.workers``;
+- a local cluster (:func:`gpu_local_cluster`, :func:`gpu_worker_specs`): one worker process per
+  GPU, advertising ``GPU: 1``, with ``CUDA_VISIBLE_DEVICES`` set to its own GPU; with
+  ``execution.device: auto`` also the CPU workers of ``execution.workers``;
 - SLURM (:func:`slurm_gpu_options`): jobs with ``--gres=gpu:N`` that run N worker processes, each
   started with ``--resources GPU=1``;
 - an existing scheduler: its workers must advertise ``GPU`` themselves
@@ -68,14 +68,13 @@ def device_ids(gpus: int) -> list[str]:
     return given[:gpus] if given else [str(i) for i in range(gpus)]
 
 
-def gpu_local_cluster(cpu_workers: int, gpus: int, host: str = "127.0.0.1",
-                      scheduler_options: Mapping[str, Any] | None = None,
-                      worker_options: Mapping[str, Any] | None = None) -> Any:
-    """A started ``distributed.SpecCluster`` on this host: ``cpu_workers`` one-thread workers and
-    ``gpus`` one-thread workers that advertise ``{"GPU": 1}``, worker ``gpu-i`` seeing only GPU i
-    (:func:`device_ids`). Scheduler and dashboard bind to ``host`` on free ports;
-    ``scheduler_options`` and ``worker_options`` go to the Scheduler and to every Nanny."""
-    from distributed import Nanny, Scheduler, SpecCluster
+def gpu_worker_specs(cpu_workers: int, gpus: int, host: str = "127.0.0.1",
+                     worker_options: Mapping[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+    """The ``SpecCluster`` worker specifications of ``cpu_workers`` one-thread Nannies named
+    ``cpu-i`` and ``gpus`` one-thread Nannies named ``gpu-i`` that advertise ``{"GPU": 1}``, worker
+    ``gpu-i`` seeing only GPU i (:func:`device_ids`), all bound to ``host``; ``worker_options`` go
+    to every Nanny."""
+    from distributed import Nanny
 
     if cpu_workers < 0 or gpus < 0 or cpu_workers + gpus == 0:
         raise ValueError(f"cpu_workers={cpu_workers}, gpus={gpus}: need at least one worker and no negative count")
@@ -85,6 +84,18 @@ def gpu_local_cluster(cpu_workers: int, gpus: int, host: str = "127.0.0.1",
     for i, gpu in enumerate(device_ids(gpus)):
         env = {**common.get("env", {}), "CUDA_VISIBLE_DEVICES": gpu}
         workers[f"gpu-{i}"] = {"cls": Nanny, "options": {**common, "resources": {GPU_RESOURCE: 1}, "env": env}}
+    return workers
+
+
+def gpu_local_cluster(cpu_workers: int, gpus: int, host: str = "127.0.0.1",
+                      scheduler_options: Mapping[str, Any] | None = None,
+                      worker_options: Mapping[str, Any] | None = None) -> Any:
+    """A started ``distributed.SpecCluster`` on this host of the workers of
+    :func:`gpu_worker_specs`. Scheduler and dashboard bind to ``host`` on free ports;
+    ``scheduler_options`` and ``worker_options`` go to the Scheduler and to every Nanny."""
+    from distributed import Scheduler, SpecCluster
+
+    workers = gpu_worker_specs(cpu_workers, gpus, host, worker_options)
     scheduler = {"cls": Scheduler, "options": {"host": host, "port": 0, "dashboard_address": f"{host}:0",
                                                **(scheduler_options or {})}}
     return SpecCluster(workers=workers, scheduler=scheduler, silence_logs=logging.WARNING)
