@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import io
 import os
 import shutil
@@ -216,6 +217,81 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = No
     full_env["PYTHONPATH"] = str(REPO) + os.pathsep + full_env.get("PYTHONPATH", "")
     return subprocess.run([sys.executable, "-m", "sgdsweep", *args], cwd=cwd, env=full_env,
                           capture_output=True, text=True, timeout=timeout, check=False)
+
+
+@dataclasses.dataclass
+class CliResult:
+    """What :func:`cli` returns: the fields of :class:`subprocess.CompletedProcess` the tests read."""
+
+    args: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> CliResult:
+    """Run ``sgdsweep ARGS`` in this process (``sgdsweep.run.cli.main``), as :func:`run_cli` runs
+    it in a subprocess but without the 1–3 s of a new interpreter and its imports.
+
+    Use ``cli`` for what ends before any process starts: a refusal (exit 2 or 3 with its message,
+    nothing written), ``--help`` and usage errors, ``validate``, ``plan``, ``verify``, ``export``,
+    ``import``, ``merge`` and the quick workflow verbs. Use :func:`run_cli` for a command that starts
+    Snakemake or a cluster, or that depends on the state of a process: signals, Ctrl-C, what happens
+    at interpreter exit, a reader that closes the pipe, a terminal, the environment before Python
+    starts, the modules a fresh process imports; and keep one :func:`run_cli` per verb family so
+    that the real entry point (``python -m sgdsweep``) is tested.
+
+    For the call: stdout and stderr are captured; the working directory is ``cwd``; ``env``'s
+    variables are set in ``os.environ`` and ``SGDSWEEP_SCHEDULER``/``SGDSWEEP_SCHEDULER_FILE`` are
+    removed unless ``env`` names them (as :func:`run_cli` does); argparse's ``SystemExit``
+    (``--help``, ``--version``, a usage error) becomes the return code. Afterwards the directory,
+    the environment (values and absent variables alike), the ``sgdsweep`` logger (the handlers,
+    level and propagation that ``cli._setup_logging`` set; its handlers closed) and
+    ``identity.STREAM_VERSION`` are as they were. An exception that ``main`` does not turn into an
+    exit status (a traceback, for a subprocess) propagates and fails the test.
+    """
+    import logging
+
+    from sgdsweep.core import identity
+    from sgdsweep.run.cli import main
+
+    changes = {"SGDSWEEP_SCHEDULER": None, "SGDSWEEP_SCHEDULER_FILE": None, **(env or {})}
+    saved_env = {key: os.environ.get(key) for key in changes}
+    logger = logging.getLogger("sgdsweep")
+    saved_log = (list(logger.handlers), logger.level, logger.propagate)
+    saved_stream = identity.STREAM_VERSION
+    saved_cwd = os.getcwd()
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        for key, value in changes.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        if cwd is not None:
+            os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as exc:  # argparse: --help, --version, a usage error
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+                if isinstance(exc.code, str):
+                    print(exc.code, file=sys.stderr)
+    finally:
+        os.chdir(saved_cwd)
+        for key, value in saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        for handler in logger.handlers:
+            if handler not in saved_log[0]:
+                handler.close()
+        logger.handlers[:] = saved_log[0]
+        logger.setLevel(saved_log[1])
+        logger.propagate = saved_log[2]
+        identity.STREAM_VERSION = saved_stream
+    return CliResult(list(args), code, out.getvalue(), err.getvalue())
 
 
 @contextlib.contextmanager
