@@ -33,8 +33,9 @@ from sgdsweep.run.cli import EXIT_CODES, build_parser
 # --- the run's local cluster: its start, its failures, its workers' environment -----------------
 
 #: A stand-in for ``sgdsweep cluster-daemon``: a Dask scheduler that writes the scheduler file at
-#: once and gets its one worker (a thread) only the seconds it is given after a client connects,
-#: as the real one compiles the kernels between the two; then it waits to be stopped.
+#: once and gets its workers (threads), one by one, each the seconds it is given after a client
+#: connected or after the one before, as the real one compiles the kernels between the scheduler
+#: and the workers; then it waits to be stopped.
 FAKE_DAEMON = """
 import sys, time
 from distributed import LocalCluster
@@ -42,8 +43,9 @@ cluster = LocalCluster(n_workers=0, processes=False, protocol="tcp", host="127.0
                        scheduler_kwargs={"scheduler_file": sys.argv[1]})
 while len(cluster.scheduler.clients) < 2:  # the scheduler's own "fire-and-forget" client, and the job's
     time.sleep(0.01)
-time.sleep(float(sys.argv[2]))
-cluster.scale(1)
+for n in range(1, int(sys.argv[3]) + 1):
+    time.sleep(float(sys.argv[2]))
+    cluster.scale(n)
 time.sleep(120)
 """
 
@@ -58,10 +60,10 @@ c.serve(sys.argv[1], 1)
 """
 
 
-def _fake_daemon(cluster_dir: Path, seconds: float) -> subprocess.Popen:
+def _fake_daemon(cluster_dir: Path, seconds: float, workers: int = 1) -> subprocess.Popen:
     """:data:`FAKE_DAEMON` in ``cluster_dir``, once its scheduler file names the scheduler."""
     scheduler_file = cluster_dir / cluster.SCHEDULER_FILE
-    proc = subprocess.Popen([sys.executable, "-c", FAKE_DAEMON, str(scheduler_file), str(seconds)],
+    proc = subprocess.Popen([sys.executable, "-c", FAKE_DAEMON, str(scheduler_file), str(seconds), str(workers)],
                             start_new_session=True)
     while not (scheduler_file.exists() and "address" in scheduler_file.read_text()):
         assert proc.poll() is None, "the stand-in cluster process exited"
@@ -103,6 +105,30 @@ def test_compiling_the_kernels_is_not_under_the_start_deadline(tmp_path, monkeyp
         proc.kill()
         proc.wait()
     assert "waiting for the local Dask cluster: compiling or loading the simulation kernels" in caplog.text
+
+
+def test_a_job_waits_for_all_the_workers_of_the_runs_cluster(tmp_path, monkeypatch):
+    """A job of a cluster of two workers (as ``sgdsweep run`` says in the environment) starts
+    once both run, not with the first (a GPU worker may be the second)."""
+    monkeypatch.delenv(cluster.SCHEDULER_ENV, raising=False)
+    monkeypatch.setenv(cluster.SCHEDULER_FILE_ENV, str(tmp_path / cluster.SCHEDULER_FILE))
+    monkeypatch.setenv(cluster.CLUSTER_WORKERS_ENV, "2")
+    proc = _fake_daemon(tmp_path, 1.0, workers=2)
+    try:
+        with cluster.dask_client({}) as client:
+            assert len(client.scheduler_info()["workers"]) == 2
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_malformed_worker_count_of_the_runs_cluster_is_named(tmp_path, monkeypatch):
+    monkeypatch.delenv(cluster.SCHEDULER_ENV, raising=False)
+    monkeypatch.setenv(cluster.SCHEDULER_FILE_ENV, str(tmp_path / cluster.SCHEDULER_FILE))
+    monkeypatch.setenv(cluster.CLUSTER_WORKERS_ENV, "two")
+    with pytest.raises(SgdsweepError, match=f"{cluster.CLUSTER_WORKERS_ENV}='two': expected a positive integer"), \
+            cluster.dask_client({}):
+        pass
 
 
 def test_a_scheduler_that_does_not_start_within_the_deadline_fails_the_job(tmp_path, monkeypatch):

@@ -14,8 +14,9 @@ Four cases, in order of precedence:
    the simulation kernels, then starts its workers. Shard jobs only wait for the scheduler file,
    check that its address answers as a Dask scheduler within :data:`PROBE_TIMEOUT_S`
    (:func:`probe_scheduler`: a stale file naming a port that something else now holds fails
-   there, not for ever), connect with ``distributed.Client(scheduler_file=...)`` and wait for a
-   worker with ``Client.wait_for_workers`` (:func:`wait_for_run_cluster`). The cluster process's
+   there, not for ever), connect with ``distributed.Client(scheduler_file=...)`` and wait for
+   the cluster's workers (:data:`CLUSTER_WORKERS_ENV`) with ``Client.wait_for_workers``
+   (:func:`wait_for_run_cluster`). The cluster process's
    log, ``daemon.log``, is created afresh by each run; a symbolic link there is removed, never
    written through.
 4. Otherwise (plain ``snakemake``, or a shard job run by hand): a ``LocalCluster`` inside the job
@@ -48,6 +49,9 @@ from sgdsweep.sweep.execution import SCHEDULER_ENV, scheduler_address, valid_add
 #: Environment variable set by ``sgdsweep run`` for its Snakemake process: the path of the Dask
 #: scheduler file of the run's local cluster.
 SCHEDULER_FILE_ENV = "SGDSWEEP_SCHEDULER_FILE"
+#: Environment variable set with :data:`SCHEDULER_FILE_ENV`: how many workers the run's local
+#: cluster starts, all of which a shard job waits for (1 when unset).
+CLUSTER_WORKERS_ENV = "SGDSWEEP_CLUSTER_WORKERS"
 #: Names, in the run's cluster directory, of Dask's scheduler file, of the cluster process's
 #: record of why it stopped (written only when it failed or lost its owner) and of its log.
 SCHEDULER_FILE, FAILURE_FILE, DAEMON_LOG = "scheduler.json", "failure.txt", "daemon.log"
@@ -165,9 +169,9 @@ def _failed(cluster_dir: Path, why: str | None = None) -> SgdsweepError:
                          f"last lines of {cluster_dir / DAEMON_LOG}:\n{_tail(cluster_dir / DAEMON_LOG)}")
 
 
-def wait_for_run_cluster(client: Any, cluster_dir: Path) -> None:
-    """Wait until the run's cluster, connected to by ``client``, has a worker (the others join
-    as they start). Compiling or loading the kernels before the workers start has no deadline
+def wait_for_run_cluster(client: Any, cluster_dir: Path, workers: int = 1) -> None:
+    """Wait until the run's cluster, connected to by ``client``, runs ``workers`` workers.
+    Compiling or loading the kernels before the workers start has no deadline
     while the cluster lives; a progress line is logged every :data:`PROGRESS_EVERY_S` seconds.
 
     Raises:
@@ -179,7 +183,7 @@ def wait_for_run_cluster(client: Any, cluster_dir: Path) -> None:
         if (cluster_dir / FAILURE_FILE).exists():
             raise _failed(cluster_dir)
         try:
-            client.wait_for_workers(1, timeout=min(1.0, PROGRESS_EVERY_S))
+            client.wait_for_workers(workers, timeout=min(1.0, PROGRESS_EVERY_S))
             return
         except TimeoutError:  # distributed's WorkerStartTimeoutError
             pass
@@ -373,6 +377,7 @@ def dask_client(execution: Mapping[str, Any]) -> Iterator[Any]:
         return
     scheduler_file = os.environ.get(SCHEDULER_FILE_ENV, "").strip()
     if scheduler_file:
+        workers = _cluster_workers()
         probe_scheduler(_wait_for_scheduler_file(Path(scheduler_file)),
                         fix=(f"the scheduler file {scheduler_file} ({SCHEDULER_FILE_ENV}) is stale or not the "
                              f"run's own: run the workflow with 'sgdsweep run', or unset {SCHEDULER_FILE_ENV} to "
@@ -383,9 +388,9 @@ def dask_client(execution: Mapping[str, Any]) -> Iterator[Any]:
             raise SgdsweepError(f"cannot connect to the run's local Dask cluster ({exc}); see "
                                 f"{Path(scheduler_file).parent / DAEMON_LOG}") from None
         with client:
-            wait_for_run_cluster(client, Path(scheduler_file).parent)
-            log.info("Dask dashboard: %s (scheduler %s, the run's cluster)", client.dashboard_link,
-                     client.scheduler.address)
+            wait_for_run_cluster(client, Path(scheduler_file).parent, workers)
+            log.info("Dask dashboard: %s (scheduler %s, the run's cluster of %d workers)", client.dashboard_link,
+                     client.scheduler.address, workers)
             yield client
         return
     from sgdsweep.run.gpus import local_cpu_workers, local_gpus
@@ -398,6 +403,18 @@ def dask_client(execution: Mapping[str, Any]) -> Iterator[Any]:
         log.info("Dask dashboard: %s (scheduler %s, this job's cluster, %d workers)", cluster.dashboard_link,
                  cluster.scheduler_address, workers + gpus)
         yield client
+
+
+def _cluster_workers() -> int:
+    """The workers of the run's cluster, from :data:`CLUSTER_WORKERS_ENV` (1 when unset).
+
+    Raises:
+        SgdsweepError: the variable is set to anything but a positive integer."""
+    text = os.environ.get(CLUSTER_WORKERS_ENV, "").strip() or "1"
+    if not (text.isdigit() and int(text) > 0):
+        raise SgdsweepError(f"{CLUSTER_WORKERS_ENV}={text!r}: expected a positive integer, the workers of the run's "
+                            f"cluster (sgdsweep run sets it); unset it, or run the workflow with 'sgdsweep run'")
+    return int(text)
 
 
 def _file_address(scheduler_file: Path) -> str:

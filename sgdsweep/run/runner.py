@@ -194,9 +194,11 @@ def _job_environment() -> dict[str, str]:
 def _run_cluster(sweep: Any, env: dict[str, str], start: bool) -> Iterator[None]:
     """The run's local Dask cluster for the block, when ``start`` and the sweep's shard jobs would
     use a local one (:mod:`sgdsweep.run.cluster`): started first (its workers boot while Snakemake
-    builds the DAG), named to the jobs through the scheduler file's path in ``env``, and stopped
+    builds the DAG), named to the jobs through the scheduler file's path and its number of
+    workers in ``env``, and stopped
     when the block ends in any way."""
     from sgdsweep.run.cluster import (
+        CLUSTER_WORKERS_ENV,
         SCHEDULER_FILE,
         SCHEDULER_FILE_ENV,
         start_run_cluster,
@@ -206,7 +208,8 @@ def _run_cluster(sweep: Any, env: dict[str, str], start: bool) -> Iterator[None]
     from sgdsweep.sweep.plan import PlanFiles
 
     execution = sweep.config["execution"]
-    env.pop(SCHEDULER_FILE_ENV, None)  # a scheduler file of an enclosing run is not this run's
+    for name in (SCHEDULER_FILE_ENV, CLUSTER_WORKERS_ENV):  # an enclosing run's cluster is not this run's
+        env.pop(name, None)
     if not (start and uses_local_cluster(execution)):
         yield
         return
@@ -219,6 +222,7 @@ def _run_cluster(sweep: Any, env: dict[str, str], start: bool) -> Iterator[None]
              "from numba's cache in seconds)", workers + gpus)
     proc = start_run_cluster(cluster_dir, workers, execution.get("host", "127.0.0.1"), gpus)
     env[SCHEDULER_FILE_ENV] = str(cluster_dir / SCHEDULER_FILE)
+    env[CLUSTER_WORKERS_ENV] = str(workers + gpus)
     try:
         yield
     finally:
