@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import run_cli, tiny_config, write_yaml
+from conftest import cli, tiny_config, write_yaml
 
 
 def _config(tmp_path: Path, **sections) -> Path:
@@ -22,7 +22,7 @@ def _config(tmp_path: Path, **sections) -> Path:
     ({"execution": {"cluster": "slurm", "slurm": {"memory": "9" * 400 + "G"}}}, "execution.slurm.memory"),
 ])
 def test_a_size_beyond_a_float_is_refused_naming_its_key(tmp_path, sections, key):
-    proc = run_cli("validate", str(_config(tmp_path, **sections)), cwd=tmp_path, timeout=120)
+    proc = cli("validate", str(_config(tmp_path, **sections)), cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     assert f"config key '{key}'" in proc.stderr
@@ -31,7 +31,7 @@ def test_a_size_beyond_a_float_is_refused_naming_its_key(tmp_path, sections, key
 @pytest.mark.parametrize("threads", ["abc", "0"])
 def test_a_bad_threads_variable_is_refused_before_any_job_or_cluster(tmp_path, threads):
     cfg = _config(tmp_path)
-    proc = run_cli("run", str(cfg), "--cores", "1", cwd=tmp_path, env={"SGDSWEEP_THREADS": threads}, timeout=300)
+    proc = cli("run", str(cfg), "--cores", "1", cwd=tmp_path, env={"SGDSWEEP_THREADS": threads})
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert f"SGDSWEEP_THREADS={threads!r}" in proc.stderr and "positive integer" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -102,7 +102,7 @@ def test_a_long_value_is_named_in_a_short_message(tmp_path):
     what is allowed and its length, in a message of a few hundred characters."""
     cfg = tiny_config(results_dir=str(tmp_path / "results"))
     cfg["grid"]["noise"] = ["B" * 50_000]
-    proc = run_cli("validate", str(write_yaml(tmp_path / "config.yaml", cfg)), cwd=tmp_path, timeout=120)
+    proc = cli("validate", str(write_yaml(tmp_path / "config.yaml", cfg)), cwd=tmp_path)
     assert proc.returncode == 2
     assert "config key 'grid.noise[0]'" in proc.stderr and "'minibatch'" in proc.stderr
     assert "(a value of 50002 characters)" in proc.stderr
@@ -133,11 +133,11 @@ def test_an_export_whose_config_holds_a_string_of_megabytes_is_refused(tmp_path,
     A config file with such a title is refused the same way."""
     forged = _recrafted(export, tmp_path / "forged.zip", lambda c: c["report"].update(title="T" * 20_000_000))
     for verb in (["verify"], ["import", "--results-dir", str(tmp_path / "results")]):
-        proc = run_cli(*verb, str(forged), cwd=tmp_path, timeout=300)
+        proc = cli(*verb, str(forged), cwd=tmp_path)
         assert proc.returncode == 2, proc.stderr[-2000:]
         assert "report.title" in proc.stderr and "a string of 20000000 characters" in proc.stderr
         assert len(proc.stderr) < 3000
     assert not (tmp_path / "results").exists() or not any((tmp_path / "results").iterdir())
     cfg = tiny_config(results_dir=str(tmp_path / "results"), report={"title": "T" * 200_000})
-    proc = run_cli("validate", str(write_yaml(tmp_path / "config.yaml", cfg)), cwd=tmp_path, timeout=120)
+    proc = cli("validate", str(write_yaml(tmp_path / "config.yaml", cfg)), cwd=tmp_path)
     assert proc.returncode == 2 and "config key 'report.title': got 'a string of 200000 characters'" in proc.stderr

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xarray as xr
-from conftest import REPO, make_finished_sweep, run_cli, tiny_config, write_yaml
+from conftest import REPO, cli, make_finished_sweep, tiny_config, write_yaml
 
 import sgdsweep
 from sgdsweep.run.execute import make_batches
@@ -138,7 +138,7 @@ def test_export_netcdf_writes_a_file_xarray_opens_with_the_configs_metadata(tmp_
     root = make_finished_sweep(tmp_path, metadata={"institution": "Example Lab", "creator": "A. Person",
                                                    "creator_email": "a.person@example.org"})
     dest = tmp_path / "out" / "tiny.nc"
-    proc = run_cli("export", str(root), str(dest), "--format", "netcdf")
+    proc = cli("export", str(root), str(dest), "--format", "netcdf")
     assert proc.returncode == 0, proc.stderr
     assert str(dest) in proc.stdout
     with xr.open_dataset(dest) as nc:
@@ -153,20 +153,20 @@ def test_export_netcdf_writes_a_file_xarray_opens_with_the_configs_metadata(tmp_
     assert not errors[3] and not errors[2], {w: errors[w] for w in (3, 2)}
     # never overwritten; a name that is not .nc refused; both exit 2 with a message, no traceback
     before = dest.read_bytes()
-    again = run_cli("export", str(root), str(dest), "--format", "netcdf")
+    again = cli("export", str(root), str(dest), "--format", "netcdf")
     assert again.returncode == 2 and "already exists" in again.stderr and "Traceback" not in again.stderr
     assert dest.read_bytes() == before
-    wrong = run_cli("export", str(root), str(tmp_path / "tiny.zip.nc4"), "--format", "netcdf")
+    wrong = cli("export", str(root), str(tmp_path / "tiny.zip.nc4"), "--format", "netcdf")
     assert wrong.returncode == 2 and "must end in .nc" in wrong.stderr and "Traceback" not in wrong.stderr
     assert not list(dest.parent.glob(".*tmp-*"))
 
 
 def test_metadata_keys_are_checked(tmp_path):
     cfg = write_yaml(tmp_path / "c.yaml", tiny_config(metadata={"creator_email": "not an address"}))
-    proc = run_cli("validate", str(cfg))
+    proc = cli("validate", str(cfg))
     assert proc.returncode == 2 and "metadata.creator_email" in proc.stderr and "Traceback" not in proc.stderr
     cfg = write_yaml(tmp_path / "d.yaml", tiny_config(metadata={"creatr": "x"}))
-    proc = run_cli("validate", str(cfg))
+    proc = cli("validate", str(cfg))
     assert proc.returncode == 2 and "metadata.creatr" in proc.stderr and "creator" in proc.stderr
 
 

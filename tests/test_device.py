@@ -14,7 +14,7 @@ import json
 import os
 
 import pytest
-from conftest import REPO, run_cli, tiny_config, write_yaml
+from conftest import REPO, cli, run_cli, tiny_config, write_yaml
 
 from sgdsweep.core.identity import content_hash
 from sgdsweep.core.noise_types import NOISE
@@ -132,14 +132,14 @@ def test_cuda_names_the_first_point_the_gpu_cannot_run_and_what_it_supports(monk
 def test_cuda_without_a_device_is_refused_by_every_command_before_anything_is_written(tmp_path):
     path = write_yaml(tmp_path / "gpu.yaml", tiny_config(execution={"device": "cuda"}))
     for args in (("validate", str(path)), ("plan", str(path)), ("run", str(path))):
-        proc = run_cli(*args, cwd=tmp_path)
+        proc = cli(*args, cwd=tmp_path)
         assert proc.returncode == 2, proc.stderr
         assert "config key 'execution.device': got 'cuda'" in proc.stderr
         assert "CuPy is not installed" in proc.stderr or "CuPy sees no CUDA device" in proc.stderr
     plain = write_yaml(tmp_path / "cpu.yaml", tiny_config())
-    proc = run_cli("run", str(plain), "--device", "cuda", cwd=tmp_path)
+    proc = cli("run", str(plain), "--device", "cuda", cwd=tmp_path)
     assert proc.returncode == 2 and "got 'cuda'" in proc.stderr, proc.stderr
-    proc = run_cli("run", str(plain), "--device", "auto", "--", "--config", "seed=4", cwd=tmp_path)
+    proc = cli("run", str(plain), "--device", "auto", "--", "--config", "seed=4", cwd=tmp_path)
     assert proc.returncode == 2 and "--device auto and Snakemake's --config" in proc.stderr, proc.stderr
     assert not (tmp_path / "results").exists()
 

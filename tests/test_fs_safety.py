@@ -17,7 +17,7 @@ import zlib
 
 import numpy as np
 import pytest
-from conftest import REPO, run_cli, tiny_config, write_yaml
+from conftest import REPO, cli, tiny_config, write_yaml
 
 from sgdsweep.errors import StoreError, UsageError
 from sgdsweep.run import cluster, locking
@@ -115,7 +115,7 @@ def test_plan_names_a_store_with_an_oversized_metadata_member_corrupt(tmp_path):
     store.parent.mkdir(parents=True)
     _bomb(store, LIMIT + 4096)
     before = store.read_bytes()
-    proc = run_cli("plan", str(write_yaml(tmp_path / "cfg.yaml", cfg)), cwd=tmp_path, timeout=300)
+    proc = cli("plan", str(write_yaml(tmp_path / "cfg.yaml", cfg)), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     line = next(x for x in proc.stdout.splitlines() if x.strip().startswith(first))
@@ -231,7 +231,7 @@ def test_run_refuses_a_linked_lock_file_with_exit_2(tmp_path):
     sweep_dir = build_sweep(cfg).directory
     sweep_dir.mkdir(parents=True)
     (sweep_dir / locking.LOCK_NAME).symlink_to(target)
-    proc = run_cli("run", "--dry-run", str(write_yaml(tmp_path / "cfg.yaml", cfg)), cwd=tmp_path, timeout=300)
+    proc = cli("run", "--dry-run", str(write_yaml(tmp_path / "cfg.yaml", cfg)), cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     assert f"{sweep_dir / locking.LOCK_NAME} is a symbolic link" in proc.stderr
@@ -272,8 +272,8 @@ def test_a_jobs_log_file_is_created_afresh_not_written_through_a_link(tmp_path):
     log = tmp_path / "sweep" / "logs" / "aggregate.log"
     log.parent.mkdir(parents=True)
     log.symlink_to(target)
-    proc = run_cli("aggregate", str(tmp_path / "missing.json"), "--out", str(tmp_path / "e.zarr"),
-                   "--receipt", str(tmp_path / "r.json"), "--log", str(log), cwd=tmp_path, timeout=120)
+    proc = cli("aggregate", str(tmp_path / "missing.json"), "--out", str(tmp_path / "e.zarr"),
+               "--receipt", str(tmp_path / "r.json"), "--log", str(log), cwd=tmp_path)
     assert proc.returncode == 2 and "file not found" in proc.stderr, proc.stderr
     assert target.read_text() == "precious contents\n"
     assert log.is_file() and not log.is_symlink()

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import xarray as xr
 import zarr
-from conftest import as_directory_store, make_finished_sweep, run_cli, tiny_config, write_yaml
+from conftest import as_directory_store, cli, make_finished_sweep, tiny_config, write_yaml
 
 from sgdsweep.core.identity import content_hash
 from sgdsweep.errors import StoreError
@@ -36,7 +36,7 @@ def _finished(tmp_path: Path) -> tuple[Path, Sweep, PlanFiles]:
 
 def _plan_line(config: Path, point_hash: str) -> tuple[str, str]:
     """(the whole output, the line of ``point_hash``) of the real ``sgdsweep plan CONFIG``."""
-    proc = run_cli("plan", str(config))
+    proc = cli("plan", str(config))
     assert proc.returncode == 0, proc.stderr
     return proc.stdout, next(line for line in proc.stdout.splitlines() if point_hash in line)
 
@@ -213,12 +213,12 @@ def test_fit_report_and_export_refuse_an_edited_ensemble(tmp_path):
     shutil.move(files.ensemble, tmp_path / "good.zarr")
     _edited_copy(tmp_path / "good.zarr", files.ensemble, "consolidated_scale_factor")
     message = "the metadata of array 'weight_var'"
-    fit = run_cli("fit", str(files.ensemble), "--spec", str(files.fit_spec), "--out", str(tmp_path / "f.json"))
-    report = run_cli("report", "--ensemble", str(files.ensemble), "--fits", str(files.fits), "--spec",
-                     str(files.report_spec), "--out", str(tmp_path / "r.html"))
+    fit = cli("fit", str(files.ensemble), "--spec", str(files.fit_spec), "--out", str(tmp_path / "f.json"))
+    report = cli("report", "--ensemble", str(files.ensemble), "--fits", str(files.fits), "--spec",
+                 str(files.report_spec), "--out", str(tmp_path / "r.html"))
     for proc in (fit, report):
         assert proc.returncode == 1 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert not (tmp_path / "f.json").exists() and not (tmp_path / "r.html").exists()
-    export = run_cli("export", str(files.root), str(tmp_path / "out.zip"))
+    export = cli("export", str(files.root), str(tmp_path / "out.zip"))
     assert export.returncode == 2 and f"{files.root} is not exported" in export.stderr, export.stderr
     assert message in export.stderr and not (tmp_path / "out.zip").exists()

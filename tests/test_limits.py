@@ -5,7 +5,7 @@ estimate that counts every worker process (``sgdsweep/sweep/limits.py``, ``docs/
 from __future__ import annotations
 
 import pytest
-from conftest import run_cli, tiny_config
+from conftest import cli, tiny_config
 
 from sgdsweep.errors import ConfigError
 from sgdsweep.sweep import limits
@@ -19,7 +19,7 @@ def _refused(tmp_path, text: str, *parts: str, command: str = "validate") -> str
     ``parts``, no traceback, nothing written."""
     path = tmp_path / "c.yaml"
     path.write_text(text)
-    proc = run_cli(command, str(path), cwd=tmp_path, timeout=120)
+    proc = cli(command, str(path), cwd=tmp_path)
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
     assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
     for part in parts:

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import make_finished_sweep, run_cli, write_yaml
+from conftest import cli, make_finished_sweep, write_yaml
 from test_precision import PRECISE, run_rounds
 
 from sgdsweep.errors import ConfigError
@@ -58,7 +58,7 @@ def test_an_escape_time_target_on_the_linear_model_is_refused_before_any_round(t
     model and what it measures, with exit status 2 and no traceback; nothing is written."""
     cfg = config(tmp_path, precision={"observables": {"escape_time": {"rel_se": 0.05}}})
     path = write_yaml(tmp_path / "escape.yaml", cfg)
-    proc = run_cli("plan", str(path), cwd=tmp_path)
+    proc = cli("plan", str(path), cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     assert "precision.observables.escape_time" in proc.stderr and "model.kind linear" in proc.stderr
@@ -109,14 +109,14 @@ def test_sgdsweep_plan_prints_the_lane_disk_and_refuses_a_sweep_beyond_the_disk_
     cfg = config(tmp_path, precision={"budget": {"disk": "20G"}})
     est = lane_disk(build_sweep(cfg))
     assert est.limit == 20 * 10**9
-    proc = run_cli("plan", str(write_yaml(tmp_path / "ok.yaml", cfg)), cwd=tmp_path)
+    proc = cli("plan", str(write_yaml(tmp_path / "ok.yaml", cfg)), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     line = next(s for s in proc.stdout.splitlines() if s.strip().startswith("disk:"))
     assert "414 MiB of stored lanes (2 point(s) × max_replicas 65536 × 3.23 KiB per replica)" in line
     assert "0 B stored now; limit 18.6 GiB (precision.budget.disk)" in line
     # beyond it: refused with the numbers and the ways out, exit status 2, nothing written
     cfg["precision"]["budget"]["disk"] = "100MB"
-    proc = run_cli("plan", str(write_yaml(tmp_path / "small.yaml", cfg)), cwd=tmp_path)
+    proc = cli("plan", str(write_yaml(tmp_path / "small.yaml", cfg)), cwd=tmp_path)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "precision.budget.disk" in proc.stderr and "'100MB'" in proc.stderr
     assert "414 MiB against 95.4 MiB" in proc.stderr
@@ -233,7 +233,7 @@ def test_an_import_killed_midway_leaves_a_staging_directory_that_the_next_import
     live = staging(".import-1234abcd", None)
     writing = staging(".import-abcdef01", OLD, fresh_member=True)
     other = staging(".import-not-ours", OLD)
-    proc = run_cli("import", str(export), "--results-dir", str(results), cwd=tmp_path)
+    proc = cli("import", str(export), "--results-dir", str(results), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert (results / "tiny" / "config.yaml").is_file()
     assert not killed.exists()
