@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
-from conftest import REPO, run_cli, tiny_config
+from conftest import REPO, cli, tiny_config
 
 from sgdsweep.core.identity import content_hash
 from sgdsweep.store import aggregate, aggregate_incremental, provenance
@@ -142,11 +142,11 @@ def test_aggregate_job_appends_then_equals_a_full_rebuild(tmp_path):
     entries = [_store(points, i) for i in range(4)]
     spec_path, path, receipt = tmp_path / "sweep.json", tmp_path / "ensemble.zarr", tmp_path / "ensemble.json"
     spec_path.write_text(json.dumps(_spec(points, entries)))
-    first = run_cli("aggregate", str(spec_path), "--out", str(path), "--receipt", str(receipt))
+    first = cli("aggregate", str(spec_path), "--out", str(path), "--receipt", str(receipt))
     assert first.returncode == 0 and "rebuilt: no ensemble" in first.stderr, first.stderr
     entries += [_store(points, 4), _store(points, 5, noise="full")]
     spec_path.write_text(json.dumps(_spec(points, entries)))
-    second = run_cli("aggregate", str(spec_path), "--out", str(path), "--receipt", str(receipt))
+    second = cli("aggregate", str(spec_path), "--out", str(path), "--receipt", str(receipt))
     assert second.returncode == 0 and "ensemble with 6 points" in second.stderr and "appended 2 points" in second.stderr
     assert json.loads(receipt.read_text())["points"] == 6
     full = _full(_spec(points, entries), tmp_path / "full.zarr")

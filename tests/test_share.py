@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import xarray as xr
 import zarr
-from conftest import make_finished_sweep, run_cli, run_snakemake
+from conftest import cli, make_finished_sweep, run_cli, run_snakemake
 
 from sgdsweep.errors import UsageError
 from sgdsweep.share.archive import ShareError, export_sweep, import_sweep, merge_exports, verify
@@ -48,7 +48,7 @@ def test_export_opens_with_plain_xarray_and_carries_metadata(exported):
         assert "README.txt" in names and "fits.json" in names
         assert sum(n.startswith("points/") and n.endswith(".zarr/zarr.json") for n in names) == 4
         assert not any(n.endswith((".pkl", ".pickle")) for n in names)
-    proc = run_cli("verify", str(dest))
+    proc = cli("verify", str(dest))
     assert proc.returncode == 0 and "OK" in proc.stdout
 
 
@@ -82,7 +82,8 @@ def test_tampered_exports_fail_verification(exported, tmp_path, case, change, me
         _rewrite(dest, bad, change)
     with pytest.raises(ShareError, match=message):
         verify(bad)
-    proc = run_cli("verify", str(bad))
+    run = run_cli if case == "tampered_member" else cli  # one through the real `python -m sgdsweep`
+    proc = run("verify", str(bad))
     assert proc.returncode == 2 and message.split("'")[0] in proc.stderr
 
 
@@ -133,7 +134,7 @@ def test_crafted_exports_fail_verification_and_import_writes_nothing(exported, t
         verify(bad)
     (tmp_path / "a" / "b").mkdir(parents=True)
     monkeypatch.chdir(tmp_path / "a" / "b")
-    proc = run_cli("import", str(bad), "--results-dir", "R")
+    proc = cli("import", str(bad), "--results-dir", "R")
     assert proc.returncode == 2 and message.split("'")[-1].strip() in proc.stderr, proc.stderr
     assert not (tmp_path / "a" / "escaped").exists() and not (tmp_path / "abs").exists()
     assert not (tmp_path / "a" / "b" / "R").exists()
@@ -195,13 +196,13 @@ def test_import_places_sweep_and_rerun_simulates_nothing(exported, tmp_path):
     _, dest, _ = exported
     work = tmp_path / "other-machine"
     work.mkdir()
-    proc = run_cli("import", str(dest), cwd=work)
+    proc = cli("import", str(dest), cwd=work)
     assert proc.returncode == 0, proc.stderr
     target = work / "results" / "tiny"
     assert (target / "ensemble.zarr" / "zarr.json").is_file() and (target / "config.yaml").is_file()
     assert len(list((target / "points").glob("*.npz"))) == 4
     # never overwrite: a second import is refused
-    again = run_cli("import", str(dest), cwd=work)
+    again = cli("import", str(dest), cwd=work)
     assert again.returncode == 2 and "already exists" in again.stderr
     # the workflow on the imported config re-runs fits and report without simulating
     run = run_snakemake(work, target / "config.yaml")
@@ -295,7 +296,7 @@ def _import_refused(bad: Path, tmp_path: Path, message: str) -> None:
     (work / "R" / "victim").mkdir(parents=True, exist_ok=True)
     (work / "R" / "victim" / "report.html").write_text("victim's report")
     before = sorted(tmp_path.parent.rglob("*"))
-    proc = run_cli("import", str(bad), "--results-dir", "R", cwd=work)
+    proc = cli("import", str(bad), "--results-dir", "R", cwd=work)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert re.search(message, proc.stderr), proc.stderr
     assert sorted(tmp_path.parent.rglob("*")) == before
@@ -342,7 +343,7 @@ def test_incomplete_point_store_is_refused(exported, tmp_path):
     verify(bad)  # a consistent file: only the import, which reads the stores, can tell
     work = tmp_path / "work"
     work.mkdir()
-    proc = run_cli("import", str(bad), "--results-dir", "R", cwd=work)
+    proc = cli("import", str(bad), "--results-dir", "R", cwd=work)
     assert proc.returncode == 2 and "is not marked complete" in proc.stderr, proc.stderr
     assert list((work / "R").iterdir()) == []
 
@@ -456,7 +457,7 @@ def test_import_drops_execution_and_names_its_own_directory(exported, tmp_path, 
     assert verify(bad)["config"]["execution"] == execution
     work = tmp_path / "work"
     work.mkdir()
-    proc = run_cli("import", str(bad), "--results-dir", "R", cwd=work)
+    proc = cli("import", str(bad), "--results-dir", "R", cwd=work)
     assert proc.returncode == 0, proc.stderr
     assert "execution section" in proc.stderr and "was not imported" in proc.stderr
     target = work / "R" / "tiny"
@@ -492,7 +493,7 @@ def test_swapped_point_stores_are_refused(exported, tmp_path):
     message = (rf"member 'points/{a}.zarr/zarr.json': the point store under point {a}'s name is not that "
                rf"point's \(it holds the results of point {b}\)")
     _import_refused(bad, tmp_path, message)
-    proc = run_cli("verify", str(bad))
+    proc = cli("verify", str(bad))
     assert proc.returncode == 2 and re.search(message, proc.stderr), proc.stderr
 
 
@@ -506,7 +507,7 @@ def test_export_refuses_a_missing_ensemble_chunk_and_a_misnamed_point_store(expo
     (chunk,) = [f for f in (copy / "ensemble.zarr" / "weight_var").rglob("*") if f.is_file() and f.name != "zarr.json"]
     chunk.unlink()
     assert np.isnan(xr.open_zarr(copy / "ensemble.zarr")["weight_var"].values).all()
-    proc = run_cli("export", str(copy), str(tmp_path / "a.zip"))
+    proc = cli("export", str(copy), str(tmp_path / "a.zip"))
     assert proc.returncode == 2 and f"{copy} is not exported" in proc.stderr, proc.stderr
     assert "array 'weight_var' has 1 of its 1 chunk file(s) missing" in proc.stderr
     assert not (tmp_path / "a.zip").exists()
@@ -514,7 +515,7 @@ def test_export_refuses_a_missing_ensemble_chunk_and_a_misnamed_point_store(expo
     shutil.copytree(sweep_dir / "ensemble.zarr", copy / "ensemble.zarr")
     a, b = manifest["points"][:2]
     shutil.copyfile(point_path(copy / "points", a), point_path(copy / "points", b))
-    proc = run_cli("export", str(copy), str(tmp_path / "a.zip"))
+    proc = cli("export", str(copy), str(tmp_path / "a.zip"))
     assert proc.returncode == 2 and f"is not the store of point {b}: it holds the results of point {a}" in proc.stderr
     assert not (tmp_path / "a.zip").exists()
 

@@ -10,7 +10,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import make_finished_sweep, run_cli
+from conftest import cli, make_finished_sweep
 from test_share import _forged, _import_refused, _rewrite
 
 from sgdsweep.share.archive import ShareError, export_sweep, import_sweep, verify
@@ -139,7 +139,7 @@ def test_merge_refuses_an_ensemble_array_declared_huge(exported, tmp_path):
             **m, "shape": s, "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": s}}})
         bad = _forged(dest, tmp_path / f"ens{n}.zip", replace=replace)
         out = tmp_path / f"merged{n}.zip"
-        proc = run_cli("merge", str(dest), str(bad), "--out", str(out))
+        proc = cli("merge", str(dest), str(bad), "--out", str(out))
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
         assert message in proc.stderr, proc.stderr
         assert not out.exists()
@@ -160,7 +160,7 @@ def test_import_refuses_to_land_inside_another_sweep(exported, tmp_path):
     outer = tmp_path / "results" / "outer"
     (outer / "plan").mkdir(parents=True)
     (outer / "plan" / "sweep.json").write_text("{}")
-    proc = run_cli("import", str(dest), "--results-dir", str(outer / "figures"))
+    proc = cli("import", str(dest), "--results-dir", str(outer / "figures"))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert "lies inside another sweep's directory" in proc.stderr and str(outer) in proc.stderr
     assert "--results-dir" in proc.stderr
@@ -224,5 +224,5 @@ def test_a_precision_export_with_a_tightened_target_is_refused(precise, tmp_path
 def test_a_precision_export_verifies_and_its_rounds_are_replayed(precise, tmp_path):
     _, dest, manifest = precise
     assert verify(dest)["points"] == manifest["points"]
-    proc = run_cli("verify", str(dest))
+    proc = cli("verify", str(dest))
     assert proc.returncode == 0, proc.stderr

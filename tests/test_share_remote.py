@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import xarray as xr
 import yaml
-from conftest import REPO, make_finished_sweep, run_cli
+from conftest import REPO, cli, make_finished_sweep
 
 import sgdsweep
 from sgdsweep.share.archive import export_sweep, import_sweep, verify
@@ -141,7 +141,7 @@ def test_verify_and_import_a_url_read_in_place(shared, tmp_path):
     url = f"{shared['url']}/tiny.zip"
     size = (shared["public"] / "tiny.zip").stat().st_size
     shared["served"].clear()
-    proc = run_cli("verify", url)
+    proc = cli("verify", url)
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr
     print(f"verify over HTTP: {sum(shared['served'])} bytes served for a {size}-byte export")
     assert sum(shared["served"]) < 3 * size
@@ -151,7 +151,7 @@ def test_verify_and_import_a_url_read_in_place(shared, tmp_path):
     assert (target / "ensemble.zarr" / "zarr.json").is_file()
     assert not (target / "ensemble.zarr" / "report.html").exists()
     assert not (target / "ensemble.zarr" / "figures").exists() and not (target / "ensemble.zarr" / "workflow").exists()
-    proc = run_cli("import", f"{shared['url']}/missing.zip", "--results-dir", str(tmp_path / "other"))
+    proc = cli("import", f"{shared['url']}/missing.zip", "--results-dir", str(tmp_path / "other"))
     assert proc.returncode == 2 and "missing.zip" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "other").exists()
 
@@ -164,7 +164,7 @@ def test_a_tampered_report_fails_verify_over_http(shared):
             data = zin.read(info.filename)
             zout.writestr(info, data.replace(b"<h1>tiny</h1>", b"<h1>evil</h1>") if info.filename == "report.html"
                           else data)
-    proc = run_cli("verify", f"{shared['url']}/bad.zip")
+    proc = cli("verify", f"{shared['url']}/bad.zip")
     assert proc.returncode == 2 and "'report.html' does not match its SHA-256" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
 
@@ -194,11 +194,11 @@ def test_export_carries_report_figures_and_crate(shared):
 
 
 def test_export_refuses_bad_licence_and_directory_destination(shared, tmp_path):
-    proc = run_cli("export", str(shared["sweep_dir"]), str(tmp_path / "x.zip"), "--license", "no licence!")
+    proc = cli("export", str(shared["sweep_dir"]), str(tmp_path / "x.zip"), "--license", "no licence!")
     assert proc.returncode == 2 and "--license 'no licence!'" in proc.stderr and "SPDX" in proc.stderr
-    proc = run_cli("export", str(shared["sweep_dir"]), str(tmp_path / "x.zip"), "--format", "directory")
+    proc = cli("export", str(shared["sweep_dir"]), str(tmp_path / "x.zip"), "--format", "directory")
     assert proc.returncode == 2 and "--format directory" in proc.stderr
-    proc = run_cli("export", str(shared["sweep_dir"]), str(shared["public"] / "tiny"), "--format", "directory")
+    proc = cli("export", str(shared["sweep_dir"]), str(shared["public"] / "tiny"), "--format", "directory")
     assert proc.returncode == 2 and "already exists" in proc.stderr
     assert not (tmp_path / "x.zip").exists() and (shared["public"] / "tiny" / "zarr.json").is_file()
 
