@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import make_finished_sweep, run_cli, write_yaml
+from conftest import cli, make_finished_sweep, run_cli, write_yaml
 
 from sgdsweep.share.archive import export_sweep, import_sweep, verify
 from sgdsweep.store import packs
@@ -109,7 +109,7 @@ def test_a_shard_job_packs_and_reruns_only_a_damaged_member(stored, tmp_path):
     assert not is_complete(point_path(points_dir, victim.hash))
     assert explain(sweep) == {victim.hash: "corrupt (incomplete or unreadable store)"}
     assert pending_points(sweep) == {victim.shard: [victim.hash]}
-    plan = run_cli("plan", str(write_yaml(tmp_path / "t.yaml", cfg)), cwd=tmp_path)
+    plan = cli("plan", str(write_yaml(tmp_path / "t.yaml", cfg)), cwd=tmp_path)
     assert f"{len(points)} points, {len(points) - 1} stored, 1 to simulate (1 corrupt)" in plan.stdout, plan.stdout
 
     second = _shard_job(tmp_path, sweep, points, "both-data-sets")

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import make_finished_sweep, run_cli, run_snakemake, tiny_config, write_yaml
+from conftest import cli, make_finished_sweep, run_snakemake, tiny_config, write_yaml
 
 from sgdsweep.sweep.config import build_sweep
 from sgdsweep.sweep.plan import PlanFiles, explain, failed_marker
@@ -40,7 +40,7 @@ def test_reasons_new_changed_failed_corrupt(tmp_path):
 
 def test_plan_command_and_dry_run_print_reasons(tmp_path):
     cfg = write_yaml(tmp_path / "t.yaml", tiny_config())
-    proc = run_cli("plan", str(cfg), cwd=tmp_path)
+    proc = cli("plan", str(cfg), cwd=tmp_path)
     assert proc.returncode == 0
     assert "4 points, 0 stored, 4 to simulate (4 new)" in proc.stdout
     assert proc.stdout.count(": new") == 4 and "lr=0.2, batch_size=2" in proc.stdout
@@ -60,10 +60,10 @@ def test_changing_a_model_parameter_reruns_only_affected_points(tmp_path):
     assert len(before) == 8
     cfg["grid"]["label_noise"] = [0.1, 0.6]
     write_yaml(cfg_path, cfg)
-    plan = run_cli("plan", str(cfg_path), cwd=tmp_path)
+    plan = cli("plan", str(cfg_path), cwd=tmp_path)
     assert "8 points, 4 stored, 4 to simulate (4 changed)" in plan.stdout, plan.stdout
     assert plan.stdout.count("changed: label_noise 0.5 → 0.6") == 4
-    summary = run_cli("plan", str(cfg_path), "--summary", cwd=tmp_path)
+    summary = cli("plan", str(cfg_path), "--summary", cwd=tmp_path)
     assert summary.stdout.strip().count("\n") == 0
     proc = run_snakemake(tmp_path, cfg_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -111,7 +111,7 @@ def test_plan_prints_the_estimated_cost(tmp_path):
     clock). --summary stays one line."""
     cfg = write_yaml(tmp_path / "t.yaml", tiny_config(execution={"workers": 2, "points_per_task": 2,
                                                                  "max_memory": "4GiB"}))
-    out = run_cli("plan", str(cfg), cwd=tmp_path).stdout
+    out = cli("plan", str(cfg), cwd=tmp_path).stdout
     # 4 points × 8 replicas × 3000 steps, as 2 tasks (one per batch size) of 2 points
     assert "cost (estimates): 2 task(s) of up to 2 points, 9.6e4 replica-steps" in out, out
     assert "for the largest task (2 point(s), 16 replicas)" in out
