@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sgdsweep.core.paths import atomic_write_text, write_if_changed
+from sgdsweep.core.paths import write_if_changed
 from sgdsweep.errors import StoreError
 from sgdsweep.store import packs
 from sgdsweep.store.migrate import legacy_problem, legacy_stores
@@ -47,6 +47,9 @@ from sgdsweep.sweep.precision import extension_reasons
 
 #: The directory under ``plan/`` of the specs named by their content (:meth:`PlanFiles.by_content`).
 BY_CONTENT = "by-content"
+#: Folder under ``plan/`` where the workflow's start puts the plan files its plan jobs move into
+#: place (:func:`stage_plan_files`).
+STAGED = "staged"
 #: Hex digits of a plan file's SHA-256 in the names of its versions.
 DIGEST_DIGITS = 16
 
@@ -88,6 +91,12 @@ class PlanFiles:
         (``<name>.<digest>``, :meth:`by_content`), or a Snakemake wildcard pattern of them
         (``shards/{version}``)."""
         return self.root / "plan" / BY_CONTENT / f"{stem}.json"
+
+    def staged(self, by_content: str | Path) -> Path:
+        """Where the workflow's start puts the version named by content ``by_content`` (a path
+        under ``plan/by-content/``) for its plan job to move into place:
+        ``plan/staged/<name>.<digest>.json``."""
+        return self.root / "plan" / STAGED / Path(by_content).relative_to(self.root / "plan" / BY_CONTENT)
 
     def version(self, path: Path, text: str) -> str:
         """``<name>.<digest>``: the plan file ``path`` while its content is ``text``, as named
@@ -267,23 +276,35 @@ def write_plan_file(files: PlanFiles, path: Path, text: str) -> bool:
     return wrote
 
 
-def write_plan_job(files: PlanFiles, path: str, text: str | None, output: str, log: str) -> None:
-    """The workflow's plan rule: write ``output``, the version named by content of the plan file
-    ``path`` whose content is ``text`` (:func:`write_plan_file`), and its ``log`` (the logs of
-    the file's earlier versions removed).
-
-    Raises:
-        StoreError: if ``output`` is no spec of the plan the workflow computed (``text`` None, or
-            of another content), as when it is asked for by name after the config changed.
-    """
-    if text is None or str(files.by_content(Path(path), text)) != str(output):
-        raise StoreError(f"{output} is no spec of the current plan; ask for the sweep's results "
-                         f"(snakemake's default target), not for a plan file by name")
-    write_plan_file(files, Path(path), text)
-    stem = Path(log).name.rsplit(".", 2)[0]
-    for old in Path(log).parent.glob(f"{stem}.*.log"):
-        old.unlink(missing_ok=True)
-    atomic_write_text(log, f"wrote {output} ({len(text)} characters)\n")
+def stage_plan_files(files: PlanFiles, texts: Mapping[str, str]) -> list[Path]:
+    """The plan's writing at the workflow's start (its ``onstart``, under the sweep's lock, never
+    at parse time): each plan file of ``texts`` (path as a string → content) whose version named
+    by content is missing is made current (:func:`write_plan_file`: its readable copy, its other
+    versions and their jobs' logs removed) and its version named by content is put under
+    :meth:`PlanFiles.staged`, where the plan job that Snakemake runs for it, a shell command,
+    moves it into place (no Python started for it). Staged files of other plans are removed.
+    Returns the staged files."""
+    staged = []
+    for path, text in texts.items():
+        if Path(path) == files.execution_spec:
+            continue
+        target = files.by_content(Path(path), text)
+        if target.exists():
+            continue
+        write_plan_file(files, Path(path), text)
+        log = files.log(f"plan/{target.relative_to(files.root / 'plan' / BY_CONTENT).with_suffix('').as_posix()}")
+        stem = log.name.rsplit(".", 2)[0]
+        for old in log.parent.glob(f"{stem}.*.log"):
+            old.unlink(missing_ok=True)
+        place = files.staged(target)
+        place.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(target, place)
+        staged.append(place)
+    keep = set(staged)
+    for old in (files.root / "plan" / STAGED).rglob("*.json"):
+        if old not in keep:
+            old.unlink(missing_ok=True)
+    return staged
 
 
 _DONE = re.compile(rf"[a-z]+\.[0-9a-f]{{{DIGEST_DIGITS}}}")

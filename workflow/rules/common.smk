@@ -1,7 +1,7 @@
 # Shared set-up: validate the config, say what would be simulated and why, and compute the plan
-# in memory. Parsing writes nothing and changes no environment: the plan files are written by the
-# rules in plan.smk, the sweep's lock is taken when jobs are about to run (onstart), and
-# `sgdsweep run` sets up the jobs' environment.
+# in memory. Parsing writes nothing and changes no environment: when jobs are about to run
+# (onstart) the sweep's lock is taken and the plan files are written, for the rules in plan.smk
+# to move into place; `sgdsweep run` sets up the jobs' environment.
 import os
 import sys
 
@@ -14,7 +14,14 @@ from sgdsweep.sweep.execution import scheduler_address, uses_local_cluster, work
 from sgdsweep.sweep.config import build_sweep, check_place
 from sgdsweep.core.paths import write_if_changed
 from sgdsweep.run.progress import VERBOSITY_ENV
-from sgdsweep.sweep.plan import PlanFiles, explain, format_explanation, plan_texts, remove_other_versions
+from sgdsweep.sweep.plan import (
+    PlanFiles,
+    explain,
+    format_explanation,
+    plan_texts,
+    remove_other_versions,
+    stage_plan_files,
+)
 from sgdsweep.sweep.schema import read_yaml
 
 try:
@@ -63,7 +70,8 @@ SWEEP_LOCK = []  # the lock held while this run's jobs run
 
 # One run per sweep: a kernel lock that dies with this process (never stale after kill -9),
 # inherited from `sgdsweep run` when it started this Snakemake process. Then the execution
-# settings, which are no job's input (they never change results), for the shard jobs to read.
+# settings, which are no job's input (they never change results), for the shard jobs to read, and
+# the plan files whose version is missing, for the plan jobs to move into place.
 onstart:
     try:
         SWEEP_LOCK.append(locking.acquire_or_inherit(SWEEP.directory))
@@ -71,3 +79,4 @@ onstart:
         raise WorkflowError(str(exc)) from None
     write_if_changed(PLAN.execution_spec, PLAN_TEXTS[str(PLAN.execution_spec)])
     remove_other_versions(PLAN, set(DONE.values()))
+    stage_plan_files(PLAN, PLAN_TEXTS)  # for the plan jobs to move into place

@@ -1,0 +1,73 @@
+"""The plan's writing when a plain ``snakemake`` run starts: the missing versions of its plan
+files staged for the plan jobs (shell commands) to move into place."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from conftest import tiny_config
+
+from sgdsweep.sweep.config import build_sweep
+from sgdsweep.sweep.plan import PlanFiles, plan_texts, stage_plan_files, write_plan
+
+
+def _texts(sweep) -> dict[str, str]:
+    return {str(path): text for path, text in plan_texts(sweep).items()}
+
+
+def test_only_missing_versions_are_staged_and_the_rest_of_the_plan_made_current(tmp_path):
+    first = build_sweep(tiny_config(results_dir=str(tmp_path / "results")))
+    files = write_plan(first)
+    before = {p: p.stat().st_mtime_ns for p in (files.root / "plan" / "by-content").rglob("*.json")}
+    assert stage_plan_files(files, _texts(first)) == []  # every version there: nothing to stage
+
+    changed = build_sweep(tiny_config(results_dir=str(tmp_path / "results"), grid={"lr": [0.2, 0.4, 0.5]}))
+    texts = _texts(changed)
+    staged = stage_plan_files(files, texts)
+    # the sweep's spec and its one shard's changed; the fit's did not; the report's holds the config
+    assert sorted(p.relative_to(files.root / "plan" / "staged").as_posix().split(".")[0] for p in staged) == [
+        "report", "shards/" + next(iter(changed.shards)), "sweep"]
+    for path, text in texts.items():
+        target = files.by_content(path, text) if path != str(files.execution_spec) else None
+        if target is not None and files.staged(target) in staged:
+            assert files.staged(target).read_text() == text and not target.exists()
+            assert not [p for p in target.parent.glob(target.name.rsplit(".", 2)[0] + ".*.json")]  # old gone
+        if path != str(files.execution_spec):
+            assert Path(path).read_text() == text  # the readable copy is this plan's
+    fit = files.by_content(files.fit_spec, texts[str(files.fit_spec)])
+    assert fit in before and fit.stat().st_mtime_ns == before[fit]  # untouched
+
+    # the next start with the first config again: the second's staged files are gone
+    again = stage_plan_files(files, _texts(first))
+    assert not any(p.exists() for p in staged if p not in again)
+    assert sorted(p.relative_to(files.root / "plan" / "staged") for p in (files.root / "plan" / "staged").rglob(
+        "*.json")) == sorted(p.relative_to(files.root / "plan" / "staged") for p in again)
+
+
+def test_the_plan_job_moves_its_staged_file_into_place_or_names_a_spec_of_no_current_plan(tmp_path):
+    """The plan rule's shell command, as Snakemake runs it (bash), on a staged file and on none."""
+    import re
+
+    rule = (Path(__file__).resolve().parents[1] / "workflow" / "rules" / "plan.smk").read_text()
+    (command,) = re.findall(r'shell:\n((?:\s+".*"\n)+)', rule)
+    command = "".join(re.findall(r'"(.*)"', command))
+    sweep = build_sweep(tiny_config(results_dir=str(tmp_path / "results")))
+    files = PlanFiles(sweep.directory)
+    texts = _texts(sweep)
+    (staged, *_) = stage_plan_files(files, texts)
+    output = files.root / "plan" / "by-content" / staged.relative_to(files.root / "plan" / "staged")
+    log = tmp_path / "plan.log"
+
+    def run(staged_path: str) -> subprocess.CompletedProcess:
+        line = command.replace(":q}", "}").format(params=type("P", (), {"staged": f"'{staged_path}'"}),
+                                                  output=f"'{output}'", log=f"'{log}'")
+        return subprocess.run(["bash", "-euo", "pipefail", "-c", line], capture_output=True, text=True, check=False)
+
+    proc = run(str(staged))
+    assert proc.returncode == 0, proc.stderr
+    assert output.read_text() == texts[next(p for p, t in texts.items() if files.by_content(p, t) == output)]
+    assert not staged.exists() and log.read_text().startswith("wrote ")
+    output.unlink()
+    proc = run("")  # a version the current plan does not have, asked for by name
+    assert proc.returncode == 1 and "is no spec of the current plan" in proc.stderr and not output.exists()
