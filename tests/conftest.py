@@ -351,3 +351,10 @@ def make_finished_sweep(root: Path, **sections: Any) -> Path:
     write_ensemble(ds, files.ensemble)
     atomic_write_text(files.fits, json.dumps(fit_ensemble(ds, sweep.config["fit"])))
     return files.root
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tests marked ``slow`` (a cold compile on a saturated machine, the real SLURM cluster,
+    the browser) run after all the others, in their collected order: a failure elsewhere shows
+    first."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is not None)

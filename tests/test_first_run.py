@@ -458,6 +458,7 @@ def _busy_loops(n: int) -> list[subprocess.Popen]:
 
 
 @pytest.mark.workflow
+@pytest.mark.slow
 def test_default_sweep_from_a_cold_numba_cache_on_a_saturated_machine(tmp_path):
     """The README's first command on a machine whose cores are all busy, with nothing compiled:
     it succeeds, says what it is doing first, and ends with the summary."""

@@ -24,6 +24,8 @@ from sgdsweep.analysis.fit import fit_ensemble
 from sgdsweep.analysis.fit.verdict import HEADLINE, MAX_LISTED, judge, parameter_sentence
 from sgdsweep.analysis.report import build_report, figure_pool
 
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[1]
 #: The first screen a reader sees (a common laptop display).
 VIEWPORT = {"width": 1366, "height": 768}
