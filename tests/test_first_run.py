@@ -18,6 +18,7 @@ import pytest
 import yaml
 from conftest import (
     REPO,
+    cli,
     cluster_daemons,
     immutable,
     run_cli,
@@ -379,8 +380,17 @@ WORKFLOW_VERBS = ("simulate-shard", "aggregate", "fit", "report", "cluster-daemo
 
 
 def test_version_and_top_level_help():
+    """Through the real entry points: ``python -m sgdsweep --version``, and the ``sgdsweep``
+    console script refusing a missing config (exit 2, the message, no traceback)."""
     version = run_cli("--version")
     assert version.returncode == 0 and re.fullmatch(r"sgdsweep \S+\n", version.stdout)
+    script = Path(sys.executable).with_name("sgdsweep")
+    if script.exists():  # an installed environment (the venv), not only a source tree
+        refused = subprocess.run([str(script), "validate", "no-such.yaml"], capture_output=True, text=True,
+                                 timeout=120, check=False)
+        assert refused.returncode == 2 and "'no-such.yaml'; allowed: an existing YAML file" in refused.stderr, \
+            refused.stderr
+        assert "Traceback" not in refused.stderr
     text = build_parser().format_help()
     for verb in USER_VERBS:
         assert re.search(rf"^\s+{verb}\s+\S", text, re.MULTILINE), verb
@@ -415,7 +425,7 @@ def test_the_help_check_finds_an_argument_without_help():
 
 @pytest.mark.parametrize("verb", USER_VERBS + WORKFLOW_VERBS)
 def test_every_argument_has_help(verb):
-    out = run_cli(verb, "--help")
+    out = cli(verb, "--help")
     assert out.returncode == 0
     assert _arguments_without_help(out.stdout) == []
 
@@ -526,7 +536,7 @@ def test_an_unwritable_working_directory_is_named(tmp_path):
     workdir.mkdir()
     cfg = write_yaml(tmp_path / "t.yaml", tiny_config(results_dir=str(tmp_path / "results")))
     with immutable(workdir):
-        proc = run_cli("run", str(cfg), "--cores", "2", cwd=workdir)
+        proc = cli("run", str(cfg), "--cores", "2", cwd=workdir)
     text = proc.stdout + proc.stderr
     assert proc.returncode == 2, text[-2000:]
     assert f"the working directory, where Snakemake keeps its state (.snakemake), {workdir} is not writable" in text
@@ -635,7 +645,7 @@ def test_a_sweep_inside_or_around_another_sweeps_directory_is_refused(tmp_path):
     for name, config in cases.items():
         path = write_yaml(tmp_path / f"{name.replace(' ', '_')}.yaml", config)
         for verb in ("validate", "run"):
-            out = run_cli(verb, str(path), cwd=tmp_path)
+            out = cli(verb, str(path), cwd=tmp_path)
             assert out.returncode == 2, (name, verb, out.stderr[-2000:])
             assert "config key 'results_dir'" in out.stderr, out.stderr
             assert f", {outer}: a run of the outer" in out.stderr, out.stderr
@@ -645,7 +655,7 @@ def test_a_sweep_inside_or_around_another_sweeps_directory_is_refused(tmp_path):
     after = sorted(p.relative_to(outer) for p in outer.rglob("*"))
     assert after == before, (set(after) ^ set(before))  # nothing written there
     beside = write_yaml(tmp_path / "beside.yaml", tiny_config(sweep="other"))
-    assert run_cli("validate", str(beside), cwd=tmp_path).returncode == 0
+    assert cli("validate", str(beside), cwd=tmp_path).returncode == 0
 
 
 @pytest.mark.parametrize("where, address", [("env", "tcp://127.0.0.1:99999"), ("env", "tcp://[::1"),
@@ -654,7 +664,7 @@ def test_a_malformed_scheduler_address_is_refused_before_anything_starts(tmp_pat
     cfg = tiny_config(execution={"scheduler": address} if where == "config" else {})
     path = write_yaml(tmp_path / "t.yaml", cfg)
     env = {cluster.SCHEDULER_ENV: address} if where == "env" else {cluster.SCHEDULER_ENV: ""}
-    out = run_cli("run", str(path), "--cores", "2", cwd=tmp_path, env=env)
+    out = cli("run", str(path), "--cores", "2", cwd=tmp_path, env=env)
     assert out.returncode == 2, out.stderr[-2000:]
     assert "is not a Dask scheduler address" in out.stderr and repr(address) in out.stderr
     assert not (tmp_path / "results").exists() and "Traceback" not in out.stderr
