@@ -30,7 +30,7 @@ from conftest import REPO, run_cli, run_snakemake, tiny_config, write_yaml
 
 from sgdsweep.store.integrity import METADATA_ATTR
 
-pytestmark = pytest.mark.workflow
+pytestmark = [pytest.mark.workflow, pytest.mark.slow]
 
 CONF = Path("/etc/slurm/slurm.conf")  # where srun/sbatch inside jobs look for it
 MARK = "# written by the sgdsweep test fixture"
