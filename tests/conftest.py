@@ -42,6 +42,42 @@ TINY: dict[str, Any] = {
 }
 
 
+#: A sweep with a precision target on one observable (tests/sweep/test_precision.py and the
+#: tests of precision sweeps elsewhere).
+PRECISE: dict[str, Any] = {
+    "sweep": "precise",
+    "seed": 3,
+    "model": {"kind": "linear", "n_inputs": 4, "label_noise": 0.5},
+    "dynamics": {"steps": 3000, "replicas": 8},
+    "grid": {"lr": [0.2, 0.4], "batch_size": 2, "samples_per_param": 10},
+    "precision": {"observables": {"weight_var": {"rel_se": 0.02}}},
+    "execution": {"workers": 1, "points_per_task": 2},
+}
+
+
+def precise_config(tmp_path: Path, **sections: Any) -> dict[str, Any]:
+    """A deep copy of :data:`PRECISE` with its results under ``tmp_path`` and top-level sections replaced."""
+    cfg = copy.deepcopy(PRECISE)
+    cfg["results_dir"] = str(tmp_path / "results")
+    cfg.update(sections)
+    return cfg
+
+
+def run_rounds(cfg: dict[str, Any], limit: int = 12):
+    """Simulate the rounds of the precision sweep ``cfg`` in this process, as `sgdsweep run` does
+    through Snakemake; returns the last round's sweep."""
+    from sgdsweep.run.simulate import simulate_points
+    from sgdsweep.sweep.config import build_sweep
+
+    for _ in range(limit):
+        sweep = build_sweep(cfg)
+        todo = [p for p in sweep.points if sweep.rounds["points"][p.hash]["status"] == "pending"]
+        if not todo:
+            return sweep
+        simulate_points([p.spec() for p in todo], str(sweep.directory / "points"))
+    raise AssertionError("the rounds did not end")
+
+
 def tiny_config(**sections: Any) -> dict[str, Any]:
     """A deep copy of :data:`TINY` with top-level sections replaced or updated."""
     cfg = copy.deepcopy(TINY)

@@ -48,7 +48,7 @@ def draw_normals(gen: np.random.Generator, out: np.ndarray) -> None:
     """Fill ``out`` (C-contiguous, any shape) with ``gen``'s next standard normals: the same
     numbers, in the same order, as ``gen.standard_normal(out=out)``. From
     :data:`COMPILED_NORMALS_MIN` numbers on they come from Numba's port of NumPy's ziggurat, 3×
-    faster than NumPy's own here (``tests/test_engine_statistics.py`` checks the identity).
+    faster than NumPy's own here (``tests/sim/test_engine_statistics.py`` checks the identity).
     Releases the GIL."""
     if out.size < COMPILED_NORMALS_MIN:
         gen.standard_normal(out=out)

@@ -20,7 +20,7 @@ accumulators are flushed into the full-size result first.
 
 Hand-written: Sokal's automatic window (:func:`integrated_autocorr_times`) here works on these
 streaming lagged sums; library estimators (emcee, ArviZ) need the whole series, which a sweep
-does not keep. ``tests/test_observables.py`` pins it against the estimate on the full series.
+does not keep. ``tests/sim/test_observables.py`` pins it against the estimate on the full series.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """NumPy's PCG64 uniform stream inside compiled loops.
 
 Hand-written: NumPy's generators cannot be stepped from Numba-compiled code, and the kernels
-must draw exactly ``Generator.random``'s doubles (``tests/test_pcg64.py`` pins the identity).
+must draw exactly ``Generator.random``'s doubles (``tests/sim/test_pcg64.py`` pins the identity).
 A lane's uniforms (its sample selection) come from a :class:`numpy.random.Generator` on
 :class:`numpy.random.PCG64`. The kernels of :mod:`sgdsweep.sim.kernels` carry each lane's generator
 state — the 128-bit LCG state and increment as (hi, lo) words, a row of 4 uint64 — and step it

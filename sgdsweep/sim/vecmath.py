@@ -5,7 +5,7 @@ them only with Intel's SVML, which is not a dependency), so the thesis landscape
 would stay scalar. :func:`exp` is plain arithmetic instead (Cody–Waite reduction by ln 2, a
 degree-13 Taylor polynomial, the power of two written into the exponent bits), which LLVM
 vectorises with the rest of the loop. Within 2 ulp of ``np.exp`` on [−708, 709]
-(``tests/test_fused.py`` pins it); the argument is clamped to that range, so it does not
+(``tests/sim/test_fused.py`` pins it); the argument is clamped to that range, so it does not
 overflow to inf or underflow to subnormals: exp(−708) ≈ 3.3e−308 and exp(709) ≈ 8.2e307 stand in
 for both ends.
 

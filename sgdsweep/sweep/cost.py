@@ -14,7 +14,7 @@ Memory of one task, in bytes (:class:`Footprint`, from the point's own problem):
   (:func:`theory_bytes`).
 
 Measured against ``tracemalloc`` peaks of :func:`~sgdsweep.run.simulate.simulate_points` (tests in
-``tests/test_plan.py``), the estimate is within a factor of 2. The machine holds the largest
+``tests/sweep/test_plan.py``), the estimate is within a factor of 2. The machine holds the largest
 tasks that run at once (:func:`tasks_at_once`), each in a worker process of about
 :data:`PROCESS_BYTES` (its Python, NumPy, Numba and Dask). :func:`check_memory` refuses a sweep
 whose estimate exceeds ``execution.max_memory``. The time estimate that ``sgdsweep plan`` prints
@@ -92,7 +92,7 @@ class Footprint:
 
 
 #: Unknowns of the exact theory's direct solve (:data:`sgdsweep.theory.linear.DIRECT_MAX_UNKNOWNS`,
-#: restated here so that planning imports no theory module; ``tests/test_plan_imports.py`` pins the two).
+#: restated here so that planning imports no theory module; ``tests/sweep/test_plan_imports.py`` pins the two).
 THEORY_DIRECT_MAX_UNKNOWNS = 2500
 
 

@@ -177,7 +177,7 @@ def _solve_symmetric(g: float, terms: list[tuple[float, np.ndarray, np.ndarray]]
     Solved densely on the n(n+1)/2 entries i ≥ j, never forming the n²×n² system: the unknown
     (c, e) stands for M_ce = M_ec, so its coefficient in equation (a, b) from X M Yᵀ is
     X_ac Y_be + X_ae Y_bc (once on the diagonal c = e), and likewise for F
-    (tests/test_theory_linear.py checks M against brute force).
+    (tests/theory/test_theory_linear.py checks M against brute force).
     """
     n = rhs.shape[0]
     i, j = np.tril_indices(n)

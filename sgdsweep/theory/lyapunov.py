@@ -23,7 +23,7 @@ additive (evaluated at the minimum; the multiplicative part is dropped). ``M`` i
   unsymmetrised matrix by default and :func:`detailed_balance_eigenvalues` its (real) eigenvalues,
   the generalised eigenvalues of ``(C, H)``. The symmetric part is available (``symmetric=True``)
   but has different eigenvalues and need not even be positive semidefinite (the test problem in
-  tests/test_theory_lyapunov.py has one negative eigenvalue), so neither form is a covariance
+  tests/theory/test_theory_lyapunov.py has one negative eigenvalue), so neither form is a covariance
   when ``[H, C] ≠ 0``.
 - Normalisation (Gross Fig. 5b, Fig. 8): eigenvalues of M divided by the isotropic value
   ``λσ²/(2S)`` of Eq. 2.34 (the P/N → ∞ limit, where ``C → σ²H/S`` and ``M → λσ²/(2S) I``),

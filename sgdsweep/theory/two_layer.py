@@ -5,7 +5,7 @@ Network ``f(x) = W2 W1 x`` with ``W1 ∈ R^{N_h×N_i}``, ``W2 ∈ R^{N_o×N_h}``
 SGD with learning rate ``λ = lr`` and batch size ``S = batch_size`` (Gross, Raulf, Räth 2024
 Sec. III). θ = (W1, W2) stacked into ``N_h(N_i + 1)`` numbers.
 
-Derivation (leading order; checked numerically in tests/test_theory_two_layer.py). Let
+Derivation (leading order; checked numerically in tests/theory/test_theory_two_layer.py). Let
 ``K: θ ↦ W2 δW1 + δW2 W1`` be the Jacobian of the end-to-end vector ``w = W2W1`` (1×N_i) and
 ``Σxx`` the (uncentred) input second moment. At a global minimum (``W2W1 = ŵ``, the least-squares
 vector) the Hessian is exactly the Gauss–Newton ``H = KᵀΣxxK``: the residual term

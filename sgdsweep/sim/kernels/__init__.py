@@ -16,7 +16,7 @@ the same random numbers: :func:`prepare` packs the problem's arrays for its fami
 
 The kernels consume exactly the random numbers the numpy engine consumes (the same per-lane
 uniform and normal streams, the same partial Fisher–Yates shuffle), so both give the same
-trajectories up to floating-point rounding (``tests/test_fused.py``).
+trajectories up to floating-point rounding (``tests/sim/test_fused.py``).
 """
 
 from __future__ import annotations

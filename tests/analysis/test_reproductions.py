@@ -19,7 +19,7 @@ from sgdsweep.store.aggregate import build_ensemble
 from sgdsweep.sweep.config import build_sweep
 from sgdsweep.sweep.plan import write_plan
 
-SWEEPS = Path(__file__).resolve().parents[1] / "config" / "sweeps"
+SWEEPS = Path(__file__).resolve().parents[2] / "config" / "sweeps"
 
 
 @pytest.mark.parametrize("path", sorted(SWEEPS.glob("*.yaml")), ids=lambda p: p.stem)

@@ -333,7 +333,7 @@ def test_two_layer_flatness_at_hidden_width_6_leaves_out_the_projected_mode(tmp_
     from sgdsweep.sweep.config import build_sweep
     from sgdsweep.sweep.plan import write_plan
 
-    with open(Path(__file__).parents[1] / "config" / "models" / "two_layer.yaml") as fh:
+    with open(Path(__file__).parents[2] / "config" / "models" / "two_layer.yaml") as fh:
         cfg = yaml.safe_load(fh)
     cfg["results_dir"] = str(tmp_path)
     cfg["grid"].update(hidden_width=6, lr=0.04)

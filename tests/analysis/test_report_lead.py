@@ -26,7 +26,7 @@ from sgdsweep.sweep.config import build_sweep
 from sgdsweep.sweep.schema import load_schema
 from sgdsweep.theory.edge import liu_edge
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SHIPPED = sorted([*(REPO / "config" / "sweeps").glob("*.yaml"), *(REPO / "config" / "models").glob("*.yaml"),
                   REPO / "config" / "config.yaml"])
 LIU = yaml.safe_load((REPO / "config" / "sweeps" / "liu2021_momentum.yaml").read_text())

@@ -3,20 +3,19 @@ decided from the stored data, within a budget (sgdsweep/sweep/precision.py, docs
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import yaml
-from conftest import REPO, run_cli, write_yaml
+from conftest import REPO, run_cli, run_rounds, write_yaml
+from conftest import precise_config as config
 
 from sgdsweep.core.identity import content_hash, points_digest, replica_stream_key
 from sgdsweep.errors import ConfigError
@@ -26,34 +25,6 @@ from sgdsweep.store import lanes as lanes_store
 from sgdsweep.store import points as point_store
 from sgdsweep.sweep.config import build_sweep
 from sgdsweep.sweep.precision import fit_archive_name, needs, replicas_needed
-
-PRECISE: dict[str, Any] = {
-    "sweep": "precise",
-    "seed": 3,
-    "model": {"kind": "linear", "n_inputs": 4, "label_noise": 0.5},
-    "dynamics": {"steps": 3000, "replicas": 8},
-    "grid": {"lr": [0.2, 0.4], "batch_size": 2, "samples_per_param": 10},
-    "precision": {"observables": {"weight_var": {"rel_se": 0.02}}},
-    "execution": {"workers": 1, "points_per_task": 2},
-}
-
-
-def config(tmp_path: Path, **sections: Any) -> dict[str, Any]:
-    cfg = copy.deepcopy(PRECISE)
-    cfg["results_dir"] = str(tmp_path / "results")
-    cfg.update(sections)
-    return cfg
-
-
-def run_rounds(cfg: dict[str, Any], limit: int = 12):
-    """Simulate the sweep's rounds in this process, as `sgdsweep run` does through Snakemake."""
-    for _ in range(limit):
-        sweep = build_sweep(cfg)
-        todo = [p for p in sweep.points if sweep.rounds["points"][p.hash]["status"] == "pending"]
-        if not todo:
-            return sweep
-        simulate_points([p.spec() for p in todo], str(sweep.directory / "points"))
-    raise AssertionError("the rounds did not end")
 
 
 def store(sweep, point_hash: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

@@ -49,7 +49,7 @@ def test_the_plan_job_moves_its_staged_file_into_place_or_names_a_spec_of_no_cur
     """The plan rule's shell command, as Snakemake runs it (bash), on a staged file and on none."""
     import re
 
-    rule = (Path(__file__).resolve().parents[1] / "workflow" / "rules" / "plan.smk").read_text()
+    rule = (Path(__file__).resolve().parents[2] / "workflow" / "rules" / "plan.smk").read_text()
     (command,) = re.findall(r'shell:\n((?:\s+".*"\n)+)', rule)
     command = "".join(re.findall(r'"(.*)"', command))
     sweep = build_sweep(tiny_config(results_dir=str(tmp_path / "results")))

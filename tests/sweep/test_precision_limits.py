@@ -14,8 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import cli, make_finished_sweep, write_yaml
-from test_precision import PRECISE, run_rounds
+from conftest import PRECISE, cli, make_finished_sweep, run_rounds, write_yaml
 
 from sgdsweep.errors import ConfigError
 from sgdsweep.run.execute import run_shard

@@ -1,7 +1,7 @@
 """Stores that must not lie about their point: a point store read under a point's name is that
 point's (plan, aggregate, the shard's simulation), an ensemble's metadata is what sgdsweep wrote
 (load_ensemble, open_ensemble, fit, report, export), and a point store of the first layout (a
-Zarr directory, which has no checksum) has all its chunk files. Exports: tests/test_share.py."""
+Zarr directory, which has no checksum) has all its chunk files. Exports: tests/share/test_share.py."""
 
 from __future__ import annotations
 

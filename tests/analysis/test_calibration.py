@@ -51,7 +51,7 @@ def engine_fits() -> list[dict]:
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     from calibration import simulate_and_fit
 
     return [simulate_and_fit(DESIGN, seed) for seed in range(SEEDS)]

@@ -26,7 +26,7 @@ from sgdsweep.analysis.report import build_report, figure_pool
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 #: The first screen a reader sees (a common laptop display).
 VIEWPORT = {"width": 1366, "height": 768}
 #: Chromium as root in a container: no sandbox, no GPU, nothing fetched from the network.

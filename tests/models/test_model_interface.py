@@ -21,7 +21,7 @@ from sgdsweep.sweep import grid as gridmod
 from sgdsweep.sweep import schema
 from sgdsweep.sweep.config import build_sweep
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 #: one point per problem class, and the kernel family it names
 KERNEL_CASES = [

@@ -307,7 +307,7 @@ def test_float_spellings_in_yaml_are_one_value(tmp_path):
         load_sweep(path)
 
 
-@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[1] / "config" / "models").glob("*.yaml")),
+@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[2] / "config" / "models").glob("*.yaml")),
                          ids=lambda p: p.stem)
 def test_model_example_configs_are_valid(path):
     """Every model's example config builds a sweep whose points use that model."""
@@ -338,7 +338,7 @@ def test_yaml_anchors_and_aliases_are_refused_naming_the_line(tmp_path):
                     "model: {<<: {n_inputs: 4}}\ndynamics: {steps: *s}\n")
     with pytest.raises(ConfigError, match=r"c\.yaml.*Line 4, column 19 has the alias \*s"):
         load_sweep(path)
-    # a bomb, in a bounded process: tests/test_bad_inputs.py::test_yaml_alias_bomb_is_refused_by_every_reader
+    # a bomb, in a bounded process: tests/sweep/test_bad_inputs.py::test_yaml_alias_bomb_is_refused_by_every_reader
 
 
 #: Address space and time that a refused alias bomb may take; expanded, the bombs of these tests

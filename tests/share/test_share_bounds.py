@@ -172,7 +172,8 @@ def test_import_refuses_to_land_inside_another_sweep(exported, tmp_path):
 @pytest.fixture(scope="module")
 def precise(tmp_path_factory):
     """An export of a finished precision sweep whose rounds extended some points."""
-    from test_precision import config, run_rounds
+    from conftest import precise_config as config
+    from conftest import run_rounds
 
     from sgdsweep.analysis.fit import fit_ensemble
     from sgdsweep.core.paths import atomic_write_text
