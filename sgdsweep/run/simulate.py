@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -69,54 +70,55 @@ def simulate_points(points: Sequence[Mapping[str, Any]], points_dir: str,
     problem = model.make_problem(model.data_params(first))
     dyn = Dynamics(first["method"], first["dt_over_lr"])
     sub = dyn.substeps
-    lr, mom, burn, streams, w0, slices, strides, stored = [], [], [], [], [], [], [], []
+    records: list[_PointLanes] = []
+    start = 0
     for spec in points:
         p = spec["params"]
         r = int(p["replicas"])
         kept, covered = ({}, 0)
         if spec.get("lanes"):  # an extensible point: its stored replicas are reused, not recomputed
             kept, covered = lanes_store.read_lanes(points_dir, spec["lanes"], r)
-        stored.append(kept)
-        start = len(streams)
+        rec = _PointLanes(spec=spec, kept=kept, start=start, lr=p["lr"], momentum=p["momentum"],
+                          burn_in=spec["burn_in"] * sub, stride=loss_stride(problem, p, spec["burn_in"], sub))
         for gens in replica_streams(int(p["seed"]), replica_stream_key(p), r, start=covered):
-            streams.append(gens[:2])
-            w0.append(problem.initial(p["init"], gens[2]))
-        slices.append(slice(start, len(streams)))
-        n_new = r - covered
-        lr += [p["lr"]] * n_new
-        mom += [p["momentum"]] * n_new
-        burn += [spec["burn_in"] * sub] * n_new
-        strides += [loss_stride(problem, p, spec["burn_in"], sub)] * n_new
+            rec.streams.append(gens[:2])
+            rec.w0.append(problem.initial(p["init"], gens[2]))
+        records.append(rec)
+        start = rec.stop
+    n_new = start  # lanes simulated by this call, every point's new replicas in order
     observe = observe_spec(first)
     bound = first["divergence_threshold"] * problem.divergence_scale()
     lanes = {}
-    if streams:
+    if n_new:
         total = int(first["steps"]) * sub
         lanes = run_lanes(problem, noise=first["noise"], batch_size=int(first["batch_size"]),
-                          steps=int(first["steps"]) * sub, lr=np.array(lr), momentum=np.array(mom),
-                          burn_in=np.array(burn), bound=np.full(len(streams), bound), w0=np.array(w0),
-                          streams=streams, observe=observe, dynamics=dyn, loss_stride=np.array(strides),
+                          steps=int(first["steps"]) * sub, lr=_per_lane(records, lambda q: q.lr),
+                          momentum=_per_lane(records, lambda q: q.momentum),
+                          burn_in=_per_lane(records, lambda q: q.burn_in), bound=np.full(n_new, bound),
+                          w0=np.array([w for q in records for w in q.w0]),
+                          streams=[g for q in records for g in q.streams], observe=observe, dynamics=dyn,
+                          loss_stride=_per_lane(records, lambda q: q.stride),
                           progress=None if progress is None else (lambda t: progress(t / total)))
     exponents = _exponents(problem, points, first, dyn) if first.get(tangent.PARAM) else None
     elapsed_sim = time.perf_counter() - t_start
     replica_steps = 0
-    for spec, sl, kept in zip(points, slices, stored):
+    for rec in records:
+        spec, kept, sl = rec.spec, rec.kept, slice(rec.start, rec.stop)
         new = {k: v[sl] for k, v in lanes.items()}
         if kept and new and any(k not in kept or kept[k].dtype != v.dtype or kept[k].shape[1:] != v.shape[1:]
                                 for k, v in new.items()):
             raise StoreError(f"stored lanes {spec['lanes']} in {points_dir}/lanes do not match the replicas "
                              "simulated now (other arrays, dtypes or shapes); delete those files and rerun")
-        if spec.get("lanes") and sl.stop > sl.start:
-            lanes_store.write_part(points_dir, spec["lanes"], int(spec["params"]["replicas"]) - (sl.stop - sl.start),
-                                   new)
+        if spec.get("lanes") and rec.n_new:
+            lanes_store.write_part(points_dir, spec["lanes"], int(spec["params"]["replicas"]) - rec.n_new, new)
         point_lanes = {k: np.concatenate([kept[k], new[k]]) for k in kept} if kept and new else (kept or new)
         pred = predict(problem, spec["params"])
         arrays, summary = point_result(problem, spec["params"], spec["burn_in"], point_lanes, pred,
                                        loss_stride(problem, spec["params"], spec["burn_in"], sub), sub)
-        replica_steps += (sl.stop - sl.start) * int(spec["params"]["steps"]) * sub
+        replica_steps += rec.n_new * int(spec["params"]["steps"]) * sub
         attrs = {"point_hash": spec["hash"], "params": dict(spec["params"]), "summary": summary,
                  "code_version": code_version(),
-                 "simulation_seconds": elapsed_sim * (sl.stop - sl.start) / max(1, len(streams))}
+                 "simulation_seconds": elapsed_sim * rec.n_new / max(1, n_new)}
         if exponents is not None:
             gammas = exponents[spec["hash"]]
             arrays["lyapunov_replica"] = (("replica",), gammas)
@@ -126,6 +128,49 @@ def simulate_points(points: Sequence[Mapping[str, Any]], points_dir: str,
         point_store.write_point(point_store.point_path(points_dir, spec["hash"]), described, attrs)
     return {"points": [s["hash"] for s in points], "replica_steps": replica_steps,
             "seconds": time.perf_counter() - t_start}
+
+
+@dataclass(eq=False)
+class _PointLanes:
+    """One point of a :func:`simulate_points` call and the lanes it adds to the engine call.
+
+    Attributes:
+        spec: the point's spec (``{"hash", "params", "burn_in", …}``).
+        kept: its replicas read back from its stored lanes (name → array, one row per replica),
+            ``{}`` when none.
+        start: the index of its first new replica among the call's lanes.
+        lr, momentum: its λ and μ (as in its params).
+        burn_in: its burn-in in integrator steps.
+        stride: its loss stride in integrator steps (:func:`sgdsweep.sim.replicas.loss_stride`).
+        streams: per new replica, its (uniforms, normals) generators.
+        w0: per new replica, its initial weights, shape (d,).
+    """
+
+    spec: Mapping[str, Any]
+    kept: dict[str, np.ndarray]
+    start: int
+    lr: float
+    momentum: float
+    burn_in: int
+    stride: int
+    streams: list[tuple[np.random.Generator, np.random.Generator]] = field(default_factory=list)
+    w0: list[np.ndarray] = field(default_factory=list)
+
+    @property
+    def n_new(self) -> int:
+        """Replicas simulated by this call (those not read back)."""
+        return len(self.streams)
+
+    @property
+    def stop(self) -> int:
+        """One past the index of its last new replica among the call's lanes."""
+        return self.start + self.n_new
+
+
+def _per_lane(records: Sequence[_PointLanes], value: Callable[[_PointLanes], Any]) -> np.ndarray:
+    """``value`` of each point once per new replica, in lane order, as one array (the engine's
+    per-lane argument)."""
+    return np.array([value(rec) for rec in records for _ in range(rec.n_new)])
 
 
 def _exponents(problem, points: Sequence[Mapping[str, Any]], first: Mapping[str, Any],

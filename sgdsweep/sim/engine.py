@@ -46,7 +46,8 @@ from sgdsweep.sim.noise import (
 # import neither Numba nor the kernels.
 from sgdsweep.sim.shapes import BATCH_VARYING, BLOCK_RANDOM_NUMBERS
 
-__all__ = ["BATCH_VARYING", "BLOCK_RANDOM_NUMBERS", "BLOCK_STEPS", "Dynamics", "lane_state", "run_lanes", "update_obs"]
+__all__ = ["BATCH_VARYING", "BLOCK_RANDOM_NUMBERS", "BLOCK_STEPS", "Dynamics", "LaneSet", "lane_state", "run_lanes",
+           "update_obs"]
 
 #: Longest block of steps.
 BLOCK_STEPS = 512
@@ -98,17 +99,9 @@ def run_lanes(problem: Problem, *, noise: str, batch_size: int, steps: int, lr: 
     n_lanes, d = w0.shape
     per_lane_ref = problem.w_min is None
     acc = obs.Accumulators.create(n_lanes, problem, observe, per_lane_ref)
-    # full-size results, allocated when the first lane stops early: if none does, the working
-    # arrays themselves become the results (no copy of an N×N moment per lane)
-    out: dict[str, np.ndarray] | None = None
-    ids = np.arange(n_lanes)
-    w = np.array(w0, dtype=np.float64)
-    lr = np.asarray(lr, dtype=np.float64)
     mu = np.asarray(momentum, dtype=np.float64)
-    burn = np.asarray(burn_in, dtype=np.int64)
-    bound = np.asarray(bound, dtype=np.float64)
     use_momentum = bool(np.any(mu != 0.0))
-    mom = np.zeros_like(w) if use_momentum else None
+    w = np.array(w0, dtype=np.float64)
     ref = problem.w_min
     sde = dynamics.kind == "sde"
     dt_over_lr = dynamics.dt_over_lr if sde else 1.0  # the integrator's step is dt = λ·dt_over_lr
@@ -119,105 +112,78 @@ def run_lanes(problem: Problem, *, noise: str, batch_size: int, steps: int, lr: 
     n_u = uniforms_per_step(noise, batch_size)
     n_z = normals_per_step(noise, problem, batch_size)
     if noise in MODE:
-        perm = np.tile(np.arange(problem.n_samples, dtype=np.int64), (n_lanes, 1))
-        pos = np.zeros(n_lanes, np.int64)
         n_batches = max(1, problem.n_samples // batch_size)
     noise_lags = obs.noise_lag_list(observe) if "noise_lag" in acc.arrays else []
-    stride = np.maximum(1, np.asarray(loss_stride if loss_stride is not None
-                                      else np.full(n_lanes, observe.autocorr_stride), dtype=np.int64))
-
-    def stop(mask: np.ndarray) -> None:
-        nonlocal out, ids, w, mom, perm_view, pos_view, lr, mu, burn, bound, stride, gu, gz, ust
-        if ust is not None:  # the stopping lanes' generators continue where their kernel stopped
-            if n_u:
-                pcg64.store([g for g, m in zip(gu, mask) if m], ust[mask])
-            ust = ust[~mask]
-        if out is None:
-            if ids.size == n_lanes and mask.all():  # every lane stops here, none stopped before
-                out = {**acc.arrays, "w_final": w}
-                ids = ids[:0]
-                return
-            out = {k: np.empty_like(v) for k, v in acc.arrays.items()}  # every lane is written once
-            out["w_final"] = np.empty_like(w)
-        gone = ids[mask]
-        for k, v in acc.arrays.items():
-            out[k][gone] = v[mask]
-        out["w_final"][gone] = w[mask]
-        keep = ~mask
-        acc.take(keep)
-        ids, w = ids[keep], w[keep]
-        if mom is not None:
-            mom = mom[keep]
-        if perm_view is not None:
-            perm_view, pos_view = perm_view[keep], pos_view[keep]
-        lr, mu, burn, bound, stride = lr[keep], mu[keep], burn[keep], bound[keep], stride[keep]
-        gu = [g for g, k in zip(gu, keep) if k]
-        gz = [g for g, k in zip(gz, keep) if k]
-
-    perm_view = perm if noise in MODE else None
-    pos_view = pos if noise in MODE else None
-    gu = [s[0] for s in streams]  # the working lanes' uniform and normal generators
-    gz = [s[1] for s in streams]
+    lanes = LaneSet(
+        n_lanes=n_lanes, n_u=n_u, acc=acc, ids=np.arange(n_lanes), w=w,
+        mom=np.zeros_like(w) if use_momentum else None, lr=np.asarray(lr, dtype=np.float64), mu=mu,
+        burn=np.asarray(burn_in, dtype=np.int64), bound=np.asarray(bound, dtype=np.float64),
+        stride=np.maximum(1, np.asarray(loss_stride if loss_stride is not None
+                                        else np.full(n_lanes, observe.autocorr_stride), dtype=np.int64)),
+        perm=np.tile(np.arange(problem.n_samples, dtype=np.int64), (n_lanes, 1)) if noise in MODE else None,
+        pos=np.zeros(n_lanes, np.int64) if noise in MODE else None,
+        gu=[s[0] for s in streams], gz=[s[1] for s in streams])
     per_step = max(1, n_u + n_z)
     use_kernel = kernels.supports(problem, noise, dynamics.kind, noise_lags, observe.escape) and (
-        n_u == 0 or all(pcg64.is_pcg64(g) for g in gu))  # the kernels draw uniforms from PCG64 states
-    ust = None  # the working lanes' PCG64 states (pcg64.states) while kernels draw their uniforms
+        n_u == 0 or all(pcg64.is_pcg64(g) for g in lanes.gu))  # the kernels draw uniforms from PCG64 states
     if use_kernel:
         omega = (obs.sketch_matrix(d, acc.arrays["sketch"].shape[2]) if "sketch" in acc.arrays
                  else np.zeros((0, 0)))
         kernel = kernels.prepare(problem, noise, batch_size, noise_scale, dt_over_lr, omega, observe.loss,
                                  observe.test_loss, observe.escape, noise_lags)
         n_threads = kernels.threads()
-        ust = pcg64.states(gu) if n_u else np.zeros((n_lanes, 4), np.uint64)
+        lanes.ust = pcg64.states(lanes.gu) if n_u else np.zeros((n_lanes, 4), np.uint64)
     t0 = 0
-    while use_kernel and t0 < steps and ids.size:  # compiled blocks; normals drawn per lane chunk
+    while use_kernel and t0 < steps and lanes.ids.size:  # compiled blocks; normals drawn per lane chunk
         nb = int(max(1, min(steps - t0, BLOCK_STEPS, BLOCK_RANDOM_NUMBERS // (kernels.CHUNK_LANES * max(1, n_z)))))
-        lanes = lane_state(acc.arrays, ust, w, mom, lr, mu, burn, bound, stride, perm_view, pos_view)
-        kernels.advance(kernel.pair, kernel.common, kernel.data, t0, nb, lanes, gz, n_u, n_z, n_threads)
-        if lanes.stopped.any():
-            stop(lanes.stopped)
+        state = lanes.kernel_state()
+        kernels.advance(kernel.pair, kernel.common, kernel.data, t0, nb, state, lanes.gz, n_u, n_z, n_threads)
+        if state.stopped.any():
+            lanes.stop(state.stopped)
         t0 += nb
         if progress is not None:
             progress(t0)
-    while t0 < steps and ids.size:
-        n_work = ids.size
+    while t0 < steps and lanes.ids.size:
+        n_work = lanes.ids.size
         nb = int(max(1, min(steps - t0, BLOCK_STEPS, BLOCK_RANDOM_NUMBERS // (n_work * per_step))))
         idx_block = z_block = None
         if n_u:
             u = np.empty((n_work, nb, n_u))
-            for i, g in enumerate(gu):
+            for i, g in enumerate(lanes.gu):
                 g.random(out=u[i])
-            idx_block = sample_indices(u, perm_view, pos_view, MODE[noise], n_batches)
+            idx_block = sample_indices(u, lanes.perm, lanes.pos, MODE[noise], n_batches)
         if n_z:
             z_block = np.empty((n_work, nb, n_z))
-            for i, g in enumerate(gz):
+            for i, g in enumerate(lanes.gz):
                 draw_normals(g, z_block[i])
         for s in range(nb):
             t = t0 + s
+            # the working lanes' arrays for this step (lanes.stop, at its end, replaces them)
+            w, mom, lr_, mu_ = lanes.w, lanes.mom, lanes.lr, lanes.mu
             idx = idx_block[:, s] if idx_block is not None else None
             z = z_block[:, s] if z_block is not None else None
             eps = None
             if noise == "label":
-                eps = problem.label_noise * z.reshape(ids.size, batch_size, problem.n_outputs)
+                eps = problem.label_noise * z.reshape(lanes.ids.size, batch_size, problem.n_outputs)
                 g = problem.grad(w, idx, eps)
             elif noise in ADDED_NOISE:
                 g = problem.grad(w) + noise_scale * added_noise(noise, problem, w, z, batch_size, gaussian_var)
             else:
                 g = problem.grad(w, idx)
-            dt = lr * dt_over_lr
+            dt = lr_ * dt_over_lr
             if mom is not None:
-                mom *= mu[:, None]
+                mom *= mu_[:, None]
                 mom += g
                 w -= dt[:, None] * mom
             else:
                 w -= dt[:, None] * g
             delta = w - ref if ref is not None else w
             d2 = np.einsum("ld,ld->l", delta, delta)
-            bad = ~(d2 <= bound)
+            bad = ~(d2 <= lanes.bound)
             escaped = None
             if observe.escape:
                 escaped = problem.escaped(w)
-            measuring = t >= burn
+            measuring = t >= lanes.burn
             if measuring.any():
                 sel = None if measuring.all() else measuring
                 if per_lane_ref:
@@ -228,7 +194,7 @@ def run_lanes(problem: Problem, *, noise: str, batch_size: int, steps: int, lr: 
                     delta = w - r
                 if bad.any():  # never let a diverging step into the sums
                     sel = measuring & ~bad
-                update_obs(acc, problem, observe, w, delta, sel, t, stride, idx, eps, noise_lags)
+                update_obs(acc, problem, observe, w, delta, sel, t, lanes.stride, idx, eps, noise_lags)
             stopping = bad.copy()
             if bad.any():
                 acc.arrays["diverged_step"][bad] = t
@@ -236,21 +202,108 @@ def run_lanes(problem: Problem, *, noise: str, batch_size: int, steps: int, lr: 
                 acc.arrays["escape_step"][escaped & ~bad] = t
                 stopping |= escaped
             if stopping.any():
-                stop(stopping)
+                lanes.stop(stopping)
                 if idx_block is not None:
                     idx_block = idx_block[~stopping]
                 if z_block is not None:
                     z_block = z_block[~stopping]
-                if not ids.size:
+                if not lanes.ids.size:
                     break
         t0 += nb
         if progress is not None:
             progress(t0)
-    if ids.size or out is None:
-        stop(np.ones(ids.size, dtype=bool))
-    if "sum_dd" in out:
-        obs.symmetrize(out["sum_dd"], out["n"])
-    return out
+    return lanes.finish()
+
+
+@dataclass(eq=False)
+class LaneSet:
+    """The working lanes of one :func:`run_lanes` call, and the full-size results of those that stopped.
+
+    Every per-lane array holds one row per *working* lane, in the order of ``ids`` (their
+    indices in the call, 0 … ``n_lanes`` − 1); ``acc`` holds their accumulators. :meth:`stop`
+    moves the rows of the lanes that stop into ``out`` (the call's full-size results, made at the
+    first stop) and drops them from every working array, so the engine never rebinds a lane's
+    array itself: it reads them from here after each stop.
+
+    Attributes:
+        n_lanes: lanes of the call.
+        n_u: uniforms per step (0: the lanes draw none, ``ust`` is not stored back).
+        acc: the working lanes' accumulators (:class:`sgdsweep.sim.observables.Accumulators`).
+        ids: the working lanes' indices in the call, shape (n,).
+        w, mom: weights and momentum buffers, shape (n, d); ``mom`` None when no lane has momentum.
+        lr, mu, burn, bound, stride: per lane λ, μ, burn-in (integrator steps), bound on
+            |w − w*|², loss stride (integrator steps), shapes (n,).
+        perm, pos: the sampling permutation (n, P) and position (n,) of an epoch-style noise
+            type, None for the others.
+        gu, gz: the working lanes' uniform and normal generators.
+        ust: their PCG64 states (:func:`sgdsweep.sim.pcg64.states`) while compiled kernels draw
+            their uniforms, shape (n, 4); None on the numpy loop.
+        out: name → full-size (n_lanes, …) results of the lanes that stopped; None until one does.
+    """
+
+    n_lanes: int
+    n_u: int
+    acc: obs.Accumulators
+    ids: np.ndarray
+    w: np.ndarray
+    mom: np.ndarray | None
+    lr: np.ndarray
+    mu: np.ndarray
+    burn: np.ndarray
+    bound: np.ndarray
+    stride: np.ndarray
+    perm: np.ndarray | None
+    pos: np.ndarray | None
+    gu: list[np.random.Generator]
+    gz: list[np.random.Generator]
+    ust: np.ndarray | None = None
+    out: dict[str, np.ndarray] | None = None
+
+    def kernel_state(self) -> kernels.Lanes:
+        """The working lanes as the kernels take them (:func:`lane_state`; ``ust`` must be set)."""
+        return lane_state(self.acc.arrays, self.ust, self.w, self.mom, self.lr, self.mu, self.burn,
+                          self.bound, self.stride, self.perm, self.pos)
+
+    def stop(self, mask: np.ndarray) -> None:
+        """Stop the working lanes where ``mask`` (bool, shape (n,)) is true: write their
+        accumulators and ``w_final`` into ``out`` and drop their rows. A stopping lane's uniform
+        generator continues where its kernel stopped. When every lane of the call stops at once
+        and none before, the working arrays themselves become ``out`` (no copy)."""
+        if self.ust is not None:  # the stopping lanes' generators continue where their kernel stopped
+            if self.n_u:
+                pcg64.store([g for g, m in zip(self.gu, mask) if m], self.ust[mask])
+            self.ust = self.ust[~mask]
+        if self.out is None:
+            if self.ids.size == self.n_lanes and mask.all():  # every lane stops here, none stopped before
+                self.out = {**self.acc.arrays, "w_final": self.w}
+                self.ids = self.ids[:0]
+                return
+            self.out = {k: np.empty_like(v) for k, v in self.acc.arrays.items()}  # every lane is written once
+            self.out["w_final"] = np.empty_like(self.w)
+        gone = self.ids[mask]
+        for k, v in self.acc.arrays.items():
+            self.out[k][gone] = v[mask]
+        self.out["w_final"][gone] = self.w[mask]
+        keep = ~mask
+        self.acc.take(keep)
+        self.ids, self.w = self.ids[keep], self.w[keep]
+        if self.mom is not None:
+            self.mom = self.mom[keep]
+        if self.perm is not None:
+            self.perm, self.pos = self.perm[keep], self.pos[keep]
+        self.lr, self.mu, self.burn = self.lr[keep], self.mu[keep], self.burn[keep]
+        self.bound, self.stride = self.bound[keep], self.stride[keep]
+        self.gu = [g for g, k in zip(self.gu, keep) if k]
+        self.gz = [g for g, k in zip(self.gz, keep) if k]
+
+    def finish(self) -> dict[str, np.ndarray]:
+        """Stop the lanes still working and return the full-size results (``run_lanes``' return
+        value), the second moments symmetrised."""
+        if self.ids.size or self.out is None:
+            self.stop(np.ones(self.ids.size, dtype=bool))
+        if "sum_dd" in self.out:
+            obs.symmetrize(self.out["sum_dd"], self.out["n"])
+        return self.out
 
 
 def lane_state(acc: dict[str, np.ndarray], ust: np.ndarray, w: np.ndarray, mom: np.ndarray | None,
