@@ -17,7 +17,8 @@ def _shard_threads(workdir: Path, workers: int, *extra: str, env: dict[str, str]
     """The ``--threads`` of every shard job of a dry run of the tiny sweep with ``workers``."""
     cfg = tiny_config()
     cfg["execution"]["workers"] = workers
-    proc = run_snakemake(workdir, write_yaml(workdir / f"w{workers}.yaml", cfg), "-n", "-p", *extra, env=env)
+    proc = run_snakemake(workdir, write_yaml(workdir / f"w{workers}.yaml", cfg), "-n", "-p", *extra, env=env,
+                         cluster="own")  # a job's own cluster, unless env names the run's
     text = proc.stdout + proc.stderr
     assert proc.returncode == 0, text[-3000:]
     found = re.findall(r"simulate-shard .* --threads (\d+) ", text)
