@@ -205,7 +205,7 @@ def test_import_places_sweep_and_rerun_simulates_nothing(exported, tmp_path):
     again = cli("import", str(dest), cwd=work)
     assert again.returncode == 2 and "already exists" in again.stderr
     # the workflow on the imported config re-runs fits and report without simulating
-    run = run_snakemake(work, target / "config.yaml")
+    run = run_snakemake(work, target / "config.yaml", cluster="own")  # a shard job would start one
     assert run.returncode == 0, run.stderr[-3000:]
     shard_logs = (target / "logs" / "simulate").glob("*.log")  # a shard job, if one runs, simulates nothing
     assert all("0 to simulate" in log.read_text() for log in shard_logs)
