@@ -282,25 +282,30 @@ def stage_plan_files(files: PlanFiles, texts: Mapping[str, str]) -> list[Path]:
     by content is missing is made current (:func:`write_plan_file`: its readable copy, its other
     versions and their jobs' logs removed) and its version named by content is put under
     :meth:`PlanFiles.staged`, where the plan job that Snakemake runs for it, a shell command,
-    moves it into place (no Python started for it). Staged files of other plans are removed.
-    Returns the staged files."""
-    staged = []
+    moves it into place (no Python started for it). A version that is there is linked there too
+    (no copy), for a plan job forced to run again (``snakemake --forceall``: Snakemake removes a
+    job's output before it runs). Staged files of other plans are removed. Returns the files
+    staged for the missing versions."""
+    staged, linked = [], []
     for path, text in texts.items():
         if Path(path) == files.execution_spec:
             continue
         target = files.by_content(Path(path), text)
+        place = files.staged(target)
+        place.parent.mkdir(parents=True, exist_ok=True)
         if target.exists():
+            place.unlink(missing_ok=True)
+            os.link(target, place)
+            linked.append(place)
             continue
         write_plan_file(files, Path(path), text)
         log = files.log(f"plan/{target.relative_to(files.root / 'plan' / BY_CONTENT).with_suffix('').as_posix()}")
         stem = log.name.rsplit(".", 2)[0]
         for old in log.parent.glob(f"{stem}.*.log"):
             old.unlink(missing_ok=True)
-        place = files.staged(target)
-        place.parent.mkdir(parents=True, exist_ok=True)
         os.replace(target, place)
         staged.append(place)
-    keep = set(staged)
+    keep = {*staged, *linked}
     for old in (files.root / "plan" / STAGED).rglob("*.json"):
         if old not in keep:
             old.unlink(missing_ok=True)

@@ -21,6 +21,8 @@ def test_only_missing_versions_are_staged_and_the_rest_of_the_plan_made_current(
     files = write_plan(first)
     before = {p: p.stat().st_mtime_ns for p in (files.root / "plan" / "by-content").rglob("*.json")}
     assert stage_plan_files(files, _texts(first)) == []  # every version there: nothing to stage
+    for version in before:  # but each linked there, for a plan job forced to run again
+        assert files.staged(version).samefile(version)
 
     changed = build_sweep(tiny_config(results_dir=str(tmp_path / "results"), grid={"lr": [0.2, 0.4, 0.5]}))
     texts = _texts(changed)
@@ -41,8 +43,9 @@ def test_only_missing_versions_are_staged_and_the_rest_of_the_plan_made_current(
     # the next start with the first config again: the second's staged files are gone
     again = stage_plan_files(files, _texts(first))
     assert not any(p.exists() for p in staged if p not in again)
-    assert sorted(p.relative_to(files.root / "plan" / "staged") for p in (files.root / "plan" / "staged").rglob(
-        "*.json")) == sorted(p.relative_to(files.root / "plan" / "staged") for p in again)
+    current = {files.staged(files.by_content(path, text)) for path, text in _texts(first).items()
+               if path != str(files.execution_spec)}
+    assert set((files.root / "plan" / "staged").rglob("*.json")) == current
 
 
 def test_the_plan_job_moves_its_staged_file_into_place_or_names_a_spec_of_no_current_plan(tmp_path):
@@ -68,6 +71,12 @@ def test_the_plan_job_moves_its_staged_file_into_place_or_names_a_spec_of_no_cur
     assert proc.returncode == 0, proc.stderr
     assert output.read_text() == texts[next(p for p, t in texts.items() if files.by_content(p, t) == output)]
     assert not staged.exists() and log.read_text().startswith("wrote ")
+    # a plan job forced to run again (snakemake --forceall) on a version that is there: Snakemake
+    # removes the output first, the job puts the version linked at the start back
+    stage_plan_files(files, texts)
+    output.unlink()
+    assert run(str(staged)).returncode == 0 and output.read_text() == texts[
+        next(p for p, t in texts.items() if files.by_content(p, t) == output)]
     output.unlink()
     proc = run("")  # a version the current plan does not have, asked for by name
     assert proc.returncode == 1 and "is no spec of the current plan" in proc.stderr and not output.exists()
