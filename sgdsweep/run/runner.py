@@ -68,8 +68,8 @@ def run_sweep(args: argparse.Namespace, verbosity: int) -> int:
     cmd = snakemake_command(args, snakemake_config(args.device), verbosity)
     log.info("sweep '%s': %d points, %d stored, %d to simulate; results in %s/", sweep.name, len(hashes),
              len(stored_before), todo, sweep.directory)
-    reasons = explain(sweep)  # before the plan is rewritten: it compares with the previous one
-    plan = {} if args.dry_run else plan_texts(sweep)  # a sweep beyond max_memory fails here
+    reasons = explain(sweep, stored_before)  # before the plan is rewritten: it compares with the previous one
+    plan = {} if args.dry_run else plan_texts(sweep, stored_before)  # a sweep beyond max_memory fails here
     log.debug("running %s", " ".join(cmd))
     env = {**os.environ, locking.LOCK_FD_ENV: str(lock.fileno()), VERBOSITY_ENV: str(verbosity)}
     env.update(_job_environment())

@@ -198,18 +198,18 @@ def _append_order(files: PlanFiles, sweep: Sweep) -> list[Point]:
 _SPEC_HASH = re.compile(r'\{"hash":"([0-9a-f]+)"')
 
 
-def plan_texts(sweep: Sweep) -> dict[Path, str]:
+def plan_texts(sweep: Sweep, done: set[str] | None = None) -> dict[Path, str]:
     """The content of every plan file of ``sweep``, by path; nothing is written.
 
-    Reads the point stores (which points are pending) and the current shard specs (their repair
-    counts).
+    Reads the point stores (which points are pending; ``done``: those with a complete store,
+    when the caller has just computed them) and the current shard specs (their repair counts).
 
     Raises:
         ConfigError: if simulating the points without a complete store needs more memory than
             ``execution.max_memory`` (:func:`sgdsweep.sweep.cost.check_memory`).
     """
     files = PlanFiles(sweep.directory)
-    pending = pending_points(sweep)
+    pending = pending_points(sweep, done)
     check_memory(sweep, [h for hashes in pending.values() for h in hashes])
     texts: dict[Path, str] = {}
     try:
@@ -360,12 +360,14 @@ def remove_other_shard_versions(receipt: Path) -> int:
     return removed
 
 
-def pending_points(sweep: Sweep) -> dict[str, list[str]]:
+def pending_points(sweep: Sweep, done: set[str] | None = None) -> dict[str, list[str]]:
     """Shard id → hashes of its points that have no complete store of their own yet (a store
     under a point's name that holds another point's results does not count:
-    :func:`sgdsweep.store.points.complete_points`)."""
+    :func:`sgdsweep.store.points.complete_points`; ``done``: that set, when the caller has just
+    computed it)."""
     files = PlanFiles(sweep.directory)
-    done = complete_points(files.points_dir, (p.hash for p in sweep.points))
+    if done is None:
+        done = complete_points(files.points_dir, (p.hash for p in sweep.points))
     out: dict[str, list[str]] = {}
     for shard, points in sweep.shards.items():
         todo = [p.hash for p in points if p.hash not in done]
@@ -374,8 +376,10 @@ def pending_points(sweep: Sweep) -> dict[str, list[str]]:
     return out
 
 
-def explain(sweep: Sweep) -> dict[str, str]:
-    """Why each point without a complete store would be simulated (hash → reason).
+def explain(sweep: Sweep, done: set[str] | None = None) -> dict[str, str]:
+    """Why each point without a complete store would be simulated (hash → reason); ``done``: the
+    points with a complete store (:func:`sgdsweep.store.points.complete_points`), when the
+    caller has just computed them.
 
     Reasons: ``extended`` (a round of a sweep with precision targets extends the point, and
     why: :func:`sgdsweep.sweep.precision.extension_reasons`), ``corrupt`` (a store exists but is
@@ -398,7 +402,8 @@ def explain(sweep: Sweep) -> dict[str, str]:
     except (OSError, ValueError):
         pass
     reasons: dict[str, str] = {}
-    done = complete_points(files.points_dir, (p.hash for p in sweep.points))
+    if done is None:
+        done = complete_points(files.points_dir, (p.hash for p in sweep.points))
     extended = extension_reasons(sweep)
     try:  # one listing: a point with no file of its own (the most, in a new sweep) needs no lookup
         present = {name.split(".", 1)[0] for name in os.listdir(files.points_dir)}
