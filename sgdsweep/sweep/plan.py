@@ -29,6 +29,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -284,9 +285,15 @@ def stage_plan_files(files: PlanFiles, texts: Mapping[str, str]) -> list[Path]:
     :meth:`PlanFiles.staged`, where the plan job that Snakemake runs for it, a shell command,
     moves it into place (no Python started for it). A version that is there is linked there too
     (no copy), for a plan job forced to run again (``snakemake --forceall``: Snakemake removes a
-    job's output before it runs). Staged files of other plans are removed. Returns the files
-    staged for the missing versions."""
-    staged, linked = [], []
+    job's output before it runs). ``plan/staged/`` is made afresh each time: what an earlier
+    start left there is removed, and a symbolic link planted there (or inside) is removed, never
+    written through. Returns the files staged for the missing versions."""
+    root = files.root / "plan" / STAGED
+    if root.is_symlink() or root.is_file():
+        root.unlink()
+    elif root.exists():
+        shutil.rmtree(root)  # removes links inside, never what they point to
+    staged = []
     for path, text in texts.items():
         if Path(path) == files.execution_spec:
             continue
@@ -294,9 +301,7 @@ def stage_plan_files(files: PlanFiles, texts: Mapping[str, str]) -> list[Path]:
         place = files.staged(target)
         place.parent.mkdir(parents=True, exist_ok=True)
         if target.exists():
-            place.unlink(missing_ok=True)
             os.link(target, place)
-            linked.append(place)
             continue
         write_plan_file(files, Path(path), text)
         log = files.log(f"plan/{target.relative_to(files.root / 'plan' / BY_CONTENT).with_suffix('').as_posix()}")
@@ -305,10 +310,6 @@ def stage_plan_files(files: PlanFiles, texts: Mapping[str, str]) -> list[Path]:
             old.unlink(missing_ok=True)
         os.replace(target, place)
         staged.append(place)
-    keep = {*staged, *linked}
-    for old in (files.root / "plan" / STAGED).rglob("*.json"):
-        if old not in keep:
-            old.unlink(missing_ok=True)
     return staged
 
 

@@ -3,6 +3,7 @@ files staged for the plan jobs (shell commands) to move into place."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -80,3 +81,29 @@ def test_the_plan_job_moves_its_staged_file_into_place_or_names_a_spec_of_no_cur
     output.unlink()
     proc = run("")  # a version the current plan does not have, asked for by name
     assert proc.returncode == 1 and "is no spec of the current plan" in proc.stderr and not output.exists()
+
+
+def test_a_link_planted_at_the_staging_directory_is_removed_never_written_through(tmp_path):
+    """``plan/staged`` (or a folder inside it) planted as a link to another directory: the start
+    removes the link and stages in a directory of its own; nothing in the link's target is
+    written or removed."""
+    sweep = build_sweep(tiny_config(results_dir=str(tmp_path / "results")))
+    files = PlanFiles(sweep.directory)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep.json").write_text("{}")
+    (elsewhere / "shards").mkdir()
+    before = sorted(p.relative_to(elsewhere) for p in elsewhere.rglob("*"))
+    (files.root / "plan").mkdir(parents=True)
+    (files.root / "plan" / "staged").symlink_to(elsewhere, target_is_directory=True)
+    staged = stage_plan_files(files, _texts(sweep))
+    assert staged and not (files.root / "plan" / "staged").is_symlink()
+    assert all(p.is_file() and not p.is_symlink() for p in staged)
+    assert sorted(p.relative_to(elsewhere) for p in elsewhere.rglob("*")) == before
+
+    shutil.rmtree(files.root / "plan" / "by-content")  # every version to stage again
+    (files.root / "plan" / "staged" / "shards").rename(tmp_path / "moved")
+    (files.root / "plan" / "staged" / "shards").symlink_to(elsewhere / "shards", target_is_directory=True)
+    staged = stage_plan_files(files, _texts(sweep))
+    assert any("shards" in p.parts for p in staged) and not (files.root / "plan" / "staged" / "shards").is_symlink()
+    assert sorted(p.relative_to(elsewhere) for p in elsewhere.rglob("*")) == before
