@@ -36,3 +36,12 @@ rule all:
         DONE["fit"],
         DONE["report"],
         EDGE_TARGETS,
+
+
+# Only the point stores and the ensemble (no fits, no report): `snakemake ensemble`. Like `all`,
+# it asks for every shard's receipt, so a deleted or damaged store is simulated again.
+rule ensemble:
+    input:
+        str(PLAN.ensemble_receipt),
+        SHARD_RECEIPTS,
+        DONE["aggregate"],

@@ -223,11 +223,13 @@ def _cluster_env(cluster: str, env: dict[str, str] | None) -> dict[str, str]:
 
 def run_snakemake(workdir: Path, configfile: Path | None = None, *extra: str,
                   env: dict[str, str] | None = None, timeout: float = 600,
-                  cluster: str = "shared") -> subprocess.CompletedProcess:
+                  cluster: str = "shared", targets: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     """Run the real ``snakemake`` on the repository's Snakefile in ``workdir``. Its shard jobs
     use the test run's shared Dask cluster, or with ``cluster="own"`` each starts its own (as
-    plain ``snakemake`` does for a user)."""
-    cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"),
+    plain ``snakemake`` does for a user). ``targets``: Snakemake's targets (default: the workflow's
+    ``all``), e.g. ``("ensemble",)`` for a test that inspects the point stores and the ensemble
+    only (the workflow's ``ensemble`` rule: no fit, no report)."""
+    cmd = [sys.executable, "-m", "snakemake", *targets, "--snakefile", str(REPO / "Snakefile"),
            "--directory", str(workdir), "--cores", "2"]
     if configfile is not None:
         cmd += ["--configfile", str(configfile)]
@@ -389,8 +391,25 @@ def make_finished_sweep(root: Path, **sections: Any) -> Path:
     return files.root
 
 
+#: The most processes ``-n auto`` runs the tests in (pyproject's ``addopts``): each starts its own
+#: shared Dask cluster, and the workflow tests run Snakemake on 2 cores.
+MAX_TEST_PROCESSES = 4
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: one test process per core, at most :data:`MAX_TEST_PROCESSES`."""
+    return max(1, min(os.cpu_count() or 1, MAX_TEST_PROCESSES))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The tests marked ``slow`` (a cold compile on a saturated machine, the real SLURM cluster,
-    the browser) run after all the others, in their collected order: a failure elsewhere shows
-    first."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is not None)
+    """The order of the run. Files with ``workflow`` tests (real Snakemake and Dask processes, the
+    longest) first, so that a parallel run (pytest-xdist, one file per process at a time) does not
+    end on one of them; the tests marked ``slow`` (a cold compile on a saturated machine, the real
+    SLURM cluster, the browser; each in a file of its own) after all the others, so that a failure
+    elsewhere shows first. Otherwise in the collected order."""
+    def marked(marker: str) -> set[Path]:
+        return {item.path for item in items if item.get_closest_marker(marker) is not None}
+
+    slow, workflow = marked("slow"), marked("workflow")
+    items.sort(key=lambda item: (item.get_closest_marker("slow") is not None,
+                                 item.path in slow, item.path not in workflow))

@@ -39,8 +39,10 @@ SLOW = {"grid": {"lr": [0.2, 0.25, 0.3, 0.35], "batch_size": [2, 4]},
         "dynamics": {"steps": 40000, "replicas": 8}, "execution": {"workers": 1, "points_per_task": 1}}
 
 
-def _start(workdir: Path, cfg: Path) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory",
+def _start(workdir: Path, cfg: Path, *targets: str) -> subprocess.Popen:
+    """Plain ``snakemake`` of ``cfg`` in ``workdir`` started, its shard jobs on their own clusters;
+    ``targets`` as :func:`conftest.run_snakemake` takes them."""
+    cmd = [sys.executable, "-m", "snakemake", *targets, "--snakefile", str(REPO / "Snakefile"), "--directory",
            str(workdir), "--cores", "2", "--configfile", str(cfg)]
     env = {k: v for k, v in os.environ.items() if k not in ("SGDSWEEP_SCHEDULER_FILE", "SGDSWEEP_SCHEDULER")}
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
@@ -81,10 +83,10 @@ def _assert_same_results(a: xr.Dataset, b: xr.Dataset) -> None:
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    """The slow sweep run once without interruption."""
+    """The slow sweep's ensemble, run once without interruption."""
     work = tmp_path_factory.mktemp("ref")
     cfg = write_yaml(work / "slow.yaml", tiny_config(sweep="slow", **SLOW))
-    proc = run_snakemake(work, cfg)
+    proc = run_snakemake(work, cfg, targets=("ensemble",))
     assert proc.returncode == 0, proc.stderr[-3000:]
     return _ensemble(work / "results" / "slow")
 
@@ -116,7 +118,7 @@ def test_lost_dask_worker_mid_task(tmp_path, reference):
 
     cfg = write_yaml(tmp_path / "slow.yaml", tiny_config(sweep="slow", **SLOW))
     sweep = tmp_path / "results" / "slow"
-    proc = _start(tmp_path, cfg)
+    proc = _start(tmp_path, cfg, "ensemble")
     logs = sweep / "logs" / "simulate"
 
     def job_scheduler() -> str | None:  # the shard job's own cluster (plain snakemake), from its log
@@ -158,7 +160,7 @@ def test_two_runs_at_once_second_refuses(tmp_path):
 
 def test_corrupted_point_store_is_recomputed(tmp_path):
     cfg = write_yaml(tmp_path / "t.yaml", tiny_config(grid={"lr": [0.2, 0.4, 0.6], "batch_size": [2, 4]}))
-    assert run_snakemake(tmp_path, cfg).returncode == 0
+    assert run_snakemake(tmp_path, cfg, targets=("ensemble",)).returncode == 0
     sweep = tmp_path / "results" / "tiny"
     before = _ensemble(sweep)
     stores = sorted((sweep / "points").glob("*.npz"))
@@ -185,7 +187,7 @@ def test_corrupted_point_store_is_recomputed(tmp_path):
     os.utime(orphan, (past, past))
     plan = run_cli("plan", str(cfg), cwd=tmp_path)
     assert plan.returncode == 0 and "4 to simulate (3 corrupt, 1 misnamed)" in plan.stdout, plan.stdout
-    proc = run_snakemake(tmp_path, cfg)
+    proc = run_snakemake(tmp_path, cfg, targets=("ensemble",))
     assert proc.returncode == 0, proc.stderr[-3000:]
     log = next((sweep / "logs" / "simulate").glob("*.log")).read_text()
     assert "4 to simulate" in log
@@ -227,7 +229,7 @@ def test_deleted_results_are_rebuilt_without_simulating(tmp_path):
     for marker in markers:
         marker.write_text(json.dumps({"error": "KilledWorker: ..."}))
     cfg = write_yaml(tmp_path / "t.yaml", tiny_config(grid={"lr": [0.2, 0.4, 0.3]}))
-    proc = run_snakemake(tmp_path, cfg)
+    proc = run_snakemake(tmp_path, cfg, targets=("ensemble",))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not orphan.exists() and not any(m.exists() for m in markers)
     assert [p.name for p in sweep.iterdir() if p.name.startswith(".ensemble")] == []
@@ -240,7 +242,7 @@ def test_failed_aggregate_keeps_the_ensemble(tmp_path):
     one of whose arrays is a pickled object array, refused) exits non-zero naming the store, and
     the previous ensemble stays as it was; the next aggregate, with the store repaired, succeeds."""
     cfg = write_yaml(tmp_path / "t.yaml", tiny_config())
-    assert run_snakemake(tmp_path, cfg).returncode == 0
+    assert run_snakemake(tmp_path, cfg, targets=("ensemble",)).returncode == 0
     sweep = tmp_path / "results" / "tiny"
     ensemble = _files(sweep / "ensemble.zarr")
     victim = min((sweep / "points").glob("*.npz"))
@@ -251,12 +253,12 @@ def test_failed_aggregate_keeps_the_ensemble(tmp_path):
     table = meta["arrays"]["weight_var_replica"]["table"]  # the member holding it, with its neighbours
     files[f"{table}.npy"] = npy(np.array([{"a": 1}], dtype=object), allow_pickle=True)
     checksummed_zip(victim, files)  # complete, checksum intact: read, and refused as it is read
-    proc = run_snakemake(tmp_path, cfg, "--forcerun", "aggregate")
+    proc = run_snakemake(tmp_path, cfg, "--forcerun", "aggregate", targets=("ensemble",))
     assert proc.returncode != 0
     assert f"point store results/tiny/points/{victim.name}" in proc.stdout + proc.stderr
     assert _files(sweep / "ensemble.zarr") == ensemble
     victim.write_bytes(good)
-    proc = run_snakemake(tmp_path, cfg, "--forcerun", "aggregate")
+    proc = run_snakemake(tmp_path, cfg, "--forcerun", "aggregate", targets=("ensemble",))
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
@@ -294,7 +296,7 @@ def test_unwritable_results_directory(tmp_path):
         pytest.skip("cannot mount a tmpfs here (needs root); the blocked-path case above ran")
     try:
         write_yaml(cfg_path, tiny_config(results_dir=str(mnt / "results")))
-        assert run_snakemake(tmp_path, cfg_path).returncode == 0
+        assert run_snakemake(tmp_path, cfg_path, targets=("ensemble",)).returncode == 0
         snapshot = {p: p.read_bytes() for p in (mnt / "results").rglob("*") if p.is_file()}
         assert subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=False).returncode == 0
         write_yaml(cfg_path, tiny_config(results_dir=str(mnt / "results"), grid={"lr": [0.2, 0.4, 0.3]}))

@@ -1,6 +1,7 @@
-"""What a new user meets first: the command line's conventions, the default sweep on a cold cache
-and a busy machine, the closing summary, and a second run refused before it starts anything (the
-run's cluster: tests/run/test_cluster.py; progress: tests/run/test_progress.py)."""
+"""What a new user meets first: the command line's conventions, the closing summary, and a second
+run refused before it starts anything (the default sweep on a cold cache and a busy machine:
+tests/run/test_cold_start.py; the run's cluster: tests/run/test_cluster.py; progress:
+tests/run/test_progress.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 from conftest import (
     REPO,
     cli,
@@ -112,46 +112,6 @@ def test_a_second_run_is_refused_before_it_starts_a_cluster(tmp_path):
     out, _ = first.communicate(timeout=600)
     assert first.returncode == 0, out[-3000:]
     assert cluster_daemons(tmp_path) == 0
-
-
-def _busy_loops(n: int) -> list[subprocess.Popen]:
-    """``n`` processes that keep a core busy for at most 15 minutes."""
-    loop = "import time\nend = time.time() + 900\nwhile time.time() < end: pass"
-    return [subprocess.Popen([sys.executable, "-c", loop]) for _ in range(n)]
-
-
-@pytest.mark.workflow
-@pytest.mark.slow
-def test_default_sweep_from_a_cold_numba_cache_on_a_saturated_machine(tmp_path):
-    """The README's first command on a machine whose cores are all busy, with nothing compiled:
-    it succeeds, says what it is doing first, and ends with the summary."""
-    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
-    cfg["results_dir"] = str(tmp_path / "results")
-    path = write_yaml(tmp_path / "default.yaml", cfg)
-    cache = tmp_path / "numba-cache"
-    cache.mkdir()
-    busy = _busy_loops(os.cpu_count() or 2)
-    try:
-        t0 = time.monotonic()
-        out = run_cli("run", str(path), "--cores", "2", cwd=tmp_path, env={"NUMBA_CACHE_DIR": str(cache)},
-                      timeout=1500, cluster="own")
-        seconds = time.monotonic() - t0
-    finally:
-        for proc in busy:
-            proc.kill()
-            proc.wait()
-    text = out.stdout + out.stderr
-    assert out.returncode == 0, text[-4000:]
-    assert any(cache.rglob("*.nbi")), "the kernels were not compiled into the empty cache"
-    first = text.splitlines()[:3]
-    assert any("16 to simulate" in line for line in first), first
-    assert any("compiles the simulation kernels" in line for line in first), first
-    assert "sgdsweep: sweep 'default' finished" in text
-    assert "points: 16 of 16 stored, 16 simulated in this run" in text
-    assert re.search(r"\[ok\] Power law .*: a = \S+ \[\S+, \S+\]; exact theory \S+ \(inside\)", text)
-    assert "[not run] Momentum scaling" in text
-    assert f"report: {tmp_path / 'results' / 'default' / 'report.html'}" in text
-    print(f"cold, saturated first run: {seconds:.0f} s")
 
 
 #: Snakemake's banner, job tables and per-job messages: not shown by `sgdsweep run` without -v.

@@ -136,7 +136,7 @@ def test_reruns_are_incremental(first_run):
     # add one lr value: only the two new points are simulated
     cfg = tiny_config(grid={"lr": [0.2, 0.4, 0.3]})
     write_yaml(cfg_path, cfg)
-    proc = run_snakemake(work, cfg_path)
+    proc = run_snakemake(work, cfg_path, targets=("ensemble",))  # the fit and report: the next step
     assert proc.returncode == 0, proc.stderr[-3000:]
     new = _stores(sweep) - before
     assert len(new) == 2
@@ -230,17 +230,17 @@ def test_every_entry_point_sees_every_change_the_other_made(tmp_path):
     assert run_cli("run", str(cfg), "--cores", "2", cwd=first).returncode == 0
     before = _stores(sweep)
     write_yaml(cfg, larger)  # an added value, then plain snakemake where sgdsweep run ran
-    proc = run_snakemake(first, cfg)
+    proc = run_snakemake(first, cfg, targets=("ensemble",))  # (the fits and report: the last step)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert len(_stores(sweep) - before) == 2 and sorted(_simulated(sweep)) == sorted(_stores(sweep) - before)
     assert lrs() == [0.2, 0.3, 0.4]
     gone = min(_stores(sweep))  # a deleted store, then plain snakemake from another directory
     (sweep / "points" / f"{gone}.npz").unlink()
-    proc = run_snakemake(second, cfg)
+    proc = run_snakemake(second, cfg, targets=("ensemble",))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert gone in _stores(sweep) and _simulated(sweep) == [gone]
     write_yaml(cfg, small)  # back to the first config: the ensemble follows, nothing is simulated
-    proc = run_snakemake(first, cfg)
+    proc = run_snakemake(first, cfg, targets=("ensemble",))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert lrs() == [0.2, 0.4] and _simulated(sweep) == []
     assert "Another" not in (sweep / "report.html").read_text()

@@ -54,7 +54,7 @@ def test_changing_a_model_parameter_reruns_only_affected_points(tmp_path):
     cfg = tiny_config(grid={"label_noise": [0.1, 0.5]})
     del cfg["model"]["label_noise"]
     write_yaml(cfg_path, cfg)
-    assert run_snakemake(tmp_path, cfg_path).returncode == 0
+    assert run_snakemake(tmp_path, cfg_path, targets=("ensemble",)).returncode == 0
     points = tmp_path / "results" / "tiny" / "points"
     before = {p.name for p in points.glob("*.npz")}
     assert len(before) == 8
@@ -65,7 +65,7 @@ def test_changing_a_model_parameter_reruns_only_affected_points(tmp_path):
     assert plan.stdout.count("changed: label_noise 0.5 → 0.6") == 4
     summary = cli("plan", str(cfg_path), "--summary", cwd=tmp_path)
     assert summary.stdout.strip().count("\n") == 0
-    proc = run_snakemake(tmp_path, cfg_path)
+    proc = run_snakemake(tmp_path, cfg_path, targets=("ensemble",))
     assert proc.returncode == 0, proc.stderr[-3000:]
     new = {p.name for p in points.glob("*.npz")} - before
     assert len(new) == 4  # only the label_noise = 0.6 points; the 0.1 shard did not run

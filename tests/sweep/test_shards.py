@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import xarray as xr
-from conftest import run_cli, tiny_config, write_yaml
+from conftest import run_cli, run_snakemake, tiny_config, write_yaml
 
 from sgdsweep.sweep.config import build_sweep
 from sgdsweep.sweep.shards import DEFAULT_SHARD_WORK, point_work, shard_count_exponent
@@ -55,8 +55,11 @@ def test_a_shard_of_several_data_sets_reruns_only_what_changed(tmp_path):
     cfg = tiny_config(results_dir=str(tmp_path / "results"), grid=grid, execution={"shard_work": DEFAULT_SHARD_WORK})
     path = write_yaml(tmp_path / "t.yaml", cfg)
     assert len(build_sweep(cfg).shards) == 1
-    assert run_cli("run", str(path), "--cores", "2", cwd=tmp_path).returncode == 0
+    # the point stores and the ensemble only (the workflow's `ensemble` target), no fit or report
+    assert run_cli("run", str(path), "--cores", "2", "--", "ensemble", cwd=tmp_path).returncode == 0
     sweep = tmp_path / "results" / "tiny"
+    assert (sweep / "ensemble.zarr").is_dir() and not (sweep / "fits.json").exists()
+    assert not (sweep / "report.html").exists()
 
     def simulated() -> list[str]:
         (receipt,) = (sweep / "shards").glob("*.json")
@@ -68,7 +71,7 @@ def test_a_shard_of_several_data_sets_reruns_only_what_changed(tmp_path):
         cfg["grid"] = new_grid
         write_yaml(path, cfg)
         points = {p.hash for p in build_sweep(cfg).points}
-        proc = run_cli("run", str(path), "--cores", "2", cwd=tmp_path)
+        proc = run_snakemake(tmp_path, path, targets=("ensemble",))
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert len(simulated()) == new and set(simulated()) <= points, simulated()
         assert xr.open_zarr(sweep / "ensemble.zarr").sizes["point"] == len(points)
