@@ -45,3 +45,15 @@ rule ensemble:
         str(PLAN.ensemble_receipt),
         SHARD_RECEIPTS,
         DONE["aggregate"],
+
+
+# The point stores, the ensemble and the fits (no report, no edge summary): `snakemake fits`.
+# `sgdsweep run` builds a precision sweep's or an edge search's rounds with it, and the report
+# once, after the last round.
+rule fits:
+    input:
+        str(PLAN.ensemble_receipt),
+        str(PLAN.fits),
+        SHARD_RECEIPTS,
+        DONE["aggregate"],
+        DONE["fit"],

@@ -77,10 +77,13 @@ def run_sweep(args: argparse.Namespace, verbosity: int) -> int:
     # only for a plain local run: extra Snakemake arguments (a profile, an executor, a dry run, a
     # target) may mean jobs elsewhere or none; then each shard job uses a cluster of its own
     plain = not args.dry_run and not args.snakemake_args and not os.environ.get("SNAKEMAKE_PROFILE")
+    # a sweep with precision targets or an edge search runs one Snakemake per round, until a
+    # round leaves nothing to simulate (no plan file changes); any other sweep runs once. A
+    # plain run's rounds build the ensemble and fits only (the workflow's `fits` target: what
+    # the next round is decided from), and one Snakemake more then builds the report and edge
+    # summary of the last round, once.
+    rounds_target = [ROUNDS_TARGET] if sweep.rounds and not args.dry_run and not args.snakemake_args else []
     with lock, _run_cluster(sweep, env, start=bool(todo) and plain):
-        # a sweep with precision targets or an edge search runs one Snakemake per round, until
-        # a round leaves nothing to simulate and the report shows the last round (no plan file
-        # changes); any other sweep runs once
         for _ in range(_max_rounds(sweep) + 2):
             if verbosity >= 0:
                 print(format_explanation(sweep, reasons, max_lines=20), file=sys.stderr)
@@ -89,7 +92,7 @@ def run_sweep(args: argparse.Namespace, verbosity: int) -> int:
             files = PlanFiles(sweep.directory)
             for path, text in plan.items():
                 write_plan_file(files, path, text)
-            code = _snakemake(cmd, lock, env, sweep)
+            code = _snakemake(cmd + rounds_target, lock, env, sweep)
             if code != 0 or args.dry_run or not sweep.rounds:
                 break
             sweep = load_sweep(args.config, device)  # the next round, decided from what this one stored
@@ -99,6 +102,8 @@ def run_sweep(args: argparse.Namespace, verbosity: int) -> int:
                                                                       [p.hash for p in sweep.points]), args.cores)
             if not any(_differs(path, text) for path, text in plan.items()):
                 break
+        if rounds_target and code == 0:
+            code = _snakemake(cmd, lock, env, sweep)
     if code < 0:  # Snakemake was killed: a run of the same command resumes where it stopped
         raise SgdsweepError(f"Snakemake was killed by signal {-code}; run the same command again to resume "
                             f"(stored points are kept, and only what is missing is computed)")
@@ -107,6 +112,11 @@ def run_sweep(args: argparse.Namespace, verbosity: int) -> int:
 
         print(run_summary(sweep, stored_before, time.monotonic() - t0), file=sys.stderr)
     return code
+
+
+#: The workflow's target for a round of a precision sweep or an edge search: point stores,
+#: ensemble and fits, no report (Snakefile).
+ROUNDS_TARGET = "fits"
 
 
 def no_color() -> bool:

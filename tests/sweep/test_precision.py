@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -171,8 +172,11 @@ def test_sgdsweep_run_extends_over_rounds_and_resumes_after_kill_9(tmp_path):
     os.killpg(proc.pid, signal.SIGKILL)
     first = proc.communicate()[0].decode()
     before = {n: (lanes / n).read_bytes() for n in os.listdir(lanes) if n.endswith(".npz")}
-    done = run_cli("run", str(path), "--cores", "2", cwd=tmp_path)
+    done = run_cli("run", str(path), "--cores", "2", "-v", cwd=tmp_path)  # -v: Snakemake's job lines too
     assert done.returncode == 0, done.stdout + done.stderr
+    # the rounds build ensemble and fits; the report once, after the last round
+    jobs = re.findall(r"localrule (\w+):", done.stdout + done.stderr)
+    assert jobs.count("fit") >= 1 and jobs.count("report") == 1 and jobs[-2:] == ["report", "all"], jobs
     assert "extended (round 1: weight_var rel SE" in first + done.stderr  # `sgdsweep run` says why
     for name, data in before.items():  # stored replicas are never recomputed
         assert (lanes / name).read_bytes() == data
