@@ -112,12 +112,16 @@ def figure_pool(jobs: int) -> ProcessPoolExecutor | None:
     """
     if jobs <= 1:
         return None
+    # xarray imports dask.array the first time it makes a variable (~1 s of CPU): here, once,
+    # rather than in each worker as it unpickles its first figure's data
+    import dask.array  # noqa: F401
+
     methods = multiprocessing.get_all_start_methods()
     if threading.active_count() == 1 and "fork" in methods:
         context = multiprocessing.get_context("fork")
     elif "forkserver" in methods:
         context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload([__name__])
+        context.set_forkserver_preload([__name__, "dask.array"])
     else:
         return None
     pool = ProcessPoolExecutor(jobs, mp_context=context)

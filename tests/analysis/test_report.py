@@ -149,14 +149,19 @@ def test_figure_workers_are_forked_only_from_a_single_threaded_process():
         pool = figure_pool(2)
         assert pool._mp_context.get_start_method() == "forkserver"
         assert pool.submit(sum, [1, 2]).result() == 3
+        assert pool.submit(eval, "'dask.array' in __import__('sys').modules").result()  # preloaded
         pool.shutdown()
     finally:
         stop.set()
         other.join()
-    code = ("from sgdsweep.analysis.report import figure_pool; p = figure_pool(2); "
-            "print(p._mp_context.get_start_method(), p.submit(sum, [1, 2]).result()); p.shutdown()")
+    # a fresh process forks them; each has dask.array already (which xarray imports for the first
+    # variable a worker unpickles: imported once before the fork, not in every worker)
+    code = ("import sys; from sgdsweep.analysis.report import figure_pool; "
+            "before = 'dask.array' in sys.modules; p = figure_pool(2); "
+            "print(p._mp_context.get_start_method(), p.submit(sum, [1, 2]).result(), before, "
+            "p.submit(eval, \"'dask.array' in __import__('sys').modules\").result()); p.shutdown()")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["fork", "3"]
+    assert out.stdout.split() == ["fork", "3", "False", "True"]
     assert figure_pool(1) is None
 
 
