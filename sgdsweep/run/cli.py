@@ -80,6 +80,17 @@ def _read_json(path: str) -> dict:
         raise UsageError(f"{path} is not valid JSON ({exc})") from None
 
 
+def _read_spec(path: str) -> dict:
+    """A job's plan file (:func:`sgdsweep.sweep.plan.read_plan_file`: one named by content must
+    hold what its name says), parsed."""
+    from sgdsweep.sweep.plan import read_plan_file
+
+    try:
+        return json.loads(read_plan_file(path))
+    except ValueError as exc:
+        raise UsageError(f"{path} is not valid JSON ({exc})") from None
+
+
 def _read_ensemble(path: str):
     """The ensemble at ``path`` (:func:`sgdsweep.store.aggregate.load_ensemble`), or a
     :class:`UsageError` saying what is there instead."""
@@ -137,14 +148,20 @@ def cmd_simulate_shard(args: argparse.Namespace) -> int:
 def cmd_aggregate(args: argparse.Namespace) -> int:
     from sgdsweep.store.aggregate_incremental import update_ensemble
 
-    spec = _read_json(args.sweep_spec)
+    spec = _read_spec(args.sweep_spec)
     if args.receipt:  # the receipt says the ensemble is current: not while it is being changed
         Path(args.receipt).unlink(missing_ok=True)
     with heartbeat("aggregate: reading the point stores and writing the ensemble"):
         n, how = update_ensemble(spec, args.out)
-    if args.receipt:
+    if args.receipt:  # the workflow's job: fits and report of other points are no longer current
+        from sgdsweep.core.identity import points_digest
         from sgdsweep.core.paths import atomic_write_text
+        from sgdsweep.sweep.plan import PlanFiles, remove_stale_results
 
+        files = PlanFiles(Path(args.out).parent)
+        if files.ensemble == Path(args.out):
+            for path in remove_stale_results(files, points_digest(e["hash"] for e in spec["points"])):
+                log.info("removed %s: made from the points of an earlier ensemble", path)
         atomic_write_text(args.receipt, json.dumps({"ensemble": str(args.out), "points": len(spec["points"]),
                                                     "sweep_hash": spec.get("sweep_hash")}) + "\n")
     log.info("ensemble with %d points written to %s (%s)", n, args.out, how)
@@ -157,7 +174,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     from sgdsweep.core.paths import atomic_write_text
     from sgdsweep.sweep.precision import fit_archive_name
 
-    spec = _read_json(args.spec)
+    spec = _read_spec(args.spec)
     with heartbeat("fit: bootstrapping the fits"):
         fits = fit_ensemble(_read_ensemble(args.ensemble), spec)
     fits["settings"]["spec_hash"] = content_hash(spec)
@@ -197,7 +214,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         from sgdsweep.core.paths import atomic_write_text
 
         with heartbeat("report: drawing the figures"):
-            text = build_report(_read_ensemble(args.ensemble), _read_json(args.fits), _read_json(args.spec),
+            text = build_report(_read_ensemble(args.ensemble), _read_json(args.fits), _read_spec(args.spec),
                                 figures_dir=args.figures, pool=pool)
     finally:
         if pool is not None:

@@ -140,7 +140,9 @@ def run_shard(spec_path: Path, receipt_path: Path, execution: Mapping[str, Any])
         The receipt: shard id, all point hashes, which were simulated, replica-steps, seconds.
     """
     t0 = time.perf_counter()
-    spec = json.loads(Path(spec_path).read_text())
+    from sgdsweep.sweep.plan import read_plan_file
+
+    spec = json.loads(read_plan_file(spec_path))  # as its name says, or refused
     shard, points = spec["shard"], spec["points"]
     points_dir = str(Path(spec["points_dir"]).resolve())  # workers may run in another directory
     # the shard's stores of an earlier layout, rewritten as .npz before its points are looked

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from sgdsweep.core.paths import write_if_changed
-from sgdsweep.errors import StoreError
+from sgdsweep.errors import StoreError, UsageError
 from sgdsweep.store import packs
 from sgdsweep.store.migrate import legacy_problem, legacy_stores
 from sgdsweep.store.point_identity import HASH_ATTR, identity_problem
@@ -268,13 +268,72 @@ def write_plan_file(files: PlanFiles, path: Path, text: str) -> bool:
     if Path(path) == files.execution_spec:
         return write_if_changed(path, text)
     target = files.by_content(path, text)
+    for directory in (files.root / "plan" / BY_CONTENT, target.parent):
+        _own_directory(directory)
     wrote = write_if_changed(target, text)
     write_if_changed(path, text)
-    stem = target.name.rsplit(".", 2)[0]
-    for other in target.parent.glob(f"{stem}.*.json"):
-        if other != target and other.name.rsplit(".", 2)[0] == stem:
+    version = re.compile(rf"{re.escape(target.name.rsplit('.', 2)[0])}\.[0-9a-f]{{{DIGEST_DIGITS}}}\.json")
+    for other in target.parent.iterdir():
+        if other != target and version.fullmatch(other.name):
             other.unlink(missing_ok=True)
     return wrote
+
+
+def read_plan_file(path: str | Path) -> str:
+    """The text of the plan file at ``path`` as a job reads it. A version named by content
+    (``plan/by-content/<name>.<digest>.json``) must hold what its name says (:meth:`PlanFiles.by_content`):
+    one changed after it was written is refused, never used under a name that says otherwise.
+
+    Raises:
+        UsageError: the file is missing, or holds other content than its name says."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise UsageError(f"file not found: {path}") from None
+    named = re.fullmatch(rf".+\.([0-9a-f]{{{DIGEST_DIGITS}}})\.json", path.name)
+    if named and BY_CONTENT in path.parts:
+        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:DIGEST_DIGITS]
+        if digest != named.group(1):
+            raise UsageError(f"the plan file {path} does not hold what its name says (its content's digest is "
+                             f"{digest}): it was changed after it was written. Delete it and run again; the "
+                             "workflow writes it afresh")
+    return text
+
+
+def _own_directory(directory: Path) -> None:
+    """``directory`` made a directory of its own: a symbolic link planted in its place (or a
+    file) is removed, never written through or cleaned out."""
+    if directory.is_symlink() or directory.is_file():
+        directory.unlink()
+    directory.mkdir(parents=True, exist_ok=True)
+
+
+def remove_stale_results(files: PlanFiles, points_digest: str) -> list[Path]:
+    """After the aggregate job changed the ensemble: remove the fits (``fits.json``), the report
+    and its figures of ``files``' sweep when the fits were made from other points than those of
+    ``points_digest`` (:func:`sgdsweep.core.identity.points_digest`; an unreadable fits file
+    counts as other points). A target that stops at the ensemble (``snakemake ensemble``) then
+    leaves no fits or report that looks current; the next full run makes them again. Links are
+    removed, never followed. Returns what was removed."""
+    try:
+        made_from = json.loads(files.fits.read_text())["settings"]["points_digest"]
+    except FileNotFoundError:
+        made_from = None
+    except (OSError, ValueError, KeyError, TypeError):
+        made_from = ""
+    if made_from == points_digest:
+        return []
+    removed = []
+    for path in (files.fits, files.report, files.figures):
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+        elif path.is_dir():
+            shutil.rmtree(path)
+        else:
+            continue
+        removed.append(path)
+    return removed
 
 
 def stage_plan_files(files: PlanFiles, texts: Mapping[str, str]) -> list[Path]:

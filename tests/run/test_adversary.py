@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import cli, tiny_config, write_yaml
+from conftest import cli, run_snakemake, tiny_config, write_yaml
 
 
 def _config(tmp_path: Path, **sections) -> Path:
@@ -141,3 +141,17 @@ def test_an_export_whose_config_holds_a_string_of_megabytes_is_refused(tmp_path,
     cfg = tiny_config(results_dir=str(tmp_path / "results"), report={"title": "T" * 200_000})
     proc = cli("validate", str(write_yaml(tmp_path / "config.yaml", cfg)), cwd=tmp_path)
     assert proc.returncode == 2 and "config key 'report.title': got 'a string of 200000 characters'" in proc.stderr
+
+
+@pytest.mark.workflow
+def test_a_results_dir_with_shell_syntax_runs_as_a_plain_path_and_runs_nothing(tmp_path):
+    """A ``results_dir`` holding a space, a quote and a command substitution is a directory name
+    to every job (the workflow quotes every path in its shell commands): the sweep runs there,
+    end to end, and the command in its name never runs."""
+    results = tmp_path / "r $(touch PWNED) it's"
+    cfg = write_yaml(tmp_path / "config.yaml", tiny_config(results_dir=str(results)))
+    proc = run_snakemake(tmp_path, cfg)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert not list(tmp_path.rglob("PWNED")) and not (Path.cwd() / "PWNED").exists()
+    sweep = results / "tiny"
+    assert (sweep / "ensemble.zarr").is_dir() and (sweep / "fits.json").is_file() and (sweep / "report.html").is_file()

@@ -3,6 +3,7 @@ files staged for the plan jobs (shell commands) to move into place."""
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -63,9 +64,11 @@ def test_the_plan_job_moves_its_staged_file_into_place_or_names_a_spec_of_no_cur
     output = files.root / "plan" / "by-content" / staged.relative_to(files.root / "plan" / "staged")
     log = tmp_path / "plan.log"
 
-    def run(staged_path: str) -> subprocess.CompletedProcess:
-        line = command.replace(":q}", "}").format(params=type("P", (), {"staged": f"'{staged_path}'"}),
-                                                  output=f"'{output}'", log=f"'{log}'")
+    def run(staged_path: str, current: str = "yes") -> subprocess.CompletedProcess:
+        """The command with the values quoted as Snakemake's ``:q`` quotes them."""
+        params = type("P", (), {"staged": shlex.quote(staged_path), "current": current})
+        line = command.replace(":q}", "}").format(params=params, output=shlex.quote(str(output)),
+                                                  log=shlex.quote(str(log)))
         return subprocess.run(["bash", "-euo", "pipefail", "-c", line], capture_output=True, text=True, check=False)
 
     proc = run(str(staged))
@@ -79,8 +82,11 @@ def test_the_plan_job_moves_its_staged_file_into_place_or_names_a_spec_of_no_cur
     assert run(str(staged)).returncode == 0 and output.read_text() == texts[
         next(p for p, t in texts.items() if files.by_content(p, t) == output)]
     output.unlink()
-    proc = run("")  # a version the current plan does not have, asked for by name
+    proc = run("/dev/null/none", "no")  # a version the current plan does not have, asked for by name
     assert proc.returncode == 1 and "is no spec of the current plan" in proc.stderr and not output.exists()
+    proc = run(str(staged) + ".gone")  # a current version whose staged copy was removed meanwhile
+    assert proc.returncode == 1 and "is gone" in proc.stderr and "run again" in proc.stderr
+    assert not output.exists()
 
 
 def test_a_link_planted_at_the_staging_directory_is_removed_never_written_through(tmp_path):
@@ -107,3 +113,50 @@ def test_a_link_planted_at_the_staging_directory_is_removed_never_written_throug
     staged = stage_plan_files(files, _texts(sweep))
     assert any("shards" in p.parts for p in staged) and not (files.root / "plan" / "staged" / "shards").is_symlink()
     assert sorted(p.relative_to(elsewhere) for p in elsewhere.rglob("*")) == before
+
+
+def test_a_link_planted_at_a_folder_of_the_versions_is_removed_never_followed(tmp_path):
+    """``plan/by-content/shards`` planted as a link to another directory holding a file named like
+    a version of a shard's spec: writing the plan removes the link and writes in a folder of its
+    own; the link's target is neither written to nor cleaned out."""
+    sweep = build_sweep(tiny_config(results_dir=str(tmp_path / "results")))
+    files = PlanFiles(sweep.directory)
+    shard = next(iter(sweep.shards))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / f"{shard}.{'a' * 16}.json").write_text("precious")
+    (elsewhere / f"{shard}.aaaa.json").write_text("precious too")
+    before = {p.name: p.read_text() for p in elsewhere.iterdir()}
+    (files.root / "plan" / "by-content").mkdir(parents=True)
+    (files.root / "plan" / "by-content" / "shards").symlink_to(elsewhere, target_is_directory=True)
+    write_plan(sweep)
+    assert not (files.root / "plan" / "by-content" / "shards").is_symlink()
+    assert any((files.root / "plan" / "by-content" / "shards").glob(f"{shard}.*.json"))
+    assert {p.name: p.read_text() for p in elsewhere.iterdir()} == before
+
+
+def test_a_plan_file_changed_after_it_was_written_is_refused_by_the_job_that_reads_it(tmp_path):
+    """A version named by content whose text no longer has that digest (edited, or replaced
+    between the start and its plan job) is refused by the job that would read it, naming it and
+    the fix; an intact one, and a file not named by content, are read."""
+    import json
+
+    import pytest
+    from conftest import cli
+
+    from sgdsweep.errors import UsageError
+    from sgdsweep.sweep.plan import read_plan_file
+
+    sweep = build_sweep(tiny_config(results_dir=str(tmp_path / "results")))
+    files = write_plan(sweep)
+    spec = files.by_content(files.sweep_spec, files.sweep_spec.read_text())
+    assert read_plan_file(spec) == files.sweep_spec.read_text()
+    assert read_plan_file(files.sweep_spec) == spec.read_text()  # the readable copy: not named by content
+    edited = json.loads(spec.read_text())
+    edited["points"] = edited["points"][1:]  # a point left out
+    spec.write_text(json.dumps(edited))
+    with pytest.raises(UsageError, match="does not hold what its name says"):
+        read_plan_file(spec)
+    proc = cli("aggregate", str(spec), "--out", str(files.ensemble), "--receipt", str(files.ensemble_receipt))
+    assert proc.returncode == 2 and str(spec) in proc.stderr and "Delete it and run again" in proc.stderr
+    assert not files.ensemble.exists() and not files.ensemble_receipt.exists()

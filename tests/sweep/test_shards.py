@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import xarray as xr
-from conftest import run_cli, run_snakemake, tiny_config, write_yaml
+from conftest import cli, run_cli, run_snakemake, tiny_config, write_yaml
 
 from sgdsweep.sweep.config import build_sweep
 from sgdsweep.sweep.shards import DEFAULT_SHARD_WORK, point_work, shard_count_exponent
@@ -66,12 +66,19 @@ def test_a_shard_of_several_data_sets_reruns_only_what_changed(tmp_path):
         return json.loads(receipt.read_text())["simulated"]
 
     assert len(simulated()) == 4
-    for new_grid, new in (({**grid, "samples_per_param": [10, 12, 14]}, 2),  # a data set more
-                          ({**grid, "lr": [0.2, 0.4, 0.3], "samples_per_param": [10, 12, 14]}, 3)):  # a value more
+    # a data set more, everything built; then a value more, the ensemble only: the fits, report
+    # and figures of the earlier ensemble are removed, none left looking current
+    for new_grid, new, targets in (({**grid, "samples_per_param": [10, 12, 14]}, 2, ()),
+                                   ({**grid, "lr": [0.2, 0.4, 0.3], "samples_per_param": [10, 12, 14]}, 3,
+                                    ("ensemble",))):
         cfg["grid"] = new_grid
         write_yaml(path, cfg)
         points = {p.hash for p in build_sweep(cfg).points}
-        proc = run_snakemake(tmp_path, path, targets=("ensemble",))
+        proc = run_snakemake(tmp_path, path, targets=targets)
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert len(simulated()) == new and set(simulated()) <= points, simulated()
         assert xr.open_zarr(sweep / "ensemble.zarr").sizes["point"] == len(points)
+        built = [p.exists() for p in (sweep / "fits.json", sweep / "report.html", sweep / "figures")]
+        assert built == [not targets] * 3, built
+    refused = cli("export", str(sweep), str(tmp_path / "e.zip"))  # no fits of this ensemble: nothing to share
+    assert refused.returncode == 2 and "fits.json is missing" in refused.stderr

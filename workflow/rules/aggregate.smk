@@ -19,4 +19,4 @@ rule aggregate:
     params:
         ensemble=str(PLAN.ensemble),
     shell:
-        "python -m sgdsweep aggregate {input.sweep} --out {params.ensemble} --receipt {output.receipt} --log {log}"
+        "python -m sgdsweep aggregate {input.sweep:q} --out {params.ensemble:q} --receipt {output.receipt:q} --log {log:q}"

@@ -64,7 +64,7 @@ except SgdsweepError as _exc:
 _OWN_CLUSTER = uses_local_cluster(SWEEP.config["execution"]) and not os.environ.get(SCHEDULER_FILE_ENV, "").strip()
 SIMULATE_THREADS = max(1, worker_count(SWEEP.config["execution"])) if _OWN_CLUSTER else 1
 # a sweep with fit targets keeps each round's fits (sgdsweep.sweep.precision reads them back)
-FIT_ARCHIVE = f"--archive {PLAN.fit_archive}" if SWEEP.config.get("precision", {}).get("fits") else ""
+FIT_ARCHIVE = ["--archive", str(PLAN.fit_archive)] if SWEEP.config.get("precision", {}).get("fits") else []
 SWEEP_LOCK = []  # the lock held while this run's jobs run
 
 

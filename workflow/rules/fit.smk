@@ -16,4 +16,4 @@ rule fit:
         ensemble=str(PLAN.ensemble),
         archive=FIT_ARCHIVE,
     shell:
-        "python -m sgdsweep fit {params.ensemble} --spec {input.spec} --out {output.fits} {params.archive} --log {log}"
+        "python -m sgdsweep fit {params.ensemble:q} --spec {input.spec:q} --out {output.fits:q} {params.archive:q} --log {log:q}"

@@ -23,8 +23,14 @@ rule plan_file:
     conda:
         "../../envs/sgdsweep.yaml"
     params:
-        staged=lambda wildcards, output: str(PLAN.staged(output[0])) if output[0] in PLAN_BY_CONTENT else "",
+        # the staged copy's path; for a file of no current spec, one that is never a file
+        staged=lambda wildcards, output: (
+            str(PLAN.staged(output[0])) if output[0] in PLAN_BY_CONTENT else "/dev/null/none"
+        ),
+        current=lambda wildcards, output: "yes" if output[0] in PLAN_BY_CONTENT else "no",
     shell:
         "if [ -f {params.staged:q} ]; then mv -f {params.staged:q} {output:q} && echo wrote {output:q} > {log:q};"
+        " elif [ {params.current} = yes ]; then echo the copy of {output:q} staged when the run started,"
+        " {params.staged:q}, is gone '(was plan/staged removed during the run?)': run again >&2; exit 1;"
         " else echo {output:q} is no spec of the current plan: ask for the results of the sweep"
         " '(snakemake default target)', not for a plan file by name >&2; exit 1; fi"

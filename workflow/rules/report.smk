@@ -23,5 +23,5 @@ rule report:
     params:
         ensemble=str(PLAN.ensemble),
     shell:
-        "python -m sgdsweep report --ensemble {params.ensemble} --fits {input.fits}"
-        " --spec {input.spec} --out {output.report} --figures {output.figures} --jobs {threads} --log {log}"
+        "python -m sgdsweep report --ensemble {params.ensemble:q} --fits {input.fits:q}"
+        " --spec {input.spec:q} --out {output.report:q} --figures {output.figures:q} --jobs {threads} --log {log:q}"

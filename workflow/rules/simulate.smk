@@ -19,5 +19,5 @@ rule simulate:
     params:
         execution=str(PLAN.execution_spec),
     shell:
-        "python -m sgdsweep simulate-shard {input.spec} --receipt {output.receipt}"
-        " --execution {params.execution} --threads {threads} --log {log}"
+        "python -m sgdsweep simulate-shard {input.spec:q} --receipt {output.receipt:q}"
+        " --execution {params.execution:q} --threads {threads} --log {log:q}"
