@@ -136,7 +136,7 @@ def test_reruns_are_incremental(first_run):
     # add one lr value: only the two new points are simulated
     cfg = tiny_config(grid={"lr": [0.2, 0.4, 0.3]})
     write_yaml(cfg_path, cfg)
-    proc = run_snakemake(work, cfg_path, targets=("ensemble",))  # the fit and report: the next step
+    proc = run_snakemake(work, cfg_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     new = _stores(sweep) - before
     assert len(new) == 2
@@ -243,7 +243,7 @@ def test_every_entry_point_sees_every_change_the_other_made(tmp_path):
     proc = run_snakemake(first, cfg, targets=("ensemble",))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert lrs() == [0.2, 0.4] and _simulated(sweep) == []
-    assert "Another" not in (sweep / "report.html").read_text()
+    assert not (sweep / "report.html").exists()  # the ensemble-only runs removed the first one's
     write_yaml(cfg, larger | {"report": {"title": "Another"}})  # and forth again, with sgdsweep run
     proc = run_cli("run", str(cfg), "--cores", "2", cwd=second)
     assert proc.returncode == 0, proc.stderr[-3000:]

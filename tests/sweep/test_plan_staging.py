@@ -82,7 +82,7 @@ def test_the_plan_job_moves_its_staged_file_into_place_or_names_a_spec_of_no_cur
     assert run(str(staged)).returncode == 0 and output.read_text() == texts[
         next(p for p, t in texts.items() if files.by_content(p, t) == output)]
     output.unlink()
-    proc = run("/dev/null/none", "no")  # a version the current plan does not have, asked for by name
+    proc = run(str(output) + "/", "no")  # a version the current plan does not have, asked for by name
     assert proc.returncode == 1 and "is no spec of the current plan" in proc.stderr and not output.exists()
     proc = run(str(staged) + ".gone")  # a current version whose staged copy was removed meanwhile
     assert proc.returncode == 1 and "is gone" in proc.stderr and "run again" in proc.stderr

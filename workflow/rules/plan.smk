@@ -23,9 +23,10 @@ rule plan_file:
     conda:
         "../../envs/sgdsweep.yaml"
     params:
-        # the staged copy's path; for a file of no current spec, one that is never a file
+        # the staged copy's path; for a file of no current spec, one that is never a file (a
+        # trailing slash: a directory's path, if anything)
         staged=lambda wildcards, output: (
-            str(PLAN.staged(output[0])) if output[0] in PLAN_BY_CONTENT else "/dev/null/none"
+            str(PLAN.staged(output[0])) if output[0] in PLAN_BY_CONTENT else output[0] + "/"
         ),
         current=lambda wildcards, output: "yes" if output[0] in PLAN_BY_CONTENT else "no",
     shell:
