@@ -26,7 +26,7 @@ rule plan_file:
         # the staged copy's path; for a file of no current spec, one that is never a file (a
         # trailing slash: a directory's path, if anything)
         staged=lambda wildcards, output: (
-            str(PLAN.staged(output[0])) if output[0] in PLAN_BY_CONTENT else output[0] + "/"
+            str(PLAN.staged(output[0])) if output[0] in PLAN_BY_CONTENT else os.path.join(output[0], "")
         ),
         current=lambda wildcards, output: "yes" if output[0] in PLAN_BY_CONTENT else "no",
     shell:
