@@ -55,6 +55,12 @@ STAGED = "staged"
 DIGEST_DIGITS = 16
 
 
+def content_digest(text: str) -> str:
+    """The digest that names a plan file's version: the first :data:`DIGEST_DIGITS` hex digits of
+    the SHA-256 of ``text`` (UTF-8)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:DIGEST_DIGITS]
+
+
 def _dump(obj: Any) -> str:
     # compact: json's C encoder (indent= falls back to the pure-Python one, 10× slower on 10⁴ points)
     return json.dumps(obj, sort_keys=True, separators=(",", ":")) + "\n"
@@ -130,7 +136,7 @@ class PlanFiles:
         keys, under ``plan/``) while its content is ``text``:
         ``plan/by-content/<name>.<first 16 hex digits of the SHA-256 of text>.json``."""
         name = Path(path).relative_to(self.root / "plan").with_suffix("")
-        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:DIGEST_DIGITS]
+        digest = content_digest(text)
         return self.by_content_file(f"{name.as_posix()}.{digest}")
 
     @property
@@ -293,7 +299,7 @@ def read_plan_file(path: str | Path) -> str:
         raise UsageError(f"file not found: {path}") from None
     named = re.fullmatch(rf".+\.([0-9a-f]{{{DIGEST_DIGITS}}})\.json", path.name)
     if named and BY_CONTENT in path.parts:
-        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:DIGEST_DIGITS]
+        digest = content_digest(text)
         if digest != named.group(1):
             raise UsageError(f"the plan file {path} does not hold what its name says (its content's digest is "
                              f"{digest}): it was changed after it was written. Delete it and run again; the "
