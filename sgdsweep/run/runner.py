@@ -74,9 +74,10 @@ def run_sweep(args: argparse.Namespace, verbosity: int) -> int:
     env = {**os.environ, locking.LOCK_FD_ENV: str(lock.fileno()), VERBOSITY_ENV: str(verbosity)}
     env.update(_job_environment())
     env[PROGRESS_ENV] = progress_style(sweep, stored_before, args.cores)
-    # only for a plain local run: extra Snakemake arguments (a profile, an executor, a dry run, a
-    # target) may mean jobs elsewhere or none; then each shard job uses a cluster of its own
-    plain = not args.dry_run and not args.snakemake_args and not os.environ.get("SNAKEMAKE_PROFILE")
+    # only for a local run: extra Snakemake options (a profile, an executor, a dry run) may mean
+    # jobs elsewhere or none; then each shard job uses a cluster of its own. Targets only choose
+    # what is built here
+    plain = not args.dry_run and only_targets(args.snakemake_args) and not os.environ.get("SNAKEMAKE_PROFILE")
     # a sweep with precision targets or an edge search runs one Snakemake per round, until a
     # round leaves nothing to simulate (no plan file changes); any other sweep runs once. A
     # plain run's rounds build the ensemble and fits only (the workflow's `fits` target: what
@@ -117,6 +118,14 @@ def run_sweep(args: argparse.Namespace, verbosity: int) -> int:
 #: The workflow's target for a round of a precision sweep or an edge search: point stores,
 #: ensemble and fits, no report (Snakefile).
 ROUNDS_TARGET = "fits"
+
+
+def only_targets(extra: Sequence[str]) -> bool:
+    """Whether the extra Snakemake arguments of ``sgdsweep run`` (after ``--``) are all targets
+    (``ensemble``, ``fits``; none at all included): no option, so the jobs run on this machine
+    and use the run's own Dask cluster. An option (``--profile``, ``--executor``, ``-n``, ...)
+    may put them elsewhere or run none."""
+    return not any(a.startswith("-") for a in extra)
 
 
 def no_color() -> bool:

@@ -43,6 +43,13 @@ def test_a_run_shows_snakemake_through_the_plugin_and_extra_arguments_come_last(
     assert "--printshellcmds" in runner.snakemake_command(_args(tmp_path), [], 1)
 
 
+@pytest.mark.parametrize("extra, local", [((), True), (("ensemble",), True), (("fits", "report"), True),
+                                          (("--profile", "p"), False), (("-n",), False),
+                                          (("ensemble", "-e", "slurm"), False)])
+def test_only_targets_after_the_double_dash_keep_the_runs_own_cluster(extra, local):
+    assert runner.only_targets(extra) is local
+
+
 @pytest.mark.parametrize("value, passed", [("1", True), ("true", True), ("", False), (None, False)])
 def test_no_color_is_passed_on_to_snakemake(tmp_path, monkeypatch, value, passed):
     """https://no-color.org: any non-empty NO_COLOR."""

@@ -56,10 +56,14 @@ def test_a_shard_of_several_data_sets_reruns_only_what_changed(tmp_path):
     path = write_yaml(tmp_path / "t.yaml", cfg)
     assert len(build_sweep(cfg).shards) == 1
     # the point stores and the ensemble only (the workflow's `ensemble` target), no fit or report
-    assert run_cli("run", str(path), "--cores", "2", "--", "ensemble", cwd=tmp_path).returncode == 0
+    run = run_cli("run", str(path), "--cores", "2", "--", "ensemble", cwd=tmp_path, cluster="own")
+    assert run.returncode == 0, run.stderr[-3000:]
     sweep = tmp_path / "results" / "tiny"
     assert (sweep / "ensemble.zarr").is_dir() and not (sweep / "fits.json").exists()
     assert not (sweep / "report.html").exists()
+    # a target alone keeps the run's own Dask cluster: the shard job connects to it
+    (job_log,) = (sweep / "logs" / "simulate").glob("*.log")
+    assert "starting a local Dask cluster" in run.stderr and "this job's cluster" not in job_log.read_text()
 
     def simulated() -> list[str]:
         (receipt,) = (sweep / "shards").glob("*.json")
