@@ -27,6 +27,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import logging
 import multiprocessing
 import threading
 from collections.abc import Callable
@@ -39,9 +40,12 @@ import xarray as xr
 
 from sgdsweep.analysis import figures, plotting, rounds, spectra_figures
 from sgdsweep.analysis import headline as headlines
+from sgdsweep.analysis.figure_cache import FigureCache, figure_key
 from sgdsweep.analysis.fit import family
 from sgdsweep.analysis.fit.escape import LAW_NAMES, follows_sentence
 from sgdsweep.analysis.fit.verdict import MAX_LISTED, NAMES, Verdict, assess, judge
+
+log = logging.getLogger("sgdsweep.analysis.report")
 
 _STYLE = ("body{font-family:sans-serif;max-width:1200px;margin:0.8em auto;padding:0 1em;color:#222;font-size:15px}"
           "h1{font-size:1.5em;margin:0.3em 0}h2{font-size:1.25em;margin:1em 0 0.4em}"
@@ -144,9 +148,13 @@ class _Figures:
     writes each there as ``<name>.png`` and ``<name>.svg``. ``legends`` keeps each drawn figure's
     legend entries by name."""
 
-    def __init__(self, directory: Path | None, pool: ProcessPoolExecutor | None = None) -> None:
+    def __init__(self, directory: Path | None, pool: ProcessPoolExecutor | None = None,
+                 cache: FigureCache | None = None) -> None:
         self.directory = directory
         self.pool = pool
+        self.cache = cache
+        #: how many figures :meth:`fill` took from the cache, and how many it drew
+        self.reused = self.drawn = 0
         self.names: list[str] = []
         self.legends: dict[str, dict[str, list[str]]] = {}
         #: the name of the figure that leads the report (drawn once, at the top)
@@ -166,8 +174,22 @@ class _Figures:
         return f"<!--figure {len(self._todo) - 1}-->"
 
     def fill(self, parts: list[str]) -> list[str]:
-        """``parts`` with every placeholder replaced by its drawn figure (in document order)."""
-        drawn = _render([(make, args) for _, _, make, args in self._todo], self.pool, self.directory is not None)
+        """``parts`` with every placeholder replaced by its drawn figure (in document order). With
+        a cache, a figure whose key is there is taken from it, the others are drawn and stored,
+        and the cache then keeps this report's figures only."""
+        svg = self.directory is not None
+        todo = [(make, args) for _, _, make, args in self._todo]
+        keys = [figure_key(make, args) if self.cache is not None else None for make, args in todo]
+        drawn: list[Drawn] = [self.cache.get(k, svg) if self.cache is not None and k else None for k in keys]
+        missing = [i for i, d in enumerate(drawn) if d is None]
+        for i, data in zip(missing, _render([todo[i] for i in missing], self.pool, svg)):
+            drawn[i] = data
+            if self.cache is not None and keys[i] and data is not None:
+                self.cache.put(keys[i], data)
+        self.reused = len(todo) - len(missing)
+        self.drawn = sum(drawn[i] is not None for i in missing)  # not those with nothing to draw
+        if self.cache is not None:
+            self.cache.keep_only(k for k in keys if k)
         html_of = {f"<!--figure {i}-->": self._embed(name, alt, data)
                    for i, ((name, alt, _, _), data) in enumerate(zip(self._todo, drawn))}
         self._todo = []
@@ -471,19 +493,26 @@ def _points_table(ds: xr.Dataset) -> str:
 def build_report(ds: xr.Dataset, fits: dict[str, Any], report_spec: dict[str, Any],
                  figures_dir: str | Path | None = None, jobs: int = 1,
                  pool: ProcessPoolExecutor | None = None,
-                 legends: dict[str, dict[str, list[str]]] | None = None) -> str:
+                 legends: dict[str, dict[str, list[str]]] | None = None,
+                 figure_cache: str | Path | None = None) -> str:
     """The report as one HTML string (no external resources); figures also go to ``figures_dir``.
     ``jobs`` processes draw the figures — those of ``pool`` (:func:`figure_pool`) when given,
     else a pool started here and shut down after. The report is the same for any number.
     ``legends``, when given, is filled with every drawn figure's legend entries by name
-    (:func:`sgdsweep.analysis.plotting.legend_entries`)."""
+    (:func:`sgdsweep.analysis.plotting.legend_entries`). With ``figure_cache`` (a directory),
+    figures whose inputs are those of a figure of the previous report built with it are taken
+    from there instead of drawn (:mod:`sgdsweep.analysis.figure_cache`): the same page."""
     own = pool is None
     pool = figure_pool(jobs) if own else pool
     try:
-        figs = _Figures(Path(figures_dir) if figures_dir is not None else None, pool)
+        cache = FigureCache(figure_cache) if figure_cache is not None else None
+        figs = _Figures(Path(figures_dir) if figures_dir is not None else None, pool, cache)
         page = _build(ds, fits, report_spec, figs)
         if legends is not None:
             legends.update(figs.legends)
+        if cache is not None:
+            log.info("report: %d figure(s) drawn, %d unchanged since the previous report taken from %s",
+                     figs.drawn, figs.reused, figure_cache)
         return page
     finally:
         if own and pool is not None:

@@ -215,7 +215,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
         with heartbeat("report: drawing the figures"):
             text = build_report(_read_ensemble(args.ensemble), _read_json(args.fits), _read_spec(args.spec),
-                                figures_dir=args.figures, pool=pool)
+                                figures_dir=args.figures, pool=pool, figure_cache=args.figure_cache)
     finally:
         if pool is not None:
             pool.shutdown()
@@ -418,6 +418,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="the HTML report to write")
     p.add_argument("--figures", help="also write every figure as <name>.png into this directory")
     p.add_argument("--jobs", type=_positive_int, default=1, help="processes drawing the figures (default 1)")
+    p.add_argument("--figure-cache", help="take figures whose inputs have not changed since the previous report "
+                   "built with this directory from it, and keep this report's figures there")
     p.add_argument("--log", help="also log to this file")
     p.set_defaults(func=cmd_report)
 

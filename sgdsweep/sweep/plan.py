@@ -173,6 +173,12 @@ class PlanFiles:
         return self.root / "figures"
 
     @property
+    def figure_cache(self) -> Path:
+        """The previous report's figures by the digest of their inputs, reused by the next
+        report where those have not changed (:mod:`sgdsweep.analysis.figure_cache`)."""
+        return self.root / ".figure-cache"
+
+    @property
     def cluster_dir(self) -> Path:
         """Where ``sgdsweep run`` keeps its local Dask cluster's scheduler file, status and log."""
         return self.root / ".cluster"

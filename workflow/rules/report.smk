@@ -22,6 +22,8 @@ rule report:
     threads: 4  # processes drawing the figures (Snakemake lowers it to --cores)
     params:
         ensemble=str(PLAN.ensemble),
+        cache=str(PLAN.figure_cache),
     shell:
         "python -m sgdsweep report --ensemble {params.ensemble:q} --fits {input.fits:q}"
-        " --spec {input.spec:q} --out {output.report:q} --figures {output.figures:q} --jobs {threads} --log {log:q}"
+        " --spec {input.spec:q} --out {output.report:q} --figures {output.figures:q} --jobs {threads}"
+        " --figure-cache {params.cache:q} --log {log:q}"

@@ -1,0 +1,149 @@
+"""A rebuilt report takes the figures whose inputs did not change from the previous report's
+(sgdsweep.analysis.figure_cache) and draws the others: the page and the figure files are those of
+a report built from nothing, whatever changed, and a damaged or planted entry is drawn again."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import REPO
+from test_report import SPEC, _ensemble
+
+from sgdsweep.analysis import figure_cache, report
+from sgdsweep.analysis.figures import shard_times
+from sgdsweep.analysis.fit import fit_ensemble
+
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """The names of the figures :func:`report._render` draws, per build (not those of figure
+    functions that find nothing to draw)."""
+    calls: list[list[str]] = []
+    real = report._render
+
+    def counting(todo, pool, svg=False):
+        out = real(todo, pool, svg)
+        calls.append([make.__name__ for (make, _), data in zip(todo, out) if data is not None])
+        return out
+
+    monkeypatch.setattr(report, "_render", counting)
+    return calls
+
+
+def _fresh(ds, fits, spec, tmp_path, name, files=False):
+    """The page of a report built without a cache, and with ``files`` its figure files (PNG and
+    SVG; without, the page alone, which embeds the PNGs, is cheaper: no SVG is drawn)."""
+    out = tmp_path / name if files else None
+    page = report.build_report(ds, fits, spec, figures_dir=out)
+    return page, {p.name: p.read_bytes() for p in out.iterdir()} if files else None
+
+
+def _cached(ds, fits, spec, tmp_path, name, files=False):
+    """:func:`_fresh` of a report built with the cache ``tmp_path / "cache"``."""
+    out = tmp_path / name if files else None
+    page = report.build_report(ds, fits, spec, figures_dir=out, figure_cache=tmp_path / "cache")
+    return page, {p.name: p.read_bytes() for p in out.iterdir()} if files else None
+
+
+def _entries(tmp_path):
+    return sorted(p.name for p in (tmp_path / "cache").iterdir())
+
+
+def test_a_rebuilt_report_draws_only_the_figures_whose_inputs_changed(tmp_path, drawn):
+    ds = _ensemble(1.0)
+    fits = fit_ensemble(ds, {"confidence": 0.95, "bootstrap": 100})
+    first = _cached(ds, fits, SPEC, tmp_path, "a", files=True)
+    assert first == _fresh(ds, fits, SPEC, tmp_path, "fresh", files=True)
+    every = drawn[0]
+    assert len(every) >= 5 and len(_entries(tmp_path)) == len(every)
+
+    # a new title: no figure changes, none is drawn, and the page is a fresh build's
+    titled = {**SPEC, "report": {"title": "renamed"}}
+    drawn.clear()
+    assert _cached(ds, fits, titled, tmp_path, "b") == _fresh(ds, fits, titled, tmp_path, "f2")
+    assert drawn[0] == []  # nothing asked of _render: the first call is the cached build's
+    # other fit settings: the fits' figures are drawn, the ensemble's are taken from the cache
+    refit = fit_ensemble(ds, {"confidence": 0.9, "bootstrap": 100})
+    drawn.clear()
+    assert _cached(ds, refit, SPEC, tmp_path, "c") == _fresh(ds, refit, SPEC, tmp_path, "fresh3")
+    redrawn = drawn[0]
+    assert "power_law" in redrawn and "weight_var_against_ratio" not in redrawn and "shard_times" not in redrawn
+    # one measured value more precise: every figure that shows weight_var is drawn again
+    moved = ds.copy(deep=True)
+    moved["weight_var"][3] *= 1.01
+    drawn.clear()
+    assert _cached(moved, refit, SPEC, tmp_path, "d") == _fresh(moved, refit, SPEC, tmp_path, "fresh4")
+    assert "weight_var_against_ratio" in drawn[0]
+    # the cache keeps the last report's figures only
+    assert len(_entries(tmp_path)) == len(every)
+
+
+def test_a_damaged_entry_new_code_or_an_unusable_cache_draw_again(tmp_path, drawn, monkeypatch):
+    ds = _ensemble(1.0)
+    fits = fit_ensemble(ds, {"confidence": 0.95, "bootstrap": 100})
+    expected = _fresh(ds, fits, SPEC, tmp_path, "fresh")
+    _cached(ds, fits, SPEC, tmp_path, "a")
+    first, second = _entries(tmp_path)[:2]
+    png = tmp_path / "cache" / first / "figure.png"
+    png.write_bytes(png.read_bytes()[:-10] + b"0123456789")  # damaged: its SHA-256 no longer matches
+    (tmp_path / "cache" / second / "sha256.json").write_text("{not json")
+    drawn.clear()
+    assert _cached(ds, fits, SPEC, tmp_path, "b") == expected
+    assert len(drawn[0]) == 2  # the two damaged entries, drawn and stored anew
+    drawn.clear()
+    assert _cached(ds, fits, SPEC, tmp_path, "c") == expected and drawn[0] == []
+
+    # new code (another version of sgdsweep or of the libraries that draw): every figure drawn
+    real = figure_cache.code_digest
+    monkeypatch.setattr(figure_cache, "code_digest", lambda: "another version of the code")
+    drawn.clear()
+    assert _cached(ds, fits, SPEC, tmp_path, "new") == expected and drawn[0] and len(drawn[0]) == len(
+        _entries(tmp_path))
+    monkeypatch.setattr(figure_cache, "code_digest", real)
+
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / ("f" * 64)).mkdir()  # looks like an entry: never removed through the link
+    (tmp_path / "cache").rename(tmp_path / "old-cache")
+    (tmp_path / "cache").symlink_to(victim)
+    assert _cached(ds, fits, SPEC, tmp_path, "d") == expected
+    assert not (tmp_path / "cache").is_symlink() and (victim / ("f" * 64)).is_dir()
+    assert list(victim.iterdir()) == [victim / ("f" * 64)]
+    # a cache that cannot be written (a file in its place) only costs the drawing
+    shutil.rmtree(tmp_path / "cache")
+    (tmp_path / "cache").write_text("a file where the cache would be")
+    drawn.clear()
+    assert _cached(ds, fits, SPEC, tmp_path, "e") == expected and drawn[0] and (tmp_path / "cache").is_file()
+
+
+_DIGEST = """
+import sys
+sys.path.insert(0, {tests!r}); sys.path.insert(0, {analysis!r})
+from test_report import _ensemble
+from sgdsweep.analysis.figure_cache import digest_of, figure_key
+from sgdsweep.analysis.figures import shard_times
+print(digest_of(_ensemble(1.0)), figure_key(shard_times, (_ensemble(1.0),)))
+"""
+
+
+def test_the_key_is_the_value_of_the_inputs_in_any_process():
+    ds = _ensemble(1.0)
+    code = _DIGEST.format(tests=str(REPO / "tests"), analysis=str(REPO / "tests" / "analysis"))
+    env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": str(REPO)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == [figure_cache.digest_of(ds), figure_cache.figure_key(shard_times, (ds,))]
+
+    base = figure_cache.digest_of(ds)
+    changed = [ds.assign_attrs(sweep="other"), ds.rename({"weight_var_se": "weight_var_err"}),
+               ds.assign(burn_in=ds["burn_in"].astype(np.int32)), ds.isel(point=slice(0, 15)),
+               ds.assign_coords(lr=ds["lr"] * (1 + 1e-15))]
+    assert len({base, *(figure_cache.digest_of(c) for c in changed)}) == 1 + len(changed)
+    assert figure_cache.digest_of({"a": 1, "b": [1.0, None]}) == figure_cache.digest_of({"b": [1.0, None], "a": 1})
+    assert figure_cache.digest_of([1]) != figure_cache.digest_of((1,)) != figure_cache.digest_of([1.0])
+    assert figure_cache.figure_key(shard_times, (ds,)) != figure_cache.figure_key(shard_times, (ds.isel(point=[0]),))
+    assert figure_cache.figure_key(shard_times, (object(),)) is None  # no digest: never cached
