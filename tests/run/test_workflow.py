@@ -157,8 +157,11 @@ def test_reruns_are_incremental(first_run):
     assert (sweep / "fits.json").stat().st_mtime > fits_mtime
     assert json.loads((sweep / "fits.json").read_text())["power_law"][0]["confidence"] == 0.9
     assert (sweep / "ensemble.zarr" / "zarr.json").stat().st_mtime > ensemble_mtime  # from the lr step
+    # the report draws the fits' figures anew and takes the ensemble's from the previous report's
+    drawn = re.findall(r"report: (\d+) figure\(s\) drawn, (\d+) unchanged", (sweep / "logs" / "report.log").read_text())
+    assert drawn and int(drawn[-1][0]) > 0 and int(drawn[-1][1]) > 0, drawn
 
-    # change only the report: only the report reruns
+    # change only the report: only the report reruns, and draws no figure
     cfg["report"] = {"title": "Another title"}
     write_yaml(cfg_path, cfg)
     proc = run_snakemake(work, cfg_path)
@@ -169,6 +172,8 @@ def test_reruns_are_incremental(first_run):
     assert re.search(r"plan/by-content/report\.[0-9a-f]{16}\.json$",
                      re.findall(r"output: (\S+)", text.split("localrule plan_file:")[1])[0])
     assert "Another title" in (sweep / "report.html").read_text()
+    drawn = re.findall(r"report: (\d+) figure\(s\) drawn, (\d+) unchanged", (sweep / "logs" / "report.log").read_text())
+    assert drawn[-1][0] == "0" and int(drawn[-1][1]) > 0, drawn
 
 
 def _tree(*roots: Path) -> dict[str, tuple[float, int]]:
