@@ -49,8 +49,14 @@ class Uncacheable(TypeError):
     """An argument of a type :func:`digest_of` does not know: the figure is drawn, not cached."""
 
 
-def _feed(h: Any, obj: Any) -> None:
-    """Feed ``obj``'s value, tagged by its type, into the hash ``h``."""
+def _feed(h: Any, obj: Any, memo: dict[int, str] | None = None) -> None:
+    """Feed ``obj``'s value, tagged by its type, into the hash ``h``; the digest of each xarray
+    object is kept in ``memo`` by its ``id`` (objects alive while ``memo`` is used)."""
+    if memo is not None and isinstance(obj, (xr.Dataset, xr.DataArray)):
+        if id(obj) not in memo:
+            memo[id(obj)] = digest_of(obj)
+        h.update(b"X" + memo[id(obj)].encode())
+        return
     if isinstance(obj, xr.DataArray):
         h.update(b"A")
         _feed(h, None if obj.name is None else str(obj.name))
@@ -65,22 +71,28 @@ def _feed(h: Any, obj: Any) -> None:
             _feed(h, (str(name), tuple(map(str, var.dims)), dict(var.attrs)))
             _feed(h, np.asarray(var.values))
     elif isinstance(obj, np.ndarray):
-        if obj.dtype.hasobject:
+        if obj.dtype.hasobject:  # e.g. point names: as JSON when it can be (one call, not one per item)
             h.update(b"O")
             _feed(h, obj.shape)
-            _feed(h, obj.ravel().tolist())
+            items = obj.ravel().tolist()
+            try:
+                text = json.dumps(items, ensure_ascii=False, allow_nan=True)
+            except TypeError:
+                _feed(h, items, memo)
+            else:
+                h.update(b"J%d:" % len(text) + text.encode())
         else:
             h.update(f"N{obj.dtype.str}{obj.shape}".encode())
             h.update(np.ascontiguousarray(obj).tobytes())
     elif isinstance(obj, dict):
         h.update(b"M%d:" % len(obj))
         for key in sorted(obj, key=repr):
-            _feed(h, key)
-            _feed(h, obj[key])
+            _feed(h, key, memo)
+            _feed(h, obj[key], memo)
     elif isinstance(obj, (list, tuple)):
         h.update(b"L%d:" % len(obj) if isinstance(obj, list) else b"T%d:" % len(obj))
         for item in obj:
-            _feed(h, item)
+            _feed(h, item, memo)
     elif obj is None or isinstance(obj, (bool, int, float, str, bytes, np.generic)):
         text = f"{type(obj).__module__}.{type(obj).__qualname__}:{obj!r}"
         h.update(b"S%d:" % len(text) + text.encode())
@@ -88,17 +100,18 @@ def _feed(h: Any, obj: Any) -> None:
         raise Uncacheable(f"no digest for an argument of type {type(obj).__qualname__}")
 
 
-def digest_of(obj: Any) -> str:
+def digest_of(obj: Any, memo: dict[int, str] | None = None) -> str:
     """SHA-256 (hex) of ``obj``'s value: xarray datasets and arrays (sizes, attributes, names and
     order of coordinates and variables, each variable's dims, attributes and values), NumPy
     arrays (dtype, shape, bytes), dicts (in key order), lists, tuples and scalars. Equal values
-    give equal digests in any process.
+    give equal digests in any process. ``memo`` keeps the digest of each xarray object met by its
+    ``id``, for digests of many arguments that share one dataset (the objects must stay alive).
 
     Raises:
         Uncacheable: ``obj`` holds a value of another type.
     """
     h = hashlib.sha256()
-    _feed(h, obj)
+    _feed(h, obj, memo)
     return h.hexdigest()
 
 
@@ -117,11 +130,11 @@ def code_digest() -> str:
     return h.hexdigest()
 
 
-def figure_key(make: Any, args: tuple[Any, ...]) -> str | None:
+def figure_key(make: Any, args: tuple[Any, ...], memo: dict[int, str] | None = None) -> str | None:
     """The cache key of the figure ``make(*args)``, or None when an argument has no digest
-    (:class:`Uncacheable`)."""
+    (:class:`Uncacheable`); ``memo`` as for :func:`digest_of`."""
     try:
-        args_digest = digest_of(list(args))
+        args_digest = digest_of(list(args), memo)
     except Uncacheable:
         return None
     text = f"{code_digest()}\0{make.__module__}.{make.__qualname__}\0{args_digest}"

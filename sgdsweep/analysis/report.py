@@ -179,7 +179,8 @@ class _Figures:
         and the cache then keeps this report's figures only."""
         svg = self.directory is not None
         todo = [(make, args) for _, _, make, args in self._todo]
-        keys = [figure_key(make, args) if self.cache is not None else None for make, args in todo]
+        memo: dict[int, str] = {}  # one digest per dataset, however many figures show it
+        keys = [figure_key(make, args, memo) if self.cache is not None else None for make, args in todo]
         drawn: list[Drawn] = [self.cache.get(k, svg) if self.cache is not None and k else None for k in keys]
         missing = [i for i, d in enumerate(drawn) if d is None]
         for i, data in zip(missing, _render([todo[i] for i in missing], self.pool, svg)):

@@ -147,3 +147,11 @@ def test_the_key_is_the_value_of_the_inputs_in_any_process():
     assert figure_cache.digest_of([1]) != figure_cache.digest_of((1,)) != figure_cache.digest_of([1.0])
     assert figure_cache.figure_key(shard_times, (ds,)) != figure_cache.figure_key(shard_times, (ds.isel(point=[0]),))
     assert figure_cache.figure_key(shard_times, (object(),)) is None  # no digest: never cached
+    names = np.array(["p0", "p1", None], dtype=object)
+    assert figure_cache.digest_of(names) != figure_cache.digest_of(np.array(["p0", "p1", "None"], dtype=object))
+    with pytest.raises(figure_cache.Uncacheable):  # a set has no order to digest in
+        figure_cache.digest_of(np.array([{1, 2}], dtype=object))
+    # one dataset shown by many figures is digested once (by its id), to the same keys
+    memo: dict[int, str] = {}
+    assert figure_cache.figure_key(shard_times, (ds,), memo) == figure_cache.figure_key(shard_times, (ds,), memo)
+    assert list(memo) == [id(ds)]
