@@ -19,7 +19,6 @@ report leaves none half written. After a report the cache holds that report's fi
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
@@ -27,107 +26,15 @@ import re
 import shutil
 import tempfile
 from collections.abc import Iterable
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import xarray as xr
+from sgdsweep.analysis.digest import Uncacheable, code_digest, digest_of, own_directory, prune
 
-#: Changes when the layout of an entry changes (every older entry then misses).
-CACHE_FORMAT = "sgdsweep-figure-cache-1"
-#: The libraries whose versions are part of every key (they draw the figures or shape their data).
-DRAWING_LIBRARIES = ("matplotlib", "numpy", "pandas", "xarray", "scipy")
 _KEY = re.compile(r"[0-9a-f]{64}")
-_PACKAGE = Path(__file__).resolve().parents[1]
 
 #: A drawn figure: (PNG, SVG or None, legends) as :mod:`sgdsweep.analysis.report` draws it.
 Drawn = tuple[bytes, bytes | None, dict[str, list[str]]]
-
-
-class Uncacheable(TypeError):
-    """An argument of a type :func:`digest_of` does not know: the figure is drawn, not cached."""
-
-
-def _feed(h: Any, obj: Any, memo: dict[int, str] | None = None) -> None:
-    """Feed ``obj``'s value, tagged by its type, into the hash ``h``; the digest of each xarray
-    object is kept in ``memo`` by its ``id`` (objects alive while ``memo`` is used)."""
-    if memo is not None and isinstance(obj, (xr.Dataset, xr.DataArray)):
-        if id(obj) not in memo:
-            memo[id(obj)] = digest_of(obj)
-        h.update(b"X" + memo[id(obj)].encode())
-        return
-    if isinstance(obj, xr.DataArray):
-        h.update(b"A")
-        _feed(h, None if obj.name is None else str(obj.name))
-        obj = obj.to_dataset(name="__value__")
-    if isinstance(obj, xr.Dataset):
-        h.update(b"D")
-        _feed(h, dict(obj.sizes))
-        _feed(h, dict(obj.attrs))
-        _feed(h, [str(n) for n in obj.coords])
-        _feed(h, [str(n) for n in obj.data_vars])
-        for name, var in obj.variables.items():
-            _feed(h, (str(name), tuple(map(str, var.dims)), dict(var.attrs)))
-            _feed(h, np.asarray(var.values))
-    elif isinstance(obj, np.ndarray):
-        if obj.dtype.hasobject:  # e.g. point names: as JSON when it can be (one call, not one per item)
-            h.update(b"O")
-            _feed(h, obj.shape)
-            items = obj.ravel().tolist()
-            try:
-                text = json.dumps(items, ensure_ascii=False, allow_nan=True)
-            except TypeError:
-                _feed(h, items, memo)
-            else:
-                h.update(b"J%d:" % len(text) + text.encode())
-        else:
-            h.update(f"N{obj.dtype.str}{obj.shape}".encode())
-            h.update(np.ascontiguousarray(obj).tobytes())
-    elif isinstance(obj, dict):
-        h.update(b"M%d:" % len(obj))
-        for key in sorted(obj, key=repr):
-            _feed(h, key, memo)
-            _feed(h, obj[key], memo)
-    elif isinstance(obj, (list, tuple)):
-        h.update(b"L%d:" % len(obj) if isinstance(obj, list) else b"T%d:" % len(obj))
-        for item in obj:
-            _feed(h, item, memo)
-    elif obj is None or isinstance(obj, (bool, int, float, str, bytes, np.generic)):
-        text = f"{type(obj).__module__}.{type(obj).__qualname__}:{obj!r}"
-        h.update(b"S%d:" % len(text) + text.encode())
-    else:
-        raise Uncacheable(f"no digest for an argument of type {type(obj).__qualname__}")
-
-
-def digest_of(obj: Any, memo: dict[int, str] | None = None) -> str:
-    """SHA-256 (hex) of ``obj``'s value: xarray datasets and arrays (sizes, attributes, names and
-    order of coordinates and variables, each variable's dims, attributes and values), NumPy
-    arrays (dtype, shape, bytes), dicts (in key order), lists, tuples and scalars. Equal values
-    give equal digests in any process. ``memo`` keeps the digest of each xarray object met by its
-    ``id``, for digests of many arguments that share one dataset (the objects must stay alive).
-
-    Raises:
-        Uncacheable: ``obj`` holds a value of another type.
-    """
-    h = hashlib.sha256()
-    _feed(h, obj, memo)
-    return h.hexdigest()
-
-
-@functools.cache
-def code_digest() -> str:
-    """SHA-256 (hex) of every ``.py`` file of the ``sgdsweep`` package (path and content) and the
-    versions of :data:`DRAWING_LIBRARIES`: what draws a figure, other than its arguments."""
-    h = hashlib.sha256(CACHE_FORMAT.encode())
-    for path in sorted(_PACKAGE.rglob("*.py")):
-        h.update(path.relative_to(_PACKAGE).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-    for name in DRAWING_LIBRARIES:
-        try:
-            h.update(f"{name}=={version(name)}\0".encode())
-        except PackageNotFoundError:
-            h.update(f"{name} missing\0".encode())
-    return h.hexdigest()
 
 
 def figure_key(make: Any, args: tuple[Any, ...], memo: dict[int, str] | None = None) -> str | None:
@@ -187,7 +94,7 @@ class FigureCache:
         if svg is not None:
             files["figure.svg"] = svg
         try:
-            self._own_directory()
+            own_directory(self.directory)
             tmp = Path(tempfile.mkdtemp(prefix=f".{key[:16]}.", dir=self.directory))
             for name, data in files.items():
                 (tmp / name).write_bytes(data)
@@ -203,21 +110,4 @@ class FigureCache:
 
     def keep_only(self, keys: Iterable[str]) -> None:
         """Remove every entry (and temporary left by a killed report) but those of ``keys``."""
-        keep = set(keys)
-        if self.directory.is_symlink() or not self.directory.is_dir():
-            return
-        for path in self.directory.iterdir():
-            if path.name in keep or not (_KEY.fullmatch(path.name) or path.name.startswith(".")):
-                continue
-            try:
-                if path.is_symlink() or path.is_file():
-                    path.unlink()
-                else:
-                    shutil.rmtree(path)
-            except OSError:
-                continue
-
-    def _own_directory(self) -> None:
-        if self.directory.is_symlink():
-            self.directory.unlink()
-        self.directory.mkdir(parents=True, exist_ok=True)
+        prune(self.directory, keys)

@@ -170,13 +170,19 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
 
 def cmd_fit(args: argparse.Namespace) -> int:
     from sgdsweep.analysis.fit import fit_ensemble
+    from sgdsweep.analysis.fit.cache import FitCache
     from sgdsweep.core.identity import content_hash
     from sgdsweep.core.paths import atomic_write_text
     from sgdsweep.sweep.precision import fit_archive_name
 
     spec = _read_spec(args.spec)
+    cache = FitCache(args.fit_cache) if args.fit_cache else None
     with heartbeat("fit: bootstrapping the fits"):
-        fits = fit_ensemble(_read_ensemble(args.ensemble), spec)
+        fits = fit_ensemble(_read_ensemble(args.ensemble), spec, cache)
+    if cache is not None:
+        cache.keep_only()
+        log.info("fit: %d group fit(s) made, %d unchanged since the previous fits taken from %s",
+                 cache.made, cache.reused, args.fit_cache)
     fits["settings"]["spec_hash"] = content_hash(spec)
     atomic_write_text(args.out, json.dumps(fits, indent=1) + "\n")
     if args.archive and fits["settings"].get("points_digest"):  # named by what it was made from, for later rounds
@@ -408,6 +414,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="the fit results to write (fits.json)")
     p.add_argument("--archive", help="also keep them in DIR, named by their points and fit settings "
                    "(sweeps with precision.fits)")
+    p.add_argument("--fit-cache", help="take the fits of groups whose points and settings have not changed since "
+                   "the previous fits made with this directory from it, and keep this job's there")
     p.add_argument("--log", help="also log to this file")
     p.set_defaults(func=cmd_fit)
 

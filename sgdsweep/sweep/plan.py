@@ -173,6 +173,12 @@ class PlanFiles:
         return self.root / "figures"
 
     @property
+    def fit_cache(self) -> Path:
+        """The previous fits of each group of points by the digest of its points and settings,
+        reused by the next fit job where those have not changed (:mod:`sgdsweep.analysis.fit.cache`)."""
+        return self.root / ".fit-cache"
+
+    @property
     def figure_cache(self) -> Path:
         """The previous report's figures by the digest of their inputs, reused by the next
         report where those have not changed (:mod:`sgdsweep.analysis.figure_cache`)."""

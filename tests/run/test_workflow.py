@@ -115,11 +115,9 @@ def test_reruns_are_incremental(first_run):
     before = _stores(sweep)
     ensemble_mtime = (sweep / "ensemble.zarr" / "zarr.json").stat().st_mtime
 
-    # unchanged config: nothing to do, quickly
-    t0 = time.perf_counter()
+    # unchanged config: nothing to do (its time is benchmarked: benchmarks/scale.py, no-op)
     proc = run_snakemake(work, cfg_path)
     assert proc.returncode == 0 and "Nothing to be done" in proc.stdout + proc.stderr
-    assert time.perf_counter() - t0 < 30  # generous: the acceptance target (10 s) is benchmarked
 
     # key order and float spelling: still nothing
     def reverse_keys(node):
@@ -156,6 +154,8 @@ def test_reruns_are_incremental(first_run):
     assert {p: p.stat().st_mtime for p in (sweep / "shards").glob("*.json")} == receipts
     assert (sweep / "fits.json").stat().st_mtime > fits_mtime
     assert json.loads((sweep / "fits.json").read_text())["power_law"][0]["confidence"] == 0.9
+    made = re.findall(r"fit: (\d+) group fit\(s\) made, (\d+) unchanged", (sweep / "logs" / "fit.log").read_text())
+    assert made and int(made[-1][0]) > 0 and made[-1][1] == "0", made  # new settings: every group fitted
     assert (sweep / "ensemble.zarr" / "zarr.json").stat().st_mtime > ensemble_mtime  # from the lr step
     # the report draws the fits' figures anew and takes the ensemble's from the previous report's
     drawn = re.findall(r"report: (\d+) figure\(s\) drawn, (\d+) unchanged", (sweep / "logs" / "report.log").read_text())

@@ -15,5 +15,7 @@ rule fit:
     params:
         ensemble=str(PLAN.ensemble),
         archive=FIT_ARCHIVE,
+        cache=str(PLAN.fit_cache),
     shell:
-        "python -m sgdsweep fit {params.ensemble:q} --spec {input.spec:q} --out {output.fits:q} {params.archive:q} --log {log:q}"
+        "python -m sgdsweep fit {params.ensemble:q} --spec {input.spec:q} --out {output.fits:q} {params.archive:q}"
+        " --fit-cache {params.cache:q} --log {log:q}"

@@ -30,6 +30,7 @@ import numpy as np
 import xarray as xr
 
 from sgdsweep.analysis.fit import family
+from sgdsweep.analysis.fit.cache import FitCache, group_key
 from sgdsweep.analysis.fit.collapse import fit_collapse
 from sgdsweep.analysis.fit.common import axis_values, groups, replica_order, replica_table
 from sgdsweep.analysis.fit.escape import fit_escape
@@ -57,8 +58,11 @@ def _has(ds: xr.Dataset, *names: str) -> bool:
     return all(n in ds and np.isfinite(np.asarray(ds[n].values, float)).any() for n in names)
 
 
-def fit_ensemble(ds: xr.Dataset, fit_config: dict[str, Any]) -> dict[str, Any]:
+def fit_ensemble(ds: xr.Dataset, fit_config: dict[str, Any], cache: FitCache | None = None) -> dict[str, Any]:
     """Run the fits that ``fit_config`` (the config's ``fit`` section, defaults filled) enables.
+    With ``cache``, a group whose points and settings are those of a group fitted before with
+    it takes that result instead of being fitted (:mod:`sgdsweep.analysis.fit.cache`): the same
+    results.
 
     Returns ``{fit name: [result per group, each with "group"], "skipped": {fit name: reason}}``
     (a fit's key is absent when it is disabled or skipped).
@@ -79,8 +83,13 @@ def fit_ensemble(ds: xr.Dataset, fit_config: dict[str, Any]) -> dict[str, Any]:
     def run_groups(name: str, fitted: tuple[str, ...], one) -> None:
         results = []
         for group, mask in groups(ds, fitted):
-            keep = mask & ~diverged
-            res = one(np.flatnonzero(keep))
+            index = np.flatnonzero(mask & ~diverged)
+            key = group_key(name, fit_config, ds, index) if cache is not None else None
+            res = cache.get(key) if key is not None else None
+            if res is None:
+                res = one(index)
+                if key is not None:
+                    cache.put(key, res)
             res["group"] = group
             res["excluded_diverged"] = int((mask & diverged).sum())
             results.append(res)

@@ -1,0 +1,88 @@
+"""A fit job takes the fits of groups whose points and settings did not change from the previous
+fits (sgdsweep.analysis.fit.cache) and fits the others: the results are those of fits made from
+nothing, whatever changed, and a damaged or planted entry is fitted again."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from test_report import _ensemble, _with_momentum
+
+from sgdsweep.analysis.fit import fit_ensemble
+from sgdsweep.analysis.fit.cache import FitCache
+
+SETTINGS = {"confidence": 0.95, "bootstrap": 100}
+
+
+def _text(fits) -> str:
+    return json.dumps(fits, indent=1)
+
+
+def _cached(ds, tmp_path, settings=SETTINGS) -> tuple[str, FitCache]:
+    cache = FitCache(tmp_path / "cache")
+    fits = fit_ensemble(ds, settings, cache)
+    cache.keep_only()
+    return _text(fits), cache
+
+
+def test_only_groups_whose_points_or_settings_changed_are_fitted_again(tmp_path):
+    ds = _with_momentum(_ensemble(1.0), values=(0.0, 0.3, 0.6))
+    first, cache = _cached(ds, tmp_path)
+    assert first == _text(fit_ensemble(ds, SETTINGS))
+    groups = cache.made
+    assert groups >= 6 and cache.reused == 0  # power_law and linear_scaling per momentum, momentum_scaling
+    again, cache = _cached(ds, tmp_path)
+    assert again == first and (cache.made, cache.reused) == (0, groups)
+
+    # provenance of the ensemble (when and from which whole sweep it was built): reused
+    rebuilt = ds.assign_attrs(created_utc="another day", points_digest="another", code_version="another")
+    assert _cached(rebuilt, tmp_path)[1].made == 0
+    # a momentum value more: its groups are fitted, and the fits over every momentum
+    grown = _with_momentum(_ensemble(1.0), values=(0.0, 0.3, 0.6, 0.8))
+    text, cache = _cached(grown, tmp_path)
+    assert text == _text(fit_ensemble(grown, SETTINGS))
+    assert cache.reused == groups - 1 and cache.made == 3  # power_law, linear_scaling at 0.8; momentum_scaling
+    # one point measured again in the group at μ = 0.3: that group's fits and momentum_scaling
+    moved = grown.copy(deep=True)
+    at = int(np.flatnonzero(moved["momentum"].values == 0.3)[2])
+    moved["weight_var"][at] *= 1.02
+    text, cache = _cached(moved, tmp_path)
+    assert text == _text(fit_ensemble(moved, SETTINGS)) and cache.made == 3
+    # other settings: every group again
+    other = {**SETTINGS, "confidence": 0.9}
+    text, cache = _cached(moved, tmp_path, other)
+    assert text == _text(fit_ensemble(moved, other)) and cache.reused == 0
+    # the cache keeps the last job's groups only
+    assert len(list((tmp_path / "cache").iterdir())) == cache.made
+
+
+def test_a_damaged_or_planted_entry_is_fitted_again_and_a_link_is_not_followed(tmp_path):
+    ds = _with_momentum(_ensemble(1.0), values=(0.0, 0.5))
+    expected = _text(fit_ensemble(ds, SETTINGS))
+    _cached(ds, tmp_path)
+    entries = sorted((tmp_path / "cache").iterdir())
+    stored = json.loads(entries[0].read_text())
+    stored["result"]["params"] = {"a": {"estimate": 0.5}}  # edited: no longer its SHA-256
+    entries[0].write_text(json.dumps(stored))
+    entries[1].write_text("{truncated")
+    text, cache = _cached(ds, tmp_path)
+    assert text == expected and cache.made == 2
+    assert _cached(ds, tmp_path)[1].made == 0  # stored anew
+
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / (entries[0].name)).write_text("not ours")
+    (tmp_path / "cache").rename(tmp_path / "old")
+    (tmp_path / "cache").symlink_to(victim)
+    text, cache = _cached(ds, tmp_path)
+    assert text == expected and cache.reused == 0
+    assert not (tmp_path / "cache").is_symlink() and [p.name for p in victim.iterdir()] == [entries[0].name]
+    assert (victim / entries[0].name).read_text() == "not ours"
+
+
+def test_a_fit_with_an_unwritable_cache_is_made_as_without(tmp_path):
+    ds = _ensemble(1.0)
+    (tmp_path / "cache").write_text("a file where the cache would be")
+    text, cache = _cached(ds, tmp_path)
+    assert text == _text(fit_ensemble(ds, SETTINGS)) and cache.made > 0 and (tmp_path / "cache").is_file()
