@@ -35,9 +35,13 @@ def test_only_groups_whose_points_or_settings_changed_are_fitted_again(tmp_path)
     again, cache = _cached(ds, tmp_path)
     assert again == first and (cache.made, cache.reused) == (0, groups)
 
-    # provenance of the ensemble (when and from which whole sweep it was built): reused
-    rebuilt = ds.assign_attrs(created_utc="another day", points_digest="another", code_version="another")
+    # what describes the whole sweep (its config and grid, size, when and where it was built): reused;
+    # what a fit reads (the swept axes, the value of an axis not swept): fitted again
+    rebuilt = ds.assign_attrs(created_utc="another day", points_digest="another", code_version="another",
+                              title="ensemble (200 points)", config='{"grid": {}}', history="built again")
     assert _cached(rebuilt, tmp_path)[1].made == 0
+    assert _cached(ds.assign_attrs(samples_per_param=8.0), tmp_path)[1].reused == 0
+    assert _cached(ds, tmp_path)[1].reused == 0  # the previous job's groups only: those are gone
     # a momentum value more: its groups are fitted, and the fits over every momentum
     grown = _with_momentum(_ensemble(1.0), values=(0.0, 0.3, 0.6, 0.8))
     text, cache = _cached(grown, tmp_path)

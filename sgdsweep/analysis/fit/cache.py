@@ -6,8 +6,10 @@ fit_ensemble` seeds each group's bootstrap afresh), so a sweep grown by a value 
 or by points of other groups, refits only the groups whose points changed. A group's result is
 found by its key (:func:`group_key`): the SHA-256 of the code (:func:`sgdsweep.analysis.digest.
 code_digest`), the fit's name, the fit settings and the group's points — every variable and
-coordinate of ``ds.isel(point=group)`` with the ensemble's attributes but those of provenance
-(:data:`PROVENANCE_ATTRS`: when and where it was built, and digests of the whole sweep).
+coordinate of ``ds.isel(point=group)`` with the ensemble's attributes but those that describe
+the whole sweep (:data:`WHOLE_SWEEP_ATTRS`: its config and grid, its size, when, where and by
+which code it was built). The fits read from the attributes only ``swept_axes`` and the values
+of axes not swept; both stay in the key.
 
 Layout: ``<cache>/<key>.json`` holds ``{"result": …, "sha256": …}`` (the SHA-256 of the result's
 JSON text): a file that does not match is refitted. Written atomically; after a fit job the cache
@@ -28,17 +30,19 @@ import xarray as xr
 from sgdsweep.analysis.digest import ENTRY, Uncacheable, code_digest, digest_of, own_directory, prune
 from sgdsweep.core.paths import atomic_write_text
 
-#: Ensemble attributes that say when, where and from which whole sweep it was built, not what a
-#: group's points are: left out of a group's key.
-PROVENANCE_ATTRS = frozenset({"created_utc", "host", "python", "devices", "package_versions", "code_version",
-                              "points_digest", "sweep_hash"})
+#: Ensemble attributes that describe the whole sweep (its config with the grid, its size in the
+#: title, digests of all its points) or when, where and by which code it was built, not what a
+#: group's points are: left out of a group's key (the code is in it through its digest).
+WHOLE_SWEEP_ATTRS = frozenset({"created_utc", "host", "python", "devices", "package_versions", "code_version",
+                               "points_digest", "sweep_hash", "sweep", "config", "title", "source", "history",
+                               "references", "model_units", "Conventions"})
 
 
 def group_key(name: str, settings: Mapping[str, Any], ds: xr.Dataset, index: np.ndarray) -> str | None:
     """The key of fit ``name`` with ``settings`` (the config's ``fit`` section) on the points
     ``index`` of ``ds``; None when something in them has no digest."""
     part = ds.isel(point=index)
-    part.attrs = {k: v for k, v in ds.attrs.items() if k not in PROVENANCE_ATTRS}
+    part.attrs = {k: v for k, v in ds.attrs.items() if k not in WHOLE_SWEEP_ATTRS}
     try:
         text = f"{code_digest()}\0{name}\0{digest_of(dict(settings))}\0{digest_of(part)}"
     except Uncacheable:
