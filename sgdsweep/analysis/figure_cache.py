@@ -1,20 +1,24 @@
 """The figures of the previous report, reused when their inputs have not changed.
 
 A report rebuilt after a change that leaves a figure's inputs as they were — a new title or
-lead, new fit settings (the figures of the ensemble stay), a group of points that did not change
-— draws only the figures whose inputs did (drawing is the report's cost: matplotlib spends
-~0.5–1 s of CPU per figure). A figure is found by its key (:func:`figure_key`): the SHA-256 of
-the code that draws it (every source file of the ``sgdsweep`` package and the versions of the
-libraries that draw), the function's name and a canonical digest of its arguments
-(:func:`digest_of`: values, not Python object identity or pickles, which differ from process to
-process). Arguments of a type the digest does not know are never cached.
+lead, new fit settings (the figures of the ensemble stay) — draws only the figures whose inputs
+changed (drawing is the report's cost: matplotlib spends ~0.5–1 s of CPU per figure). Points
+added to a sweep change the ensemble and with it nearly every figure (each also carries the
+ensemble's attributes, which count its points). A figure is found by its key
+(:func:`figure_key`): the SHA-256 of the code that draws it (every source file of the
+``sgdsweep`` package, Python's version and the versions of the libraries that compute and draw:
+:func:`~sgdsweep.analysis.digest.code_digest`), matplotlib's settings (:func:`drawing_settings`),
+the function's name and a digest of the values of its arguments
+(:func:`~sgdsweep.analysis.digest.digest_of`). Arguments of a type the digest does not know are
+never cached. The fonts installed on the machine are not in the key (matplotlib draws with its
+own unless its settings name others).
 
 Layout: ``<cache>/<key>/`` holds ``figure.png``, ``figure.svg`` (when drawn; a report that asks
-for SVGs draws a figure stored without one again), ``legends.json``
-and ``sha256.json`` (the SHA-256 of each of the others). An entry whose files do not match is
+for SVGs draws a figure stored without one again), ``legends.json`` and ``sha256.json`` (the
+SHA-256 of each of the others). An entry that is anything else, or whose files do not match, is
 drawn again; an entry is written in a temporary directory and renamed into place, so a killed
 report leaves none half written. After a report the cache holds that report's figures only
-(:meth:`FigureCache.keep_only`).
+(:meth:`FigureCache.keep_only`); nothing else in the directory is removed.
 """
 
 from __future__ import annotations
@@ -29,12 +33,23 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from sgdsweep.analysis.digest import Uncacheable, code_digest, digest_of, own_directory, prune
+from sgdsweep.analysis.digest import Uncacheable, code_digest, digest_of, own_directory, prune, read_entry_file
 
 _KEY = re.compile(r"[0-9a-f]{64}")
+#: The files an entry may hold (but its ``sha256.json``).
+FILES = ("figure.png", "figure.svg", "legends.json")
 
 #: A drawn figure: (PNG, SVG or None, legends) as :mod:`sgdsweep.analysis.report` draws it.
 Drawn = tuple[bytes, bytes | None, dict[str, list[str]]]
+
+
+def drawing_settings() -> str:
+    """SHA-256 (hex) of matplotlib's settings in this process (``matplotlib.rcParams``: what a
+    ``matplotlibrc``, ``MATPLOTLIBRC`` or ``MPLCONFIGDIR`` sets, and what
+    :mod:`sgdsweep.analysis.plotting` sets), every figure's style."""
+    import matplotlib
+
+    return hashlib.sha256(repr(sorted((k, repr(v)) for k, v in matplotlib.rcParams.items())).encode()).hexdigest()
 
 
 def figure_key(make: Any, args: tuple[Any, ...], memo: dict[int, str] | None = None) -> str | None:
@@ -42,9 +57,9 @@ def figure_key(make: Any, args: tuple[Any, ...], memo: dict[int, str] | None = N
     (:class:`Uncacheable`); ``memo`` as for :func:`digest_of`."""
     try:
         args_digest = digest_of(list(args), memo)
-    except Uncacheable:
+    except (Uncacheable, RecursionError, ValueError):
         return None
-    text = f"{code_digest()}\0{make.__module__}.{make.__qualname__}\0{args_digest}"
+    text = f"{code_digest()}\0{drawing_settings()}\0{make.__module__}.{make.__qualname__}\0{args_digest}"
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -60,29 +75,30 @@ class FigureCache:
         self.directory = Path(directory)
 
     def get(self, key: str, svg: bool) -> Drawn | None:
-        """The figure stored under ``key`` (its SVG when ``svg``, else None), or None when there
-        is none, when ``svg`` and it was stored without one, or when its files do not match their
-        recorded SHA-256 (it is then drawn again and stored anew)."""
+        """The figure stored under ``key`` (its SVG when ``svg``, else None), or None — it is
+        then drawn again and stored anew — when there is none, when ``svg`` and it was stored
+        without one, or when the entry is anything but its own regular files (:data:`FILES`,
+        read by :func:`~sgdsweep.analysis.digest.read_entry_file`: no link followed, no FIFO
+        waited on, nothing larger than a bound) matching their recorded SHA-256."""
+        try:
+            return self._get(key, svg)
+        except Exception:  # noqa: BLE001 - whatever a damaged or planted entry raises: drawn again
+            return None
+
+    def _get(self, key: str, svg: bool) -> Drawn | None:
         entry = self.directory / key
         if not _KEY.fullmatch(key) or self.directory.is_symlink() or entry.is_symlink():
             return None
-        try:
-            sums = json.loads((entry / "sha256.json").read_text())
-            data = {name: (entry / name).read_bytes() for name in sums}
-        except (OSError, ValueError, TypeError):
+        raw = read_entry_file(entry / "sha256.json")
+        sums = json.loads(raw) if raw is not None else None
+        if not (isinstance(sums, dict) and {"figure.png", "legends.json"} <= set(sums) <= set(FILES)
+                and all(isinstance(v, str) for v in sums.values())) or (svg and "figure.svg" not in sums):
             return None
-        if "figure.png" not in data or "legends.json" not in data or set(data) - {
-                "figure.png", "figure.svg", "legends.json"}:
+        data = {name: read_entry_file(entry / name) for name in sums}
+        if any(d is None or _sha256(d) != sums[name] for name, d in data.items()):
             return None
-        if any(_sha256(data[name]) != sums[name] for name in data):
-            return None
-        try:
-            legends = json.loads(data["legends.json"])
-        except ValueError:
-            return None
+        legends = json.loads(data["legends.json"])
         if not (isinstance(legends, dict) and all(isinstance(v, list) for v in legends.values())):
-            return None
-        if svg and "figure.svg" not in data:
             return None
         return data["figure.png"], data["figure.svg"] if svg else None, legends
 
@@ -90,7 +106,7 @@ class FigureCache:
         """Store ``drawn`` under ``key`` (written aside, then renamed into place; an entry already
         there is replaced). A cache that cannot be written is skipped: the figure was drawn."""
         png, svg, legends = drawn
-        files = {"figure.png": png, "legends.json": json.dumps(legends, sort_keys=True).encode()}
+        files = {"figure.png": png, "legends.json": json.dumps(legends).encode()}
         if svg is not None:
             files["figure.svg"] = svg
         try:

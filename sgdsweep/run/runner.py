@@ -77,7 +77,11 @@ def run_sweep(args: argparse.Namespace, verbosity: int) -> int:
     # only for a local run: extra Snakemake options (a profile, an executor, a dry run) may mean
     # jobs elsewhere or none; then each shard job uses a cluster of its own. Targets only choose
     # what is built here
-    plain = not args.dry_run and only_targets(args.snakemake_args) and not os.environ.get("SNAKEMAKE_PROFILE")
+    profile = profile_in_use(_snakefile())
+    if profile:
+        log.info("Snakemake uses the profile %s: each shard job starts a Dask cluster of its own, or uses the "
+                 "scheduler or SLURM the config names", profile)
+    plain = not args.dry_run and only_targets(args.snakemake_args) and not profile
     # a sweep with precision targets or an edge search runs one Snakemake per round, until a
     # round leaves nothing to simulate (no plan file changes); any other sweep runs once. A
     # plain run's rounds build the ensemble and fits only (the workflow's `fits` target: what
@@ -126,6 +130,21 @@ def only_targets(extra: Sequence[str]) -> bool:
     and use the run's own Dask cluster. An option (``--profile``, ``--executor``, ``-n``, ...)
     may put them elsewhere or run none."""
     return not any(a.startswith("-") for a in extra)
+
+
+def profile_in_use(snakefile: Path) -> str | None:
+    """The Snakemake profile a run's Snakemake would load unasked, or None: the one named by
+    ``$SNAKEMAKE_PROFILE`` (but ``none``), or a workflow profile where Snakemake looks for one
+    (``default`` or ``profiles/default`` in the working directory, ``profiles/default`` beside
+    the Snakefile). A profile may put the jobs on other machines or run none, so the run then
+    starts no Dask cluster of its own."""
+    named = os.environ.get("SNAKEMAKE_PROFILE", "").strip()
+    if named and named != "none":
+        return f"{named} ($SNAKEMAKE_PROFILE)"
+    for candidate in (Path("default"), Path("profiles") / "default", snakefile.parent / "profiles" / "default"):
+        if candidate.exists():
+            return f"{candidate} (a workflow profile)"
+    return None
 
 
 def no_color() -> bool:

@@ -4,10 +4,12 @@ a report built from nothing, whatever changed, and a damaged or planted entry is
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,6 +19,7 @@ from test_report import SPEC, _ensemble
 from sgdsweep.analysis import figure_cache, report
 from sgdsweep.analysis.figures import shard_times
 from sgdsweep.analysis.fit import fit_ensemble
+from sgdsweep.analysis.plotting import plt
 
 
 @pytest.fixture
@@ -98,6 +101,12 @@ def test_a_damaged_entry_new_code_or_an_unusable_cache_draw_again(tmp_path, draw
     drawn.clear()
     assert _cached(ds, fits, SPEC, tmp_path, "c") == expected and drawn[0] == []
 
+    # other matplotlib settings (a matplotlibrc): every figure drawn, as it would look now
+    with plt.rc_context({"lines.linewidth": 6}):
+        drawn.clear()
+        assert _cached(ds, fits, SPEC, tmp_path, "rc")[0] == _fresh(ds, fits, SPEC, tmp_path, "rc-fresh")[0]
+        assert drawn[0] and len(drawn[0]) == len(_entries(tmp_path))
+    _cached(ds, fits, SPEC, tmp_path, "back")
     # new code (another version of sgdsweep or of the libraries that draw): every figure drawn
     real = figure_cache.code_digest
     monkeypatch.setattr(figure_cache, "code_digest", lambda: "another version of the code")
@@ -119,6 +128,43 @@ def test_a_damaged_entry_new_code_or_an_unusable_cache_draw_again(tmp_path, draw
     (tmp_path / "cache").write_text("a file where the cache would be")
     drawn.clear()
     assert _cached(ds, fits, SPEC, tmp_path, "e") == expected and drawn[0] and (tmp_path / "cache").is_file()
+
+
+def test_planted_entries_are_misses_that_never_block_and_a_shared_folder_keeps_what_is_not_the_caches(tmp_path):
+    ds = _ensemble(1.0)
+    fits = fit_ensemble(ds, {"confidence": 0.95, "bootstrap": 50})
+    folder = tmp_path / "cache"  # a folder given to --figure-cache that holds other things too
+    folder.mkdir()
+    (folder / ".bashrc").write_text("keep")
+    (folder / ".git").mkdir()
+    (folder / "notes.txt").write_text("keep")
+    expected = _fresh(ds, fits, SPEC, tmp_path, "fresh")
+    _cached(ds, fits, SPEC, tmp_path, "a")
+    keys = [p.name for p in folder.iterdir() if len(p.name) == 64]
+    assert len(keys) >= 3 and {".bashrc", ".git", "notes.txt"} <= {p.name for p in folder.iterdir()}
+    fifo, zero, deep = (folder / k for k in keys[:3])
+    os.unlink(fifo / "figure.png")
+    os.mkfifo(fifo / "figure.png")  # would block a plain read forever
+    sums = json.loads((zero / "sha256.json").read_text())
+    (zero / "sha256.json").write_text(json.dumps({**sums, "/dev/zero": "0" * 64}))  # a name outside the entry
+    (deep / "sha256.json").write_text("[" * 100000 + "]" * 100000)  # deeper than json can parse
+    assert figure_cache.FigureCache(folder).get(keys[0], True) is None
+    assert _cached(ds, fits, SPEC, tmp_path, "b") == expected
+    assert {".bashrc", ".git", "notes.txt"} <= {p.name for p in folder.iterdir()}
+    assert (folder / ".bashrc").read_text() == "keep"
+
+
+def test_the_code_digest_is_taken_as_the_code_is_imported(monkeypatch):
+    """A source file saved while a report runs does not pass for the code that drew its figures:
+    the digest is taken once, as the module is imported, and no file is read for it later."""
+    before = figure_cache.code_digest()
+
+    def no_reading(*args):
+        raise AssertionError("a source file read after the import")
+
+    monkeypatch.setattr(Path, "read_bytes", no_reading)
+    monkeypatch.setattr(Path, "read_text", no_reading)
+    assert figure_cache.code_digest() == before
 
 
 _DIGEST = """
@@ -143,7 +189,8 @@ def test_the_key_is_the_value_of_the_inputs_in_any_process():
                ds.assign(burn_in=ds["burn_in"].astype(np.int32)), ds.isel(point=slice(0, 15)),
                ds.assign_coords(lr=ds["lr"] * (1 + 1e-15))]
     assert len({base, *(figure_cache.digest_of(c) for c in changed)}) == 1 + len(changed)
-    assert figure_cache.digest_of({"a": 1, "b": [1.0, None]}) == figure_cache.digest_of({"b": [1.0, None], "a": 1})
+    # a dict in its order (a figure's labels follow it); lists, tuples and numbers by their type
+    assert figure_cache.digest_of({"a": 1, "b": [1.0, None]}) != figure_cache.digest_of({"b": [1.0, None], "a": 1})
     assert figure_cache.digest_of([1]) != figure_cache.digest_of((1,)) != figure_cache.digest_of([1.0])
     assert figure_cache.figure_key(shard_times, (ds,)) != figure_cache.figure_key(shard_times, (ds.isel(point=[0]),))
     assert figure_cache.figure_key(shard_times, (object(),)) is None  # no digest: never cached
@@ -151,6 +198,17 @@ def test_the_key_is_the_value_of_the_inputs_in_any_process():
     assert figure_cache.digest_of(names) != figure_cache.digest_of(np.array(["p0", "p1", "None"], dtype=object))
     with pytest.raises(figure_cache.Uncacheable):  # a set has no order to digest in
         figure_cache.digest_of(np.array([{1, 2}], dtype=object))
+    def holding(item) -> np.ndarray:  # an object array of one item
+        out = np.empty(1, dtype=object)
+        out[0] = item
+        return out
+
+    mixed = [holding((1, 2)), holding([1, 2]), holding({1: 0}), holding({"1": 0}), holding("\ud800")]
+    assert len({figure_cache.digest_of(a) for a in mixed}) == len(mixed)  # a lone surrogate too
+    fields = [np.zeros(2, dtype=[("a", "f8"), ("b", "f8")]), np.zeros(2, dtype=[("c", "f8"), ("d", "f8")])]
+    assert figure_cache.digest_of(fields[0]) != figure_cache.digest_of(fields[1])  # same bytes, other fields
+    with pytest.raises(figure_cache.Uncacheable):  # a mask is not in the bytes
+        figure_cache.digest_of(np.ma.masked_array([1.0, 2.0], mask=[True, False]))
     # one dataset shown by many figures is digested once (by its id), to the same keys
     memo: dict[int, str] = {}
     assert figure_cache.figure_key(shard_times, (ds,), memo) == figure_cache.figure_key(shard_times, (ds,), memo)

@@ -5,6 +5,7 @@ nothing, whatever changed, and a damaged or planted entry is fitted again."""
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 from test_report import _ensemble, _with_momentum
@@ -70,8 +71,11 @@ def test_a_damaged_or_planted_entry_is_fitted_again_and_a_link_is_not_followed(t
     stored["result"]["params"] = {"a": {"estimate": 0.5}}  # edited: no longer its SHA-256
     entries[0].write_text(json.dumps(stored))
     entries[1].write_text("{truncated")
+    entries[2].unlink()
+    os.mkfifo(entries[2])  # a plain read would wait forever
+    entries[3].write_text("[" * 100000 + "]" * 100000)  # deeper than json parses
     text, cache = _cached(ds, tmp_path)
-    assert text == expected and cache.made == 2
+    assert text == expected and cache.made == 4
     assert _cached(ds, tmp_path)[1].made == 0  # stored anew
 
     victim = tmp_path / "victim"

@@ -50,6 +50,25 @@ def test_only_targets_after_the_double_dash_keep_the_runs_own_cluster(extra, loc
     assert runner.only_targets(extra) is local
 
 
+def test_a_profile_snakemake_loads_unasked_is_seen(tmp_path, monkeypatch):
+    """$SNAKEMAKE_PROFILE (but `none`) and a workflow profile where Snakemake looks for one: the
+    run then starts no Dask cluster of its own (the profile may put the jobs elsewhere)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SNAKEMAKE_PROFILE", raising=False)
+    snakefile = tmp_path / "workflow" / "Snakefile"
+    assert runner.profile_in_use(snakefile) is None
+    monkeypatch.setenv("SNAKEMAKE_PROFILE", "none")
+    assert runner.profile_in_use(snakefile) is None
+    monkeypatch.setenv("SNAKEMAKE_PROFILE", "slurm")
+    assert "slurm" in runner.profile_in_use(snakefile)
+    monkeypatch.delenv("SNAKEMAKE_PROFILE")
+    for where in (tmp_path / "profiles" / "default", tmp_path / "default", snakefile.parent / "profiles" / "default"):
+        where.mkdir(parents=True)
+        assert "workflow profile" in runner.profile_in_use(snakefile)
+        where.rmdir()
+    assert runner.profile_in_use(runner._snakefile()) is None  # the project ships none where Snakemake looks
+
+
 @pytest.mark.parametrize("value, passed", [("1", True), ("true", True), ("", False), (None, False)])
 def test_no_color_is_passed_on_to_snakemake(tmp_path, monkeypatch, value, passed):
     """https://no-color.org: any non-empty NO_COLOR."""

@@ -27,7 +27,15 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from sgdsweep.analysis.digest import ENTRY, Uncacheable, code_digest, digest_of, own_directory, prune
+from sgdsweep.analysis.digest import (
+    ENTRY,
+    Uncacheable,
+    code_digest,
+    digest_of,
+    own_directory,
+    prune,
+    read_entry_file,
+)
 from sgdsweep.core.paths import atomic_write_text
 
 #: Ensemble attributes that describe the whole sweep (its config with the grid, its size in the
@@ -45,7 +53,7 @@ def group_key(name: str, settings: Mapping[str, Any], ds: xr.Dataset, index: np.
     part.attrs = {k: v for k, v in ds.attrs.items() if k not in WHOLE_SWEEP_ATTRS}
     try:
         text = f"{code_digest()}\0{name}\0{digest_of(dict(settings))}\0{digest_of(part)}"
-    except Uncacheable:
+    except (Uncacheable, RecursionError, ValueError):
         return None
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -66,22 +74,30 @@ class FitCache:
         self.reused = self.made = 0
 
     def get(self, key: str) -> dict[str, Any] | None:
-        """The result stored under ``key`` (a new dict), or None when there is none or it does not
-        match its recorded SHA-256."""
+        """The result stored under ``key`` (a new dict), or None when there is none, or the entry
+        is anything but a regular file (:func:`~sgdsweep.analysis.digest.read_entry_file`: no
+        link followed, no FIFO waited on, nothing larger than a bound) whose result matches its
+        recorded SHA-256."""
         self.used.add(key)
-        path = self.directory / f"{key}.json"
-        if not ENTRY.fullmatch(path.name) or self.directory.is_symlink() or path.is_symlink():
-            return None
         try:
-            stored = json.loads(path.read_text())
-            result = stored["result"]
-            good = hashlib.sha256(_text(result).encode()).hexdigest() == stored["sha256"]
-        except (OSError, ValueError, TypeError, KeyError):
+            result = self._get(key)
+        except Exception:  # noqa: BLE001 - whatever a damaged or planted entry raises: fitted again
             return None
-        if not (good and isinstance(result, dict)):
-            return None
-        self.reused += 1
+        if result is not None:
+            self.reused += 1
         return result
+
+    def _get(self, key: str) -> dict[str, Any] | None:
+        path = self.directory / f"{key}.json"
+        if not ENTRY.fullmatch(path.name) or self.directory.is_symlink():
+            return None
+        raw = read_entry_file(path)
+        if raw is None:
+            return None
+        stored = json.loads(raw)
+        result = stored["result"]
+        good = hashlib.sha256(_text(result).encode()).hexdigest() == stored["sha256"]
+        return result if good and isinstance(result, dict) else None
 
     def put(self, key: str, result: Mapping[str, Any]) -> None:
         """Store ``result`` (JSON-serialisable, as fits.json holds it) under ``key``, written now:
