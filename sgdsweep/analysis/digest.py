@@ -5,9 +5,9 @@ previous fits of groups of points (:mod:`sgdsweep.analysis.fit.cache`).
 :func:`digest_of` hashes a value, not a Python object: equal values give equal digests in any
 process (pickles do not: an xarray dataset pickles a set of names, in an order that changes with
 the process's string hashing). :func:`code_digest` hashes what computes the results besides
-their inputs. A cache directory holds entries named by such a digest (64 hex digits), and is the
-sweep's own: :func:`own_directory` removes a symbolic link in its place, :func:`prune` removes
-only entries of that form and temporaries (names starting with a dot), never through a link.
+their inputs. A cache directory is the sweep's own: :func:`own_directory` removes a symbolic
+link in its place; :func:`prune` removes only entries named by a digest (64 hex digits) and its
+writer's temporaries, never through a link; :func:`read_entry_file` reads an entry's files.
 """
 
 from __future__ import annotations
@@ -31,12 +31,11 @@ import xarray as xr
 DIGEST_FORMAT = "sgdsweep-digest-1"
 #: The libraries whose versions are part of :func:`code_digest` (they compute or draw results).
 LIBRARIES = ("matplotlib", "numpy", "pandas", "xarray", "scipy", "pillow", "kiwisolver", "pyparsing", "fonttools")
-#: An entry's name in a cache directory: its key, optionally with a suffix (``<key>.json``).
-ENTRY = re.compile(r"([0-9a-f]{64})(\.json)?")
-#: A temporary of a cache's writer: ``.<first 16 hex digits of a key>.<random>`` (a figure's
-#: directory, :mod:`tempfile`), ``.<key>.json.tmp<pid>`` (a fit's file,
-#: :func:`sgdsweep.core.paths.atomic_write_text`).
-TEMPORARY = re.compile(r"\.[0-9a-f]{16}\.[A-Za-z0-9_]{8}|\.[0-9a-f]{64}\.json\.tmp[0-9]+")
+#: An entry's name in a cache directory: its key.
+ENTRY = re.compile(r"([0-9a-f]{64})")
+#: A temporary of a cache's writer: ``.<first 16 hex digits of a key>.<random>`` (an entry being
+#: written, :mod:`tempfile`).
+TEMPORARY = re.compile(r"\.[0-9a-f]{16}\.[A-Za-z0-9_]{8}")
 _PACKAGE = Path(__file__).resolve().parents[1]
 
 

@@ -180,7 +180,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     with heartbeat("fit: bootstrapping the fits"):
         fits = fit_ensemble(_read_ensemble(args.ensemble), spec, cache)
     if cache is not None:
-        cache.keep_only()
+        cache.save()
         log.info("fit: %d group fit(s) made, %d unchanged since the previous fits taken from %s",
                  cache.made, cache.reused, args.fit_cache)
     fits["settings"]["spec_hash"] = content_hash(spec)

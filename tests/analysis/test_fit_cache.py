@@ -11,7 +11,7 @@ import numpy as np
 from test_report import _ensemble, _with_momentum
 
 from sgdsweep.analysis.fit import fit_ensemble
-from sgdsweep.analysis.fit.cache import FitCache
+from sgdsweep.analysis.fit.cache import GROUPS_FILE, FitCache
 
 SETTINGS = {"confidence": 0.95, "bootstrap": 100}
 
@@ -23,7 +23,7 @@ def _text(fits) -> str:
 def _cached(ds, tmp_path, settings=SETTINGS) -> tuple[str, FitCache]:
     cache = FitCache(tmp_path / "cache")
     fits = fit_ensemble(ds, settings, cache)
-    cache.keep_only()
+    cache.save()
     return _text(fits), cache
 
 
@@ -58,35 +58,44 @@ def test_only_groups_whose_points_or_settings_changed_are_fitted_again(tmp_path)
     other = {**SETTINGS, "confidence": 0.9}
     text, cache = _cached(moved, tmp_path, other)
     assert text == _text(fit_ensemble(moved, other)) and cache.reused == 0
-    # the cache keeps the last job's groups only
-    assert len(list((tmp_path / "cache").iterdir())) == cache.made
+    # the cache keeps the last job's groups only, in one file
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == [GROUPS_FILE]
+    assert len(json.loads((tmp_path / "cache" / GROUPS_FILE).read_text())) == cache.made
 
 
 def test_a_damaged_or_planted_entry_is_fitted_again_and_a_link_is_not_followed(tmp_path):
     ds = _with_momentum(_ensemble(1.0), values=(0.0, 0.5))
     expected = _text(fit_ensemble(ds, SETTINGS))
     _cached(ds, tmp_path)
-    entries = sorted((tmp_path / "cache").iterdir())
-    stored = json.loads(entries[0].read_text())
-    stored["result"]["params"] = {"a": {"estimate": 0.5}}  # edited: no longer its SHA-256
-    entries[0].write_text(json.dumps(stored))
-    entries[1].write_text("{truncated")
-    entries[2].unlink()
-    os.mkfifo(entries[2])  # a plain read would wait forever
-    entries[3].write_text("[" * 100000 + "]" * 100000)  # deeper than json parses
+    file = tmp_path / "cache" / GROUPS_FILE
+    stored = json.loads(file.read_text())
+    keys = list(stored)
+    stored[keys[0]]["result"]["params"] = {"a": {"estimate": 0.5}}  # edited: no longer its SHA-256
+    stored[keys[1]] = {"sha256": "0" * 64}  # no result
+    stored[keys[2]] = ["not", "an", "entry"]
+    file.write_text(json.dumps(stored))
     text, cache = _cached(ds, tmp_path)
-    assert text == expected and cache.made == 4
+    assert text == expected and cache.made == 3
     assert _cached(ds, tmp_path)[1].made == 0  # stored anew
+    # a file that is no JSON, is deeper than json parses, or a FIFO (a plain read would wait
+    # forever): an empty cache
+    for plant in ("{truncated", "[" * 100000 + "]" * 100000, None):
+        file.unlink()
+        if plant is None:
+            os.mkfifo(file)
+        else:
+            file.write_text(plant)
+        text, cache = _cached(ds, tmp_path)
+        assert text == expected and cache.reused == 0 and file.is_file()
 
     victim = tmp_path / "victim"
     victim.mkdir()
-    (victim / (entries[0].name)).write_text("not ours")
+    (victim / GROUPS_FILE).write_text("not ours")
     (tmp_path / "cache").rename(tmp_path / "old")
     (tmp_path / "cache").symlink_to(victim)
     text, cache = _cached(ds, tmp_path)
     assert text == expected and cache.reused == 0
-    assert not (tmp_path / "cache").is_symlink() and [p.name for p in victim.iterdir()] == [entries[0].name]
-    assert (victim / entries[0].name).read_text() == "not ours"
+    assert not (tmp_path / "cache").is_symlink() and (victim / GROUPS_FILE).read_text() == "not ours"
 
 
 def test_a_fit_with_an_unwritable_cache_is_made_as_without(tmp_path):

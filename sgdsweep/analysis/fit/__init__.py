@@ -30,7 +30,7 @@ import numpy as np
 import xarray as xr
 
 from sgdsweep.analysis.fit import family
-from sgdsweep.analysis.fit.cache import FitCache, group_key
+from sgdsweep.analysis.fit.cache import FitCache, GroupKeys
 from sgdsweep.analysis.fit.collapse import fit_collapse
 from sgdsweep.analysis.fit.common import axis_values, groups, replica_order, replica_table
 from sgdsweep.analysis.fit.escape import fit_escape
@@ -77,6 +77,8 @@ def fit_ensemble(ds: xr.Dataset, fit_config: dict[str, Any], cache: FitCache | N
     common = {"confidence": conf, "bootstrap": n_boot}
     wv_rep = replica_table(ds, "weight_var_replica")
 
+    keys = GroupKeys(ds, fit_config) if cache is not None else None
+
     def rng() -> np.random.Generator:
         return np.random.default_rng(BOOTSTRAP_SEED)
 
@@ -84,7 +86,7 @@ def fit_ensemble(ds: xr.Dataset, fit_config: dict[str, Any], cache: FitCache | N
         results = []
         for group, mask in groups(ds, fitted):
             index = np.flatnonzero(mask & ~diverged)
-            key = group_key(name, fit_config, ds, index) if cache is not None else None
+            key = keys.key(name, index) if keys is not None else None
             res = cache.get(key) if key is not None else None
             if res is None:
                 res = one(index)

@@ -4,38 +4,30 @@ A fit of one group (one combination of the swept axes a fit does not fit, e.g. o
 a function of that group's points and the fit settings alone (:func:`sgdsweep.analysis.fit.
 fit_ensemble` seeds each group's bootstrap afresh), so a sweep grown by a value of such an axis,
 or by points of other groups, refits only the groups whose points changed. A group's result is
-found by its key (:func:`group_key`): the SHA-256 of the code (:func:`sgdsweep.analysis.digest.
+found by its key (:class:`GroupKeys`): the SHA-256 of the code (:func:`sgdsweep.analysis.digest.
 code_digest`), the fit's name, the fit settings and the group's points — every variable and
 coordinate of ``ds.isel(point=group)`` with the ensemble's attributes but those that describe
 the whole sweep (:data:`WHOLE_SWEEP_ATTRS`: its config and grid, its size, when, where and by
 which code it was built). The fits read from the attributes only ``swept_axes`` and the values
 of axes not swept; both stay in the key.
 
-Layout: ``<cache>/<key>.json`` holds ``{"result": …, "sha256": …}`` (the SHA-256 of the result's
-JSON text): a file that does not match is refitted. Written atomically; after a fit job the cache
-holds that job's groups only (:meth:`FitCache.keep_only`).
+Layout: one file, ``<cache>/groups.json``: key → ``{"sha256": …, "result": …}`` (the SHA-256 of
+the result's JSON text): an entry that does not match is refitted. Read once, written once and
+atomically after the fits (:meth:`FitCache.save`), holding that job's groups only.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import xarray as xr
 
-from sgdsweep.analysis.digest import (
-    ENTRY,
-    Uncacheable,
-    code_digest,
-    digest_of,
-    own_directory,
-    prune,
-    read_entry_file,
-)
+from sgdsweep.analysis.digest import Uncacheable, code_digest, digest_of, own_directory, read_entry_file
 from sgdsweep.core.paths import atomic_write_text
 
 #: Ensemble attributes that describe the whole sweep (its config with the grid, its size in the
@@ -46,16 +38,49 @@ WHOLE_SWEEP_ATTRS = frozenset({"created_utc", "host", "python", "devices", "pack
                                "references", "model_units", "Conventions"})
 
 
-def group_key(name: str, settings: Mapping[str, Any], ds: xr.Dataset, index: np.ndarray) -> str | None:
-    """The key of fit ``name`` with ``settings`` (the config's ``fit`` section) on the points
-    ``index`` of ``ds``; None when something in them has no digest."""
-    part = ds.isel(point=index)
-    part.attrs = {k: v for k, v in ds.attrs.items() if k not in WHOLE_SWEEP_ATTRS}
-    try:
-        text = f"{code_digest()}\0{name}\0{digest_of(dict(settings))}\0{digest_of(part)}"
-    except (Uncacheable, RecursionError, ValueError):
-        return None
-    return hashlib.sha256(text.encode()).hexdigest()
+class GroupKeys:
+    """The keys of groups of the points of ``ds`` fitted with ``settings`` (the config's ``fit``
+    section): what does not depend on the group (the code, the settings, the attributes but
+    :data:`WHOLE_SWEEP_ATTRS`, each variable's name, dims, dtype and attributes, the variables
+    without a ``point`` dimension) digested once; per group only its rows of the variables along
+    ``point`` — what :func:`~sgdsweep.analysis.digest.digest_of` of ``ds.isel(point=group)``
+    covers, at the cost of one slice per variable."""
+
+    def __init__(self, ds: xr.Dataset, settings: Mapping[str, Any]) -> None:
+        self._along: list[tuple[int, np.ndarray]] = []
+        self._base: str | None = None
+        try:
+            fixed: dict[str, Any] = {}
+            schema = []
+            for name, var in ds.variables.items():
+                values = np.asarray(var.values)
+                schema.append((str(name), tuple(map(str, var.dims)), repr(values.dtype.descr), dict(var.attrs)))
+                if "point" in var.dims:
+                    self._along.append((var.get_axis_num("point"), values))
+                else:
+                    fixed[str(name)] = values
+            attrs = {k: v for k, v in ds.attrs.items() if k not in WHOLE_SWEEP_ATTRS}
+            sizes = {str(k): v for k, v in ds.sizes.items() if k != "point"}  # the group's size: per key
+            self._base = digest_of([code_digest(), dict(settings), attrs, schema, fixed, sizes])
+        except (Uncacheable, RecursionError, ValueError):
+            self._base = None
+
+    def key(self, name: str, index: np.ndarray) -> str | None:
+        """The key of fit ``name`` on the points ``index``; None when something has no digest."""
+        if self._base is None:
+            return None
+        h = hashlib.sha256(f"{self._base}\0{name}\0{len(index)}\0".encode())
+        try:
+            for axis, values in self._along:
+                part = np.take(values, index, axis=axis)
+                h.update(repr(part.shape).encode())
+                if part.dtype.hasobject:
+                    h.update(digest_of(part).encode())
+                else:
+                    h.update(np.ascontiguousarray(part).tobytes())
+        except (Uncacheable, RecursionError, ValueError):
+            return None
+        return h.hexdigest()
 
 
 def _text(result: Any) -> str:
@@ -63,56 +88,58 @@ def _text(result: Any) -> str:
     return json.dumps(result, allow_nan=True)
 
 
+#: The cache's one file, in its directory.
+GROUPS_FILE = "groups.json"
+
+
 class FitCache:
-    """Fit results by key (:func:`group_key`) in ``directory``, created when needed; a symbolic
-    link there is removed, never followed."""
+    """Fit results by key (:class:`GroupKeys`) in ``directory``'s :data:`GROUPS_FILE`, read once
+    when made (as a regular file only: :func:`~sgdsweep.analysis.digest.read_entry_file`; a file
+    that cannot be read or parsed counts as empty) and written once by :meth:`save`."""
 
     def __init__(self, directory: str | Path) -> None:
         self.directory = Path(directory)
-        self.used: set[str] = set()
+        self._stored: dict[str, Any] = {}
+        self._kept: dict[str, Any] = {}
         #: group results taken from the cache, and made (fitted and stored), since made
         self.reused = self.made = 0
+        try:
+            raw = None if self.directory.is_symlink() else read_entry_file(self.directory / GROUPS_FILE)
+            stored = json.loads(raw) if raw is not None else {}
+            self._stored = stored if isinstance(stored, dict) else {}
+        except Exception:  # noqa: BLE001 - whatever a damaged or planted file raises: an empty cache
+            self._stored = {}
 
     def get(self, key: str) -> dict[str, Any] | None:
-        """The result stored under ``key`` (a new dict), or None when there is none, or the entry
-        is anything but a regular file (:func:`~sgdsweep.analysis.digest.read_entry_file`: no
-        link followed, no FIFO waited on, nothing larger than a bound) whose result matches its
-        recorded SHA-256."""
-        self.used.add(key)
+        """A copy of the result stored under ``key``, or None when there is none or it does not
+        match its recorded SHA-256 (the group is then fitted again)."""
         try:
-            result = self._get(key)
-        except Exception:  # noqa: BLE001 - whatever a damaged or planted entry raises: fitted again
+            entry = self._stored.get(key)
+            text = _text(entry["result"])
+            if hashlib.sha256(text.encode()).hexdigest() != entry["sha256"] or not isinstance(entry["result"], dict):
+                return None
+        except Exception:  # noqa: BLE001 - a damaged or planted entry: fitted again
             return None
-        if result is not None:
-            self.reused += 1
-        return result
-
-    def _get(self, key: str) -> dict[str, Any] | None:
-        path = self.directory / f"{key}.json"
-        if not ENTRY.fullmatch(path.name) or self.directory.is_symlink():
-            return None
-        raw = read_entry_file(path)
-        if raw is None:
-            return None
-        stored = json.loads(raw)
-        result = stored["result"]
-        good = hashlib.sha256(_text(result).encode()).hexdigest() == stored["sha256"]
-        return result if good and isinstance(result, dict) else None
+        self._kept[key] = entry
+        self.reused += 1
+        return json.loads(text)
 
     def put(self, key: str, result: Mapping[str, Any]) -> None:
-        """Store ``result`` (JSON-serialisable, as fits.json holds it) under ``key``, written now:
-        later changes to ``result`` are not stored. A cache that cannot be written is skipped."""
-        self.used.add(key)
+        """Keep ``result`` (JSON-serialisable, as fits.json holds it) under ``key`` as it is now
+        (later changes to it are not kept), for :meth:`save`."""
         self.made += 1
         try:
             text = _text(result)
+        except (TypeError, ValueError):
+            return
+        self._kept[key] = {"sha256": hashlib.sha256(text.encode()).hexdigest(), "result": json.loads(text)}
+
+    def save(self) -> None:
+        """Write the cache: the results taken or kept since it was made, and no others (one file,
+        atomically; a link at the directory removed, never followed). A cache that cannot be
+        written is skipped: the fits were made."""
+        try:
             own_directory(self.directory)
-            digest = hashlib.sha256(text.encode()).hexdigest()
-            atomic_write_text(self.directory / f"{key}.json", f'{{"sha256": "{digest}", "result": {text}}}\n')
+            atomic_write_text(self.directory / GROUPS_FILE, json.dumps(self._kept, allow_nan=True) + "\n")
         except (OSError, TypeError, ValueError):
             return
-
-    def keep_only(self, keys: Iterable[str] | None = None) -> None:
-        """Remove every entry but those of ``keys`` (default: those asked for or stored since
-        this object was made)."""
-        prune(self.directory, self.used if keys is None else keys)
