@@ -121,7 +121,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from sgdsweep.sweep.config import load_sweep
-    from sgdsweep.sweep.plan import explain, format_explanation
+    from sgdsweep.sweep.explain import explain, format_explanation
 
     sweep = load_sweep(args.config)
     print(format_explanation(sweep, explain(sweep), verbose=not args.summary, cost=not args.summary))

@@ -46,7 +46,8 @@ def run_sweep(args: argparse.Namespace, verbosity: int) -> int:
     from sgdsweep.sweep.config import load_sweep
     from sgdsweep.sweep.device import device_override, snakemake_config
     from sgdsweep.sweep.execution import scheduler_address
-    from sgdsweep.sweep.plan import PlanFiles, explain, format_explanation, plan_texts, write_plan_file
+    from sgdsweep.sweep.explain import explain, format_explanation
+    from sgdsweep.sweep.plan import PlanFiles, plan_texts, write_plan_file
 
     t0 = time.monotonic()
     device = device_override(args.config, args.device, args.snakemake_args)  # --device: execution.device

@@ -205,7 +205,7 @@ def test_fit_lines_print_numbers_to_five_digits_and_no_python_reprs():
 
 
 def test_the_plan_prints_parameters_to_five_digits(tmp_path):
-    from sgdsweep.sweep.plan import explain, format_explanation, show_value, show_values
+    from sgdsweep.sweep.explain import explain, format_explanation, show_value, show_values
 
     sweep = build_sweep(tiny_config(results_dir=str(tmp_path), grid={"lr": [0.1 + 0.2], "batch_size": 2}))
     text = format_explanation(sweep, explain(sweep))

@@ -18,7 +18,8 @@ from sgdsweep.store.aggregate import build_ensemble
 from sgdsweep.store.leftovers import remove_pack_leftovers
 from sgdsweep.store.points import PointStore, complete_points, is_complete, point_path, read_attrs
 from sgdsweep.sweep.config import build_sweep
-from sgdsweep.sweep.plan import PlanFiles, explain, pending_points
+from sgdsweep.sweep.explain import explain
+from sgdsweep.sweep.plan import PlanFiles, pending_points
 
 LRS = [round(0.2 + 0.02 * i, 2) for i in range(packs.PACK_MIN_POINTS)]
 #: Two data sets (samples_per_param 10 and 12), each with PACK_MIN_POINTS points: two shards.

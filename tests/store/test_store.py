@@ -22,7 +22,8 @@ from sgdsweep.store import leftovers, migrate
 from sgdsweep.store import points as point_store
 from sgdsweep.store.aggregate import build_ensemble, open_ensemble, write_ensemble
 from sgdsweep.sweep.config import build_sweep
-from sgdsweep.sweep.plan import explain, write_plan
+from sgdsweep.sweep.explain import explain
+from sgdsweep.sweep.plan import write_plan
 
 ARRAYS = {"x": (("replica",), np.arange(4.0)), "m": (("param", "param_t"), np.eye(2), {"units": "weight²"}),
           "n": (("replica",), np.array([1, 0, 2, -1]))}

@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 from conftest import cli, make_finished_sweep, run_snakemake, tiny_config, write_yaml
 
+from sgdsweep.store.points import failed_marker
 from sgdsweep.sweep.config import build_sweep
-from sgdsweep.sweep.plan import PlanFiles, explain, failed_marker
+from sgdsweep.sweep.explain import explain
+from sgdsweep.sweep.plan import PlanFiles
 
 
 def _reasons(root: Path, **sections) -> dict[str, str]:

@@ -22,7 +22,8 @@ HEAVY = ("numba", "scipy.sparse", "sgdsweep.theory", "sklearn", "sgdsweep.sim.en
 PROBE = """
 import json, sys
 from sgdsweep.sweep.config import load_sweep
-from sgdsweep.sweep.plan import explain, format_explanation, write_plan
+from sgdsweep.sweep.explain import explain, format_explanation
+from sgdsweep.sweep.plan import write_plan
 out = []
 for path in sys.argv[1:]:
     sweep = load_sweep(path)

@@ -14,10 +14,9 @@ from sgdsweep.sweep.execution import scheduler_address, uses_local_cluster, work
 from sgdsweep.sweep.config import build_sweep, check_place
 from sgdsweep.core.paths import write_if_changed
 from sgdsweep.run.progress import VERBOSITY_ENV
+from sgdsweep.sweep.explain import explain, format_explanation
 from sgdsweep.sweep.plan import (
     PlanFiles,
-    explain,
-    format_explanation,
     plan_texts,
     remove_other_versions,
     stage_plan_files,
