@@ -26,16 +26,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from sgdsweep.analysis.digest import Uncacheable, code_digest, digest_of, own_directory, prune, read_entry_file
+from sgdsweep.analysis.digest import ENTRY, Uncacheable, code_digest, digest_of, own_directory, prune, read_entry_file
 
-_KEY = re.compile(r"[0-9a-f]{64}")
 #: The files an entry may hold (but its ``sha256.json``).
 FILES = ("figure.png", "figure.svg", "legends.json")
 
@@ -87,7 +85,7 @@ class FigureCache:
 
     def _get(self, key: str, svg: bool) -> Drawn | None:
         entry = self.directory / key
-        if not _KEY.fullmatch(key) or self.directory.is_symlink() or entry.is_symlink():
+        if not ENTRY.fullmatch(key) or self.directory.is_symlink() or entry.is_symlink():
             return None
         raw = read_entry_file(entry / "sha256.json")
         sums = json.loads(raw) if raw is not None else None
