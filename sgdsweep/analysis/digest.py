@@ -143,21 +143,21 @@ def code_digest() -> str:
 MAX_ENTRY_BYTES = 256 * 2**20
 
 
-def read_entry_file(path: Path) -> bytes | None:
+def read_entry_file(path: Path, max_bytes: int = MAX_ENTRY_BYTES) -> bytes | None:
     """The bytes of the regular file ``path`` of a cache entry, or None when it is anything else
-    (a link, a FIFO, a device, a directory), larger than :data:`MAX_ENTRY_BYTES`, or cannot be
-    read: never blocks on a FIFO, never follows a link."""
+    (a link, a FIFO, a device, a directory), larger than ``max_bytes`` (default
+    :data:`MAX_ENTRY_BYTES`), or cannot be read: never blocks on a FIFO, never follows a link."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_ENTRY_BYTES:
+        if not stat.S_ISREG(st.st_mode) or st.st_size > max_bytes:
             return None
         with os.fdopen(fd, "rb", closefd=False) as fh:
-            data = fh.read(MAX_ENTRY_BYTES + 1)
-        return data if len(data) <= MAX_ENTRY_BYTES else None
+            data = fh.read(max_bytes + 1)
+        return data if len(data) <= max_bytes else None
     except OSError:
         return None
     finally:

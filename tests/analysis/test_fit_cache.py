@@ -4,6 +4,7 @@ nothing, whatever changed, and a damaged or planted entry is fitted again."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 
@@ -11,7 +12,7 @@ import numpy as np
 from test_report import _ensemble, _with_momentum
 
 from sgdsweep.analysis.fit import fit_ensemble
-from sgdsweep.analysis.fit.cache import GROUPS_FILE, FitCache
+from sgdsweep.analysis.fit.cache import GROUPS_FILE, MAX_GROUPS_BYTES, FitCache
 
 SETTINGS = {"confidence": 0.95, "bootstrap": 100}
 
@@ -73,9 +74,11 @@ def test_a_damaged_or_planted_entry_is_fitted_again_and_a_link_is_not_followed(t
     stored[keys[0]]["result"]["params"] = {"a": {"estimate": 0.5}}  # edited: no longer its SHA-256
     stored[keys[1]] = {"sha256": "0" * 64}  # no result
     stored[keys[2]] = ["not", "an", "entry"]
+    forged = {"params": "not a fit"}  # its digest right, its shape not a fit's: fitted again
+    stored[keys[3]] = {"sha256": hashlib.sha256(json.dumps(forged).encode()).hexdigest(), "result": forged}
     file.write_text(json.dumps(stored))
     text, cache = _cached(ds, tmp_path)
-    assert text == expected and cache.made == 3
+    assert text == expected and cache.made == 4
     assert _cached(ds, tmp_path)[1].made == 0  # stored anew
     # a file that is no JSON, is deeper than json parses, or a FIFO (a plain read would wait
     # forever): an empty cache
@@ -96,6 +99,25 @@ def test_a_damaged_or_planted_entry_is_fitted_again_and_a_link_is_not_followed(t
     text, cache = _cached(ds, tmp_path)
     assert text == expected and cache.reused == 0
     assert not (tmp_path / "cache").is_symlink() and (victim / GROUPS_FILE).read_text() == "not ours"
+
+
+def test_a_replica_table_with_point_second_is_fitted_without_the_cache(tmp_path):
+    """The fits read rows (point first): a variable laid out otherwise is not keyed as read, so
+    the job makes every fit (a change in one group's replicas must not reuse another's fit)."""
+    ds = _with_momentum(_ensemble(1.0), values=(0.0, 0.3))
+    ds["weight_var_replica"] = ds["weight_var_replica"].transpose("replica", "point")
+    text, cache = _cached(ds, tmp_path)
+    assert text == _text(fit_ensemble(ds, SETTINGS)) and cache.reused == 0
+    assert _cached(ds, tmp_path)[1].reused == 0
+
+
+def test_an_oversized_cache_file_counts_as_empty(tmp_path):
+    ds = _ensemble(1.0)
+    expected, _ = _cached(ds, tmp_path)
+    with open(tmp_path / "cache" / GROUPS_FILE, "a") as fh:
+        fh.truncate(MAX_GROUPS_BYTES + 1)  # beyond the bound: not parsed
+    text, cache = _cached(ds, tmp_path)
+    assert text == expected and cache.reused == 0 and cache.made > 0
 
 
 def test_a_fit_with_an_unwritable_cache_is_made_as_without(tmp_path):

@@ -11,6 +11,10 @@ the whole sweep (:data:`WHOLE_SWEEP_ATTRS`: its config and grid, its size, when,
 which code it was built). The fits read from the attributes only ``swept_axes`` and the values
 of axes not swept; both stay in the key.
 
+The cache is trusted as fits.json is (both in the sweep's directory): its SHA-256s catch damage,
+not a result written there on purpose with its digest. A variable along ``point`` whose first
+dimension is not ``point`` turns the cache off for the job (the fits read rows).
+
 Layout: one file, ``<cache>/groups.json``: key → ``{"sha256": …, "result": …}`` (the SHA-256 of
 the result's JSON text): an entry that does not match is refitted. Read once, written once and
 atomically after the fits (:meth:`FitCache.save`), holding that job's groups only.
@@ -56,7 +60,9 @@ class GroupKeys:
                 values = np.asarray(var.values)
                 schema.append((str(name), tuple(map(str, var.dims)), repr(values.dtype.descr), dict(var.attrs)))
                 if "point" in var.dims:
-                    self._along.append((var.get_axis_num("point"), values))
+                    if var.dims[0] != "point":  # the fits index rows (point first): keyed as they read
+                        raise Uncacheable(f"{name}: its first dimension is not point")
+                    self._along.append((0, values))
                 else:
                     fixed[str(name)] = values
             attrs = {k: v for k, v in ds.attrs.items() if k not in WHOLE_SWEEP_ATTRS}
@@ -83,13 +89,23 @@ class GroupKeys:
         return h.hexdigest()
 
 
+def _shaped(result: Any) -> bool:
+    """Whether ``result`` has the shape of a group's fit: a dict whose ``params``, if any, map
+    names to dicts (or None), as the report and the family of comparisons read them."""
+    if not isinstance(result, dict):
+        return False
+    params = result.get("params", {})
+    return isinstance(params, dict) and all(q is None or isinstance(q, dict) for q in params.values())
+
+
 def _text(result: Any) -> str:
     """The JSON text of a result, its keys in their order (as fits.json writes them)."""
     return json.dumps(result, allow_nan=True)
 
 
-#: The cache's one file, in its directory.
-GROUPS_FILE = "groups.json"
+#: The cache's one file, in its directory, and the most bytes it is read at (a larger one counts
+#: as empty: parsing JSON takes ~25 times its size in memory).
+GROUPS_FILE, MAX_GROUPS_BYTES = "groups.json", 32 * 2**20
 
 
 class FitCache:
@@ -104,7 +120,8 @@ class FitCache:
         #: group results taken from the cache, and made (fitted and stored), since made
         self.reused = self.made = 0
         try:
-            raw = None if self.directory.is_symlink() else read_entry_file(self.directory / GROUPS_FILE)
+            file = self.directory / GROUPS_FILE
+            raw = None if self.directory.is_symlink() else read_entry_file(file, MAX_GROUPS_BYTES)
             stored = json.loads(raw) if raw is not None else {}
             self._stored = stored if isinstance(stored, dict) else {}
         except Exception:  # noqa: BLE001 - whatever a damaged or planted file raises: an empty cache
@@ -116,7 +133,7 @@ class FitCache:
         try:
             entry = self._stored.get(key)
             text = _text(entry["result"])
-            if hashlib.sha256(text.encode()).hexdigest() != entry["sha256"] or not isinstance(entry["result"], dict):
+            if hashlib.sha256(text.encode()).hexdigest() != entry["sha256"] or not _shaped(entry["result"]):
                 return None
         except Exception:  # noqa: BLE001 - a damaged or planted entry: fitted again
             return None
