@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from sgdsweep.analysis.fit.points import short_burn_in_note
 from sgdsweep.analysis.fit.verdict import HEADLINE, NAMES, SYMBOLS, assess, judge, num, where
 from sgdsweep.sweep import lead as leads
 
@@ -318,7 +319,23 @@ def headline(requested: str | None, ds: xr.Dataset, fits: Mapping[str, Any], con
         out.notes.append(f"report.lead = {lead}: this sweep holds nothing to draw it; leading with {out.lead} instead")
     if not out.sentences:
         out.sentences.append("No measurement with an exact theory to compare it with")
+    # every lead but escape states the stationary state, which a short burn-in may not have reached
+    note = None if out.lead == "escape" else short_burn_in_note(ds, _compared(ds), lambda i: _where(ds, i, _swept(ds)))
+    if note:
+        out.notes.append(note)
     return out
+
+
+def _compared(ds: xr.Dataset) -> np.ndarray:
+    """Per point, whether it has a stationary theory value (weight_var's or the loss's) and no
+    diverged replica: the points whose short burn-in a headline warns of."""
+    keep = np.zeros(ds.sizes["point"], bool)
+    for theory in ("weight_var_theory", "loss_theory"):
+        if theory in ds:
+            keep |= np.isfinite(np.asarray(ds[theory].values, float))
+    if "diverged" in ds:
+        keep &= ~np.asarray(ds["diverged"].values, bool)
+    return keep
 
 
 def _build(lead: str, ds: xr.Dataset, fits: Mapping[str, Any], config: Mapping[str, Any],

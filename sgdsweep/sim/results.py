@@ -387,10 +387,19 @@ def point_result(problem, params: Mapping[str, Any], burn_in: int, lanes: Mappin
     summary.update(
         diverged=bool(np.any(div >= 0)), diverged_replicas=int(np.sum(div >= 0)),
         measured_steps=int(n[ok].max()) // substeps if n_ok else 0, burn_in=int(burn_in),
+        burn_in_relaxations=burn_in_relaxations(problem, params, burn_in),
         n_samples=problem.n_samples, autocorr_stride=int(stride),
         theory_formulas=pred.formulas, theory_reasons=pred.reasons,
         problem=problem.describe())
     return arrays, summary
+
+
+def burn_in_relaxations(problem, params: Mapping[str, Any], burn_in: int) -> float | None:
+    """The point's burn-in (SGD steps) in slowest relaxation times of the noise-free update at the
+    minimum (:meth:`relaxation_steps`, what ``burn_in: auto`` counts); None where that update is
+    unstable (an infinite relaxation time)."""
+    tau = problem.relaxation_steps(params["lr"], params["momentum"])
+    return float(burn_in) / tau if math.isfinite(tau) and tau > 0 else None
 
 
 def problem_probe(problem) -> np.ndarray:

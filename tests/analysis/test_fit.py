@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import xarray as xr
@@ -448,3 +450,50 @@ def test_escape_verdict_is_decided_by_the_exact_chain_not_by_the_approximate_law
     assert "Kramers slope 2.5 (outside)" in agree.text() and "DISAGREES" not in agree.text()
     assert judge("escape", result(2.5)).status == "bad"
     assert judge("escape", result(None)).status == "neutral"  # only approximations to compare with
+
+
+def test_a_verdict_not_agreeing_names_the_points_whose_burn_in_is_short():
+    """Each group of a stationary fit counts its points with a burn-in under SHORT_BURN_IN
+    relaxation times; a verdict that does not agree says so (one group, and the summary of many),
+    one that agrees does not; the report's headline notes them with the shortest and where it is.
+    An ensemble without ``burn_in_relaxations`` (written before it was stored) counts none."""
+    from sgdsweep.analysis.fit import assess
+    from sgdsweep.analysis.headline import headline
+    from sgdsweep.store.variables import SHORT_BURN_IN
+
+    lr, s, y, se, truth = _synthetic(seed=4)
+    relaxations = np.full(lr.size, 10.0)
+    relaxations[:3] = [0.2, 3.9, SHORT_BURN_IN]  # two short (strictly under the bound)
+
+    def ensemble(values: np.ndarray, mu: np.ndarray | None = None) -> xr.Dataset:
+        coords = {"point": [f"p{i}" for i in range(values.size)], "lr": ("point", lr), "batch_size": ("point", s)}
+        axes = ["lr", "batch_size"]
+        if mu is not None:
+            coords["momentum"], axes = ("point", mu), [*axes, "momentum"]
+        return xr.Dataset({"weight_var": ("point", values), "weight_var_se": ("point", se),
+                           "weight_var_theory": ("point", truth), "diverged": ("point", np.zeros(lr.size, bool)),
+                           "burn_in_relaxations": ("point", relaxations)},
+                          coords=coords, attrs={"swept_axes": json.dumps(axes)})
+
+    conf = {"power_law": {"enabled": True}, "confidence": 0.95}
+    agreeing = fit_ensemble(ensemble(y), conf)
+    (res,) = agreeing["power_law"]
+    assert res["short_burn_in"] == 2
+    (good,) = [v for v in assess(agreeing) if v.fit == "power_law"]
+    assert good.status == "good" and "burn-in" not in good.text()
+    lifted = y * np.where(np.arange(lr.size) < 3, 3.0, 1.0)  # the short points far above the theory
+    (bad,) = [v for v in assess(fit_ensemble(ensemble(lifted), conf)) if v.fit == "power_law"]
+    assert bad.status == "bad" and f"2 of its points have a burn-in under {SHORT_BURN_IN:g} slowest relaxation " \
+        "times" in bad.text()
+    many = fit_ensemble(ensemble(lifted, mu=np.arange(lr.size) % 4 * 0.1), conf)
+    assert len(many["power_law"]) == 4
+    (summary,) = [v for v in assess(many) if v.fit == "power_law"]
+    assert summary.status == "bad"
+    assert "2 of the points of the groups that do not agree have a burn-in" in summary.text()
+    head = headline("weight_var", ensemble(lifted), fit_ensemble(ensemble(lifted), conf), {})
+    (note,) = [n for n in head.notes if "burn-in" in n]
+    assert note.startswith(f"2 of {lr.size} points have a burn-in under 4 slowest relaxation times") and \
+        f"the fewest 0.2 at λ = {lr[0]:g}" in note, note
+    older = ensemble(lifted).drop_vars("burn_in_relaxations")
+    assert "short_burn_in" not in fit_ensemble(older, conf)["power_law"][0]
+    assert not [n for n in headline("weight_var", older, fit_ensemble(older, conf), {}).notes if "burn-in" in n]

@@ -450,3 +450,36 @@ def test_slow_modes_do_not_starve_the_loss_average(tmp_path):
     s = res[0]["summary"]
     assert s["loss"] is not None and s["test_loss"] is not None and s["test_loss"] > s["loss"]
     assert s["autocorr_stride"] <= 2500 // 258
+
+
+def _relaxation_time(curvatures: np.ndarray, lr: float, momentum: float) -> float:
+    """1/(1 − ρ), ρ the largest modulus of the eigenvalues of the heavy-ball map's 2 × 2 companion
+    matrices [[1 + μ − λk, −μ], [1, 0]] (numerically, not the closed form the code uses)."""
+    rho = max(np.abs(np.linalg.eigvals(np.array([[1 + momentum - lr * k, -momentum], [1.0, 0.0]]))).max()
+              for k in curvatures)
+    return 1.0 / (1.0 - rho)
+
+
+def test_a_short_burn_in_is_counted_in_relaxation_times_and_shows_in_the_averages(tmp_path):
+    """``burn_in_relaxations`` is the burn-in over the slowest relaxation time of the mean update,
+    the Hessian's eigenvalues taken from the data's singular values (with and without momentum).
+    Under SHORT_BURN_IN the relaxation from the start (w = 0) shows: weight_var lies many SE above
+    the exact stationary theory, while the same point with ``burn_in: auto`` agrees with it."""
+    from sgdsweep.models import get_model
+    from sgdsweep.store.variables import SHORT_BURN_IN
+
+    grid = {"lr": 0.05, "momentum": [0.0, 0.5], "batch_size": 4, "samples_per_param": 4.0, "noise": "minibatch"}
+    short = run({**LINEAR, "dynamics": {"steps": 3000, "replicas": 32, "burn_in": 20}, "grid": grid}, tmp_path / "s")
+    auto = run({**LINEAR, "dynamics": {"steps": 6000, "replicas": 32, "burn_in": "auto"}, "grid": grid},
+               tmp_path / "a")
+    model = get_model("linear")
+    problem = model.make_problem(model.data_params(short[0]["params"]))
+    curvatures = np.linalg.svd(problem.x, compute_uv=False) ** 2 / problem.x.shape[0]  # of X^T X / P
+    for r in short + auto:
+        tau = _relaxation_time(curvatures, r["params"]["lr"], r["params"]["momentum"])
+        burn = r["summary"]["burn_in"]
+        assert r["summary"]["burn_in_relaxations"] == pytest.approx(burn / tau, rel=1e-9), (r["params"], tau)
+    plain_short, plain_auto = short[0]["summary"], auto[0]["summary"]
+    assert plain_short["burn_in_relaxations"] < SHORT_BURN_IN <= plain_auto["burn_in_relaxations"]
+    assert z(plain_short, plain_short["weight_var_theory"]) > 5, plain_short
+    assert abs(z(plain_auto, plain_auto["weight_var_theory"])) < 3, plain_auto

@@ -34,7 +34,7 @@ from sgdsweep.analysis.fit.cache import FitCache, GroupKeys
 from sgdsweep.analysis.fit.collapse import fit_collapse
 from sgdsweep.analysis.fit.common import axis_values, groups, replica_order, replica_table
 from sgdsweep.analysis.fit.escape import fit_escape
-from sgdsweep.analysis.fit.points import point_checks
+from sgdsweep.analysis.fit.points import point_checks, short_burn_in
 from sgdsweep.analysis.fit.power_law import fit_power_law
 from sgdsweep.analysis.fit.spectra import fit_flatness, fit_wigner
 from sgdsweep.analysis.fit.verdict import Verdict, assess, verdicts
@@ -48,6 +48,10 @@ SINGLE_LAYER_FLATNESS = ("a single-layer model has no inverse variance–flatnes
 
 #: Bootstrap seed: fits are a deterministic function of the ensemble and the fit config.
 BOOTSTRAP_SEED = 20240101
+#: Fits of the stationary state's weight variance: a group result counts its points whose burn-in
+#: is short (``short_burn_in``, :func:`sgdsweep.analysis.fit.points.short_burn_in`), which its
+#: verdict names when it is not "agrees".
+STATIONARY = ("power_law", "linear_scaling", "momentum_scaling")
 
 
 def _diverged(ds: xr.Dataset) -> np.ndarray:
@@ -78,6 +82,7 @@ def fit_ensemble(ds: xr.Dataset, fit_config: dict[str, Any], cache: FitCache | N
     wv_rep = replica_table(ds, "weight_var_replica")
 
     keys = GroupKeys(ds, fit_config) if cache is not None else None
+    short = short_burn_in(ds)
 
     def rng() -> np.random.Generator:
         return np.random.default_rng(BOOTSTRAP_SEED)
@@ -94,6 +99,8 @@ def fit_ensemble(ds: xr.Dataset, fit_config: dict[str, Any], cache: FitCache | N
                     cache.put(key, res)
             res["group"] = group
             res["excluded_diverged"] = int((mask & diverged).sum())
+            if name in STATIONARY and short[index].any():  # said beside a verdict these points may sway
+                res["short_burn_in"] = int(short[index].sum())
             results.append(res)
         if all("error" in r for r in results):
             skipped[name] = results[0]["error"]

@@ -15,12 +15,14 @@ ones (Šidák): ``1 − (1 − p_min)ⁿ``, p_min the smallest two-sided p-value
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import xarray as xr
 
 from sgdsweep.analysis.fit.common import two_sided_pvalue
+from sgdsweep.store.variables import SHORT_BURN_IN
 
 #: (variable, its exact theory) that a headline may state point by point. The loss is checked
 #: beside the weight variance: the report chooses its lead (``report.lead: loss`` on a model with
@@ -61,3 +63,30 @@ def point_checks(ds: xr.Dataset, diverged: np.ndarray) -> list[dict[str, Any]]:
         if found is not None:
             out.append(found)
     return out
+
+
+def short_burn_in(ds: xr.Dataset) -> np.ndarray:
+    """Per point, whether its burn-in is short: under :data:`~sgdsweep.store.variables.SHORT_BURN_IN`
+    slowest relaxation times (``burn_in_relaxations``); all False for an ensemble without that
+    variable (written before it was stored)."""
+    if "burn_in_relaxations" not in ds:
+        return np.zeros(ds.sizes["point"], bool)
+    with np.errstate(invalid="ignore"):
+        return np.asarray(ds["burn_in_relaxations"].values, float) < SHORT_BURN_IN
+
+
+def short_burn_in_note(ds: xr.Dataset, keep: np.ndarray, where: Callable[[int], str]) -> str | None:
+    """A sentence on the points of ``keep`` (boolean, per point) whose burn-in is short
+    (:func:`short_burn_in`): how many, the shortest (in relaxation times) and ``where(i)`` it is,
+    and what to do; None when there is none."""
+    short = short_burn_in(ds) & keep
+    if not short.any():
+        return None
+    idx = np.flatnonzero(short)
+    rel = np.asarray(ds["burn_in_relaxations"].values, float)
+    fewest = idx[int(np.argmin(rel[idx]))]
+    at = where(int(fewest))
+    return (f"{idx.size} of {int(keep.sum())} points have a burn-in under {SHORT_BURN_IN:g} slowest relaxation times "
+            f"(burn_in_relaxations; the fewest {rel[fewest]:.2g}{' at ' + at if at else ''}): their averages may "
+            "still hold the relaxation from the start, which the stationary theory does not describe; set "
+            "dynamics.burn_in: auto (8 relaxation times) or raise it")

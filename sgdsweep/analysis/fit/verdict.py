@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sgdsweep.analysis.fit.escape import LAW_NAMES
+from sgdsweep.store.variables import SHORT_BURN_IN
 
 #: Human names of the fits, in the order the report and the summary list them.
 NAMES = {"power_law": "Power law weight_var = A·λ^a·S^b", "linear_scaling": "Linear scaling rule: collapse in λ/S",
@@ -236,7 +237,17 @@ def judge(kind: str, res: dict[str, Any]) -> Verdict:
         if res.get("excluded_modes"):  # round-off modes: left out of the fit, said here
             sentences.append(f"{res['excluded_modes']} mode(s) below the numerical floor "
                              f"({num(res.get('numerical_floor', 1e-10))} × the largest variance or curvature) excluded")
-    return Verdict(kind, here, sentences, _status([q for _, q in qs], fit_status), numbers)
+    status = _status([q for _, q in qs], fit_status)
+    if status != "good" and res.get("short_burn_in"):
+        sentences.append(short_burn_in_sentence(res["short_burn_in"]))
+    return Verdict(kind, here, sentences, status, numbers)
+
+
+def short_burn_in_sentence(count: int, whose: str = "its points") -> str:
+    """What a verdict that is not "agrees" says of the ``count`` points of ``whose`` (the points it
+    fitted) whose burn-in is short (:data:`~sgdsweep.store.variables.SHORT_BURN_IN` relaxation times)."""
+    return (f"{count} of {whose} have a burn-in under {SHORT_BURN_IN:g} slowest relaxation times: their averages "
+            "may still hold the relaxation from the start (set dynamics.burn_in: auto)")
 
 
 def _summary(kind: str, results: list[dict[str, Any]]) -> Verdict:
@@ -275,6 +286,9 @@ def _summary(kind: str, results: list[dict[str, Any]]) -> Verdict:
         sentences.append(f"{len(failed)} not fitted ({failed[0].get('error', 'no parameters')})")
     statuses = [v.status for v in per]  # a group without a theory value says nothing against the others
     status = "bad" if "bad" in statuses else "good" if "good" in statuses else "neutral"
+    short = sum(int(r.get("short_burn_in") or 0) for r, v in zip(results, per) if v.status != "good")
+    if short:
+        sentences.append(short_burn_in_sentence(short, f"the points of the {unit} that do not agree"))
     scope = (f"where it has one ({statuses.count('good')} of {len(results)} {unit})"
              if status == "good" and statuses.count("good") < len(results) else "")
     return Verdict(kind, f"all {len(results)} {unit}", sentences, status, scope=scope)
