@@ -35,3 +35,26 @@ def test_grouped_jackknife_matches_the_spread_of_a_nonlinear_statistic():
         ses.append(jackknife_se(stat, (a, b)))
     assert JACKKNIFE_GROUPS == 32
     assert abs(np.mean(ses) / np.std(values, ddof=1) - 1) < 0.15, (np.mean(ses), np.std(values, ddof=1))
+
+
+def test_the_burn_in_of_the_sde_is_counted_in_the_relaxation_times_of_its_own_step():
+    """``burn_in_relaxations`` of ``method: sde`` counts the relaxation of its Euler step dt =
+    dt_over_lr·λ (1/dt_over_lr integrator steps per SGD step), not of the SGD map: the same for
+    λk ≤ 1 (τ = 1/(λk) steps either way), shorter above, and finite beyond λk = 2 where the SGD
+    map is unstable but the SDE is not. Curvatures 1 and 0.5, burn-in 10 steps."""
+    import pytest
+
+    from sgdsweep.models import get_model
+    from sgdsweep.sim.results import burn_in_relaxations
+
+    problem = get_model("quadratic").make_problem({"model": "quadratic", "curvatures": [1.0, 0.5],
+                                                   "noise_cov": [1.0, 1.0]})
+    sgd = {"momentum": 0.0, "method": "sgd", "dt_over_lr": 1.0}
+    sde = {**sgd, "method": "sde", "dt_over_lr": 0.1}
+    assert burn_in_relaxations(problem, {**sgd, "lr": 0.5}, 10) == pytest.approx(10 * 0.25)  # τ = 1/(λ k_min) = 4
+    assert burn_in_relaxations(problem, {**sde, "lr": 0.5}, 10) == pytest.approx(10 * 0.25)
+    assert burn_in_relaxations(problem, {**sgd, "lr": 1.5}, 10) == pytest.approx(10 * 0.5)  # ρ = |1 − 1.5| = 0.5
+    assert burn_in_relaxations(problem, {**sde, "lr": 1.5}, 10) == pytest.approx(10 * 0.75)  # τ = 1/(1.5 · 0.5)
+    assert burn_in_relaxations(problem, {**sgd, "lr": 2.5}, 10) is None
+    assert burn_in_relaxations(problem, {**sde, "lr": 2.5}, 10) == pytest.approx(10 * 1.25)
+    assert burn_in_relaxations(problem, {**sde, "lr": 25.0}, 10) is None  # dt·k = 2.5: the Euler step is unstable
