@@ -68,11 +68,17 @@ def point_checks(ds: xr.Dataset, diverged: np.ndarray) -> list[dict[str, Any]]:
 def short_burn_in(ds: xr.Dataset) -> np.ndarray:
     """Per point, whether its burn-in is short: under :data:`~sgdsweep.store.variables.SHORT_BURN_IN`
     slowest relaxation times (``burn_in_relaxations``); all False for an ensemble without that
-    variable (written before it was stored)."""
+    variable (written before it was stored). A point that observes escapes (``escaped_fraction``
+    stored) is never short: its replicas are meant to leave the minimum they start in, its burn-in
+    (0 in every escape sweep) is no fault, and a disagreement with the stationary theory there is
+    the escapes'."""
     if "burn_in_relaxations" not in ds:
         return np.zeros(ds.sizes["point"], bool)
     with np.errstate(invalid="ignore"):
-        return np.asarray(ds["burn_in_relaxations"].values, float) < SHORT_BURN_IN
+        short = np.asarray(ds["burn_in_relaxations"].values, float) < SHORT_BURN_IN
+    if "escaped_fraction" in ds:
+        short &= ~np.isfinite(np.asarray(ds["escaped_fraction"].values, float))
+    return short
 
 
 def short_burn_in_note(ds: xr.Dataset, keep: np.ndarray, where: Callable[[int], str]) -> str | None:
