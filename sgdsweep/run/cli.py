@@ -116,7 +116,18 @@ def cmd_validate(args: argparse.Namespace) -> int:
     print(f"{args.config}: valid. Sweep '{sweep.name}': {len(sweep.points)} points in "
           f"{len(sweep.shards)} shard(s); swept axes: {', '.join(swept) or 'none'}; "
           f"results in {sweep.directory}/")
+    _warn_short_burn_in(sweep)
     return 0
+
+
+def _warn_short_burn_in(sweep) -> None:
+    """Print the sweep's warning of burn-ins too short for the stationary state, if any
+    (:mod:`sgdsweep.sweep.burn_in`)."""
+    from sgdsweep.sweep.burn_in import short_burn_in_warning
+
+    warning = short_burn_in_warning(sweep)
+    if warning:
+        print(warning)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -125,6 +136,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     sweep = load_sweep(args.config)
     print(format_explanation(sweep, explain(sweep), verbose=not args.summary, cost=not args.summary))
+    _warn_short_burn_in(sweep)
     return 0
 
 

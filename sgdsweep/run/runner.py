@@ -43,6 +43,7 @@ def run_sweep(args: argparse.Namespace, verbosity: int) -> int:
 
     from sgdsweep.run import locking
     from sgdsweep.store.points import complete_points
+    from sgdsweep.sweep.burn_in import short_burn_in_warning
     from sgdsweep.sweep.config import load_sweep
     from sgdsweep.sweep.device import device_override, snakemake_config
     from sgdsweep.sweep.execution import scheduler_address
@@ -69,6 +70,9 @@ def run_sweep(args: argparse.Namespace, verbosity: int) -> int:
     cmd = snakemake_command(args, snakemake_config(args.device), verbosity)
     log.info("sweep '%s': %d points, %d stored, %d to simulate; results in %s/", sweep.name, len(hashes),
              len(stored_before), todo, sweep.directory)
+    short = short_burn_in_warning(sweep)
+    if short:
+        log.warning("%s", short)
     reasons = explain(sweep, stored_before)  # before the plan is rewritten: it compares with the previous one
     plan = {} if args.dry_run else plan_texts(sweep, stored_before)  # a sweep beyond max_memory fails here
     log.debug("running %s", " ".join(cmd))

@@ -230,11 +230,6 @@ def theory_entries(recorded: Mapping[str, str]) -> dict[str, str]:
     return {EARLIER_THEORY_KEYS.get(k, k): v for k, v in recorded.items()}
 
 
-#: Relaxation times (``burn_in_relaxations``) under which a point's burn-in is called short: the
-#: start's offset from the stationary state still weighs e⁻⁴ ≈ 2 % of itself in the mean and e⁻⁸ in
-#: the second moment, which the stationary theory does not describe (``burn_in: auto`` takes 8).
-SHORT_BURN_IN = 4.0
-
 INT_SCALARS = ("diverged_replicas", "burn_in", "measured_steps", "escape_censored", "loss_autocorr_truncated")
 
 

@@ -79,6 +79,9 @@ class Sweep:
     coords: tuple[str, ...]
     #: data set (:attr:`Point.data_set`) → the memory its simulation tasks need (:mod:`sgdsweep.sweep.cost`)
     footprints: Mapping[str, Footprint] = field(default_factory=dict, repr=False, compare=False)
+    #: data set → the Hessian eigenvalues at its minimum (``Problem.curvatures``): what a point's
+    #: burn-in is counted in relaxation times on (:mod:`sgdsweep.sweep.burn_in`)
+    curvatures: Mapping[str, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
     _shards: dict[str, list[Point]] = field(default_factory=dict, repr=False, compare=False)
     #: with ``precision:`` or ``search:``, the current round and why each point is in it
     #: (:func:`sgdsweep.sweep.precision.resolve_rounds`); else empty
@@ -122,14 +125,15 @@ def describe_point(gp: Mapping[str, Any]) -> str:
 
 
 def make_point(model, raw_params: Mapping[str, Any], where: str, footprints: dict[str, Footprint],
-               problems: dict[str, Any] | None = None) -> Point:
+               problems: dict[str, Any] | None = None, curvatures: dict[str, np.ndarray] | None = None) -> Point:
     """The :class:`Point` of ``raw_params`` (the config's base parameters with one grid point's
     axes): values coerced, the model's checks passed, ``init: auto`` and the burn-in resolved;
     the footprint of a new data set is added to ``footprints``; the point's shard is its data set
     until :func:`sgdsweep.sweep.shards.assign_shards` groups the sweep's data sets. ``problems`` (canonical JSON of the
     model's data parameters → problem), when given, keeps every problem built for a sweep: the
     models' own caches hold a few, and a sweep of more data sets than that would rebuild one
-    per point.
+    per point. ``curvatures``, when given, gets a new data set's Hessian eigenvalues at its
+    minimum (what burn-in counts relaxation times on, :mod:`sgdsweep.sweep.burn_in`).
 
     Raises:
         ConfigError: naming the key and ``where``.
@@ -143,6 +147,8 @@ def make_point(model, raw_params: Mapping[str, Any], where: str, footprints: dic
     data_set = content_hash({k: v for k, v in params.items() if k not in IN_SHARD_KEYS})
     if data_set not in footprints:
         footprints[data_set] = footprint(problem, params)
+    if curvatures is not None and data_set not in curvatures:
+        curvatures[data_set] = np.asarray(problem.curvatures(), dtype=float)
     return Point(hash=content_hash(params), params=params, burn_in=burn, shard=data_set, data_set=data_set)
 
 
@@ -237,6 +243,7 @@ def build_sweep(raw: Mapping[str, Any], rounds: bool = True) -> Sweep:
     seen: dict[str, int] = {}
     footprints: dict[str, Footprint] = {}
     problems: dict[str, Any] = {}
+    curvatures: dict[str, np.ndarray] = {}
     for i, gp in enumerate(expanded):
         where = describe_point(gp)
         for axis in gp:
@@ -247,7 +254,7 @@ def build_sweep(raw: Mapping[str, Any], rounds: bool = True) -> Sweep:
             if axis not in gp:
                 raise ConfigError(f"grid.{axis}", None, "a value or a list of values",
                                   f"Every {kind} sweep sets '{axis}'; add it to grid (or to every point).")
-        point = make_point(model, route({**base, **gp}, where), where, footprints, problems)
+        point = make_point(model, route({**base, **gp}, where), where, footprints, problems, curvatures)
         if point.hash in seen:
             raise ConfigError("points" if i >= len(expanded) - len(cfg.get("points", [])) else "grid",
                               dict(gp), "distinct points",
@@ -258,7 +265,7 @@ def build_sweep(raw: Mapping[str, Any], rounds: bool = True) -> Sweep:
     report_lead.check(cfg, kind, base["observe"], {"momentum": {p.params.get("momentum", 0.0) for p in points}})
     coords = tuple(a for a in gridmod.AXES if a in model.AXES) + tuple(
         k for k in gridmod.EXTRA_GRID_KEYS if any(k in gp for gp in expanded))
-    sweep = Sweep(config=cfg, points=tuple(points), coords=coords, footprints=footprints)
+    sweep = Sweep(config=cfg, points=tuple(points), coords=coords, footprints=footprints, curvatures=curvatures)
     if rounds and ("precision" in cfg or "search" in cfg):  # the current round's points, from the stored ones
         from sgdsweep.sweep.precision import resolve_rounds
 

@@ -459,7 +459,7 @@ def test_a_verdict_not_agreeing_names_the_points_whose_burn_in_is_short():
     An ensemble without ``burn_in_relaxations`` (written before it was stored) counts none."""
     from sgdsweep.analysis.fit import assess
     from sgdsweep.analysis.headline import headline
-    from sgdsweep.store.variables import SHORT_BURN_IN
+    from sgdsweep.models.base import SHORT_BURN_IN
 
     lr, s, y, se, truth = _synthetic(seed=4)
     relaxations = np.full(lr.size, 10.0)

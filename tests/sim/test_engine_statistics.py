@@ -466,7 +466,7 @@ def test_a_short_burn_in_is_counted_in_relaxation_times_and_shows_in_the_average
     Under SHORT_BURN_IN the relaxation from the start (w = 0) shows: weight_var lies many SE above
     the exact stationary theory, while the same point with ``burn_in: auto`` agrees with it."""
     from sgdsweep.models import get_model
-    from sgdsweep.store.variables import SHORT_BURN_IN
+    from sgdsweep.models.base import SHORT_BURN_IN
 
     grid = {"lr": 0.05, "momentum": [0.0, 0.5], "batch_size": 4, "samples_per_param": 4.0, "noise": "minibatch"}
     short = run({**LINEAR, "dynamics": {"steps": 3000, "replicas": 32, "burn_in": 20}, "grid": grid}, tmp_path / "s")

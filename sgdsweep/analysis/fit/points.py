@@ -22,7 +22,7 @@ import numpy as np
 import xarray as xr
 
 from sgdsweep.analysis.fit.common import two_sided_pvalue
-from sgdsweep.store.variables import SHORT_BURN_IN
+from sgdsweep.models.base import SHORT_BURN_IN
 
 #: (variable, its exact theory) that a headline may state point by point. The loss is checked
 #: beside the weight variance: the report chooses its lead (``report.lead: loss`` on a model with
@@ -66,7 +66,7 @@ def point_checks(ds: xr.Dataset, diverged: np.ndarray) -> list[dict[str, Any]]:
 
 
 def short_burn_in(ds: xr.Dataset) -> np.ndarray:
-    """Per point, whether its burn-in is short: under :data:`~sgdsweep.store.variables.SHORT_BURN_IN`
+    """Per point, whether its burn-in is short: under :data:`~sgdsweep.models.base.SHORT_BURN_IN`
     slowest relaxation times (``burn_in_relaxations``); all False for an ensemble without that
     variable (written before it was stored). A point that observes escapes (``escaped_fraction``
     stored) is never short: its replicas are meant to leave the minimum they start in, its burn-in

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sgdsweep.analysis.fit.escape import LAW_NAMES
-from sgdsweep.store.variables import SHORT_BURN_IN
+from sgdsweep.models.base import SHORT_BURN_IN
 
 #: Human names of the fits, in the order the report and the summary list them.
 NAMES = {"power_law": "Power law weight_var = A·λ^a·S^b", "linear_scaling": "Linear scaling rule: collapse in λ/S",
@@ -245,7 +245,7 @@ def judge(kind: str, res: dict[str, Any]) -> Verdict:
 
 def short_burn_in_sentence(count: int, whose: str = "its points") -> str:
     """What a verdict that is not "agrees" says of the ``count`` points of ``whose`` (the points it
-    fitted) whose burn-in is short (:data:`~sgdsweep.store.variables.SHORT_BURN_IN` relaxation times)."""
+    fitted) whose burn-in is short (:data:`~sgdsweep.models.base.SHORT_BURN_IN` relaxation times)."""
     return (f"{count} of {whose} have a burn-in under {SHORT_BURN_IN:g} slowest relaxation times: their averages "
             "may still hold the relaxation from the start (set dynamics.burn_in: auto)")
 

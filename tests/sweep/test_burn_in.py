@@ -1,0 +1,64 @@
+"""Burn-ins too short for the stationary state are found when a sweep is read: the count matches
+what the simulated points store, ``auto`` and escape sweeps are not warned of, and ``validate``
+and ``plan`` print the warning."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from conftest import write_yaml
+
+from sgdsweep.models.base import SHORT_BURN_IN
+from sgdsweep.run import cli
+from sgdsweep.run.simulate import simulate_points
+from sgdsweep.store import points as point_store
+from sgdsweep.sweep.burn_in import burn_in_relaxations, short_burn_in_warning
+from sgdsweep.sweep.config import build_sweep
+
+
+def _config(tmp_path, burn_in, **grid) -> dict:
+    return {"sweep": "b", "seed": 5, "results_dir": str(tmp_path / "results"),
+            "model": {"kind": "linear", "n_inputs": 5, "label_noise": 0.6},
+            "dynamics": {"steps": 400, "replicas": 2, "burn_in": burn_in},
+            "grid": {"lr": [0.05, 0.3, 20.0], "momentum": [0.0, 0.5], "batch_size": 4, "samples_per_param": 4.0,
+                     "noise": "minibatch", **grid}}
+
+
+def test_the_plan_counts_what_the_simulated_points_store(tmp_path):
+    """Each point's burn-in in relaxation times, found when the sweep is read (all points of a data
+    set at once), is the number its simulation stores; an unstable point (λ = 20) has none."""
+    sweep = build_sweep(_config(tmp_path, 20))
+    planned = burn_in_relaxations(sweep)
+    assert set(planned) == {p.hash for p in sweep.points}
+    simulate_points([p.spec() for p in sweep.points], str(tmp_path / "points"))
+    for p in sweep.points:
+        stored = point_store.read_attrs(point_store.point_path(tmp_path / "points", p.hash))["summary"]
+        if p.params["lr"] == 20.0:
+            assert math.isnan(planned[p.hash]) and stored["burn_in_relaxations"] is None
+        else:
+            assert planned[p.hash] == pytest.approx(stored["burn_in_relaxations"], rel=1e-12), p.params
+    warning = short_burn_in_warning(sweep)
+    short = sum(r < SHORT_BURN_IN for r in planned.values())
+    assert short == 4 and warning.startswith(f"warning: {short} of 6 points have a burn-in under 4 slowest")
+    fewest = min(r for r in planned.values() if not math.isnan(r))
+    assert f"the fewest {fewest:.2g}, 20 steps at lr=0.05" in warning
+
+
+def test_auto_burn_in_and_escape_sweeps_are_not_warned_of(tmp_path):
+    assert short_burn_in_warning(build_sweep(_config(tmp_path, "auto", lr=[0.05, 0.3]) | {
+        "dynamics": {"steps": 20000, "replicas": 2, "burn_in": "auto"}})) is None
+    escape = build_sweep({"sweep": "e", "results_dir": str(tmp_path / "results"),
+                          "model": {"kind": "landscape", "landscape": "double_well"},
+                          "dynamics": {"steps": 1000, "replicas": 2, "burn_in": 0, "observe": {"escape": True}},
+                          "grid": {"lr": [0.1, 0.2], "batch_size": 1, "noise": "gaussian"}})
+    assert burn_in_relaxations(escape) == {} and short_burn_in_warning(escape) is None
+
+
+@pytest.mark.parametrize("verb", ["validate", "plan"])
+def test_validate_and_plan_print_the_warning(tmp_path, capsys, verb):
+    path = write_yaml(tmp_path / "c.yaml", _config(tmp_path, 20))
+    assert cli.main([verb, str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "warning: 4 of 6 points have a burn-in under 4 slowest relaxation times" in out
+    assert "set dynamics.burn_in: auto" in out
