@@ -94,11 +94,14 @@ def test_snakemake_finds_the_logger_plugin_on_the_jobs_path():
 
 @pytest.fixture
 def plugin(monkeypatch):
-    """The plugin module; the SIGINT handler it installs is undone afterwards."""
+    """The plugin module, with Python's SIGINT handler in place; the handler it installs is undone
+    afterwards."""
     monkeypatch.syspath_prepend(str(PLUGINS))
     import snakemake_logger_plugin_sgdsweep as module
 
     before = signal.getsignal(signal.SIGINT)
+    # Python's own handler, as in a fresh process, whatever an earlier test of this worker left
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     monkeypatch.setattr(module, "_interrupted", False)
     yield module
     signal.signal(signal.SIGINT, before)
