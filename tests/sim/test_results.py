@@ -58,3 +58,22 @@ def test_the_burn_in_of_the_sde_is_counted_in_the_relaxation_times_of_its_own_st
     assert burn_in_relaxations(problem, {**sgd, "lr": 2.5}, 10) is None
     assert burn_in_relaxations(problem, {**sde, "lr": 2.5}, 10) == pytest.approx(10 * 1.25)
     assert burn_in_relaxations(problem, {**sde, "lr": 25.0}, 10) is None  # dt·k = 2.5: the Euler step is unstable
+
+
+def test_four_relaxation_times_leave_e_minus_4_of_the_offset_and_up_to_five_times_that_with_momentum():
+    """docs/physics.md §8: after a burn-in of SHORT_BURN_IN (4) relaxation times 1/(1 − ρ) the
+    noise-free update has kept at most e⁻⁴ of a start's offset without momentum (ρᴮ ≤ e^(−B(1−ρ)));
+    at critical damping, λk = (1 − √μ)², the double root leaves (1 + B(1 − ρ))ρᴮ, up to 5e⁻⁴
+    as μ → 1 (a start at rest: w₋₁ = w₀)."""
+    from sgdsweep.models.base import relaxation_from_curvatures
+
+    def kept(k: float, lr: float, mu: float) -> float:
+        tau = relaxation_from_curvatures(np.array([k]), lr, mu)
+        step = np.array([[1 + mu - lr * k, -mu], [1.0, 0.0]])
+        return abs((np.linalg.matrix_power(step, int(np.ceil(4 * tau))) @ [1.0, 1.0])[0])
+
+    for lr in (0.1, 0.5, 1.0, 1.5):
+        assert kept(1.0, lr, 0.0) <= np.exp(-4)
+    critical = {mu: kept(1.0, (1 - np.sqrt(mu)) ** 2, mu) / np.exp(-4) for mu in (0.5, 0.9, 0.99)}
+    assert 2 < critical[0.5] < critical[0.9] < critical[0.99] < 5, critical
+    assert critical[0.99] > 4.9, critical

@@ -132,3 +132,43 @@ def test_momentum_limit_is_continuous_and_gmres_matches_direct(monkeypatch, smal
 def test_unstable_learning_rate_has_no_stationary_state(small_data):
     m = th.stationary_second_moment(small_data, 50.0, 2, 0.0)
     assert np.all(np.isinf(m))
+
+
+def test_near_the_variance_edge_the_second_moment_relaxes_slower_than_the_mean_update():
+    """docs/physics.md §8: with minibatch noise E[δδᵀ] relaxes by M ↦ (I − λH)M(I − λH) +
+    λ²(E[AMA] − HMH), whose spectral radius r exceeds ρ² (ρ that of the mean update, which
+    ``burn_in: auto`` and ``burn_in_relaxations`` count) more and more towards the variance-stability
+    edge λ_v (r = 1, below the mean update's 2/k_max). N = 10, P/N = 4, S = 1: at λ = 0.5 the
+    relaxation times 1/(1 − r) and τ/2 agree within 5 %; at 0.97 λ_v the first is over 4 times the
+    second and the auto burn-in (8τ) under 3 of it (on the default data set, λ = 1.6 ≈ 0.96 λ_v:
+    69 against 7.3 steps, and 1.7)."""
+    from sgdsweep.models import get_model
+    from sgdsweep.sweep.config import build_sweep
+
+    model = get_model("linear")
+
+    def point(lr: float):
+        (p,) = build_sweep({"sweep": "edge", "model": {"kind": "linear", "n_inputs": 10, "label_noise": 0.5},
+                            "dynamics": {"steps": 100000, "replicas": 2},
+                            "grid": {"lr": lr, "batch_size": 1, "samples_per_param": 4}}).points
+        return p
+
+    data = model.make_problem(model.data_params(point(0.5).params))
+    fluctuation = th._fluctuation_matrix(data, 1, "minibatch")
+
+    def radius(lr: float) -> float:
+        a = np.eye(data.n_inputs) - lr * data.sxx
+        return float(np.abs(np.linalg.eigvals(np.kron(a, a) + lr**2 * fluctuation)).max())
+
+    low, high = 0.5, 2 / data.curvatures().max()
+    assert radius(low) < 1 <= radius(high)
+    for _ in range(30):  # bisection for λ_v
+        mid = (low + high) / 2
+        low, high = (mid, high) if radius(mid) < 1 else (low, mid)
+    times = {}
+    for lr in (0.5, 0.97 * low):
+        times[lr] = (1 / (1 - radius(lr)), data.relaxation_steps(lr, 0.0) / 2, point(lr).burn_in)
+    slow, half, _ = times[0.5]
+    assert slow == pytest.approx(half, rel=0.05), times
+    slow, half, burn = times[0.97 * low]
+    assert slow > 4 * half and burn / slow < 3, times
