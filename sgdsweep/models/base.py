@@ -173,8 +173,9 @@ class Problem:
 
 #: Slowest relaxation times (:func:`relaxation_from_curvatures`) under which a point's burn-in is
 #: called short (its ``burn_in_relaxations``): the start's offset from the stationary state still
-#: weighs e⁻⁴ ≈ 2 % of itself in the mean and e⁻⁸ in the second moment, which the stationary
-#: theory does not describe (``burn_in: auto`` takes 8).
+#: weighs about e⁻⁴ ≈ 2 % of itself in the mean and e⁻⁸ in the second moment (more with momentum
+#: near critical damping, or minibatch noise near the variance-stability edge: docs/physics.md
+#: §8), which the stationary theory does not describe (``burn_in: auto`` takes 8).
 SHORT_BURN_IN = 4.0
 
 

@@ -62,3 +62,26 @@ def test_validate_and_plan_print_the_warning(tmp_path, capsys, verb):
     out = capsys.readouterr().out
     assert "warning: 4 of 6 points have a burn-in under 4 slowest relaxation times" in out
     assert "set dynamics.burn_in: auto" in out
+
+
+def test_the_plan_counts_the_sde_in_the_relaxation_times_of_its_own_step(tmp_path):
+    """``method: sde`` relaxes by its Euler step dt = dt_over_lr·λ: the plan counts what the point
+    stores (:func:`sgdsweep.sim.results.burn_in_relaxations`), finite at λk = 2.5 where the SGD map
+    is unstable, and warns of λk = 1.9 only as the SDE's burn-in there is short (19 relaxation
+    times of the SDE, 1 of the SGD map)."""
+    from sgdsweep.models import get_model
+    from sgdsweep.sim import results
+
+    sweep = build_sweep({"sweep": "s", "seed": 1, "results_dir": str(tmp_path / "results"),
+                         "model": {"kind": "quadratic", "curvatures": [1.0], "noise_cov": [1.0]},
+                         "dynamics": {"steps": 400, "replicas": 2, "burn_in": 10, "method": "sde",
+                                      "dt_over_lr": 0.1},
+                         "grid": {"lr": [0.5, 1.9, 2.5], "batch_size": 1, "noise": "gaussian"}})
+    planned = burn_in_relaxations(sweep)
+    model = get_model("quadratic")
+    for p in sweep.points:
+        problem = model.make_problem(model.data_params(p.params))
+        assert planned[p.hash] == pytest.approx(results.burn_in_relaxations(problem, p.params, p.burn_in),
+                                                rel=1e-12), p.params
+    assert sorted(planned.values()) == pytest.approx([5.0, 19.0, 25.0])
+    assert short_burn_in_warning(sweep) is None
