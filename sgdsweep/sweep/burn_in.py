@@ -56,7 +56,9 @@ def short_burn_in_warning(sweep: Any) -> str | None:
     fewest = min(short, key=short.__getitem__)
     point = next(p for p in sweep.points if p.hash == fewest)
     where = ", ".join(f"{c}={point.params[c]}" for c in sweep.coords if c in point.params)
-    return (f"warning: {len(short)} of {len(sweep.points)} points have a burn-in under {SHORT_BURN_IN:g} slowest "
-            f"relaxation times (the fewest {short[fewest]:.2g}, {point.burn_in} steps at {where}): their averages "
+    one = len(short) == 1
+    return (f"warning: {len(short)} of {len(sweep.points)} points {'has' if one else 'have'} a burn-in under "
+            f"{SHORT_BURN_IN:g} slowest relaxation times (the fewest {short[fewest]:.2g}, {point.burn_in} steps at "
+            f"{where}): {'its' if one else 'their'} averages "
             "would still hold the relaxation from the start, which the stationary theory does not describe; set "
             "dynamics.burn_in: auto (8 relaxation times) or raise it")

@@ -49,3 +49,26 @@ def test_an_escape_sweep_is_not_called_short_of_burn_in():
     fits = fit_ensemble(plain, conf)
     assert fits["power_law"][0]["short_burn_in"] == 16
     assert [n for n in headline("weight_var", plain, fits, {}).notes if n.startswith("16 of 16 points have a burn-in")]
+
+
+def test_one_short_point_is_said_in_the_singular(tmp_path):
+    """"1 of 16 points has a burn-in …: its averages", in the headline's note, a verdict's sentence
+    and the plan's warning."""
+    from sgdsweep.analysis.fit.verdict import short_burn_in_sentence
+    from sgdsweep.sweep.burn_in import short_burn_in_warning
+    from sgdsweep.sweep.config import build_sweep
+
+    ds = _ensemble(None)
+    ds["burn_in_relaxations"].values[:] = 10.0
+    ds["burn_in_relaxations"].values[3] = 0.5
+    conf = {"power_law": {"enabled": True}, "confidence": 0.95}
+    (note,) = [n for n in headline("weight_var", ds, fit_ensemble(ds, conf), {}).notes if "burn-in" in n]
+    assert note.startswith("1 of 16 points has a burn-in under 4") and "): its averages may" in note, note
+    assert short_burn_in_sentence(1).startswith("1 of its points has a burn-in under 4 slowest relaxation times: "
+                                                "its averages")
+    assert short_burn_in_sentence(2).startswith("2 of its points have a burn-in")
+    sweep = build_sweep({"sweep": "one", "results_dir": str(tmp_path), "model": {"kind": "quadratic"},
+                         "dynamics": {"steps": 4000, "replicas": 2, "burn_in": 20},
+                         "grid": {"lr": [0.05, 1.0], "batch_size": 1, "noise": "gaussian"}})
+    warning = short_burn_in_warning(sweep)
+    assert warning.startswith("warning: 1 of 2 points has a burn-in") and "): its averages" in warning, warning

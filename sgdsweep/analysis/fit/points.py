@@ -92,7 +92,9 @@ def short_burn_in_note(ds: xr.Dataset, keep: np.ndarray, where: Callable[[int], 
     rel = np.asarray(ds["burn_in_relaxations"].values, float)
     fewest = idx[int(np.argmin(rel[idx]))]
     at = where(int(fewest))
-    return (f"{idx.size} of {int(keep.sum())} points have a burn-in under {SHORT_BURN_IN:g} slowest relaxation times "
-            f"(burn_in_relaxations; the fewest {rel[fewest]:.2g}{' at ' + at if at else ''}): their averages may "
+    one = idx.size == 1
+    return (f"{idx.size} of {int(keep.sum())} points {'has' if one else 'have'} a burn-in under {SHORT_BURN_IN:g} "
+            f"slowest relaxation times (burn_in_relaxations; the fewest {rel[fewest]:.2g}"
+            f"{' at ' + at if at else ''}): {'its' if one else 'their'} averages may "
             "still hold the relaxation from the start, which the stationary theory does not describe; set "
             "dynamics.burn_in: auto (8 relaxation times) or raise it")

@@ -246,8 +246,10 @@ def judge(kind: str, res: dict[str, Any]) -> Verdict:
 def short_burn_in_sentence(count: int, whose: str = "its points") -> str:
     """What a verdict that is not "agrees" says of the ``count`` points of ``whose`` (the points it
     fitted) whose burn-in is short (:data:`~sgdsweep.models.base.SHORT_BURN_IN` relaxation times)."""
-    return (f"{count} of {whose} have a burn-in under {SHORT_BURN_IN:g} slowest relaxation times: their averages "
-            "may still hold the relaxation from the start (set dynamics.burn_in: auto)")
+    one = count == 1
+    return (f"{count} of {whose} {'has' if one else 'have'} a burn-in under {SHORT_BURN_IN:g} slowest relaxation "
+            f"times: {'its' if one else 'their'} averages may still hold the relaxation from the start (set "
+            "dynamics.burn_in: auto)")
 
 
 def _summary(kind: str, results: list[dict[str, Any]]) -> Verdict:
