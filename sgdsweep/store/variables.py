@@ -90,8 +90,9 @@ VARIABLES: dict[str, tuple[str, str | None, str]] = {
     "burn_in": ("burn-in", "steps", "updates discarded before measuring"),
     "burn_in_relaxations": ("burn-in in relaxation times", "1",
                             ("burn_in over the slowest relaxation time 1/(1 − ρ) of the noise-free update at the "
-                             "minimum (docs/physics.md §8); below SHORT_BURN_IN (4) the point's averages may still "
-                             "hold the relaxation from its start; NaN where that update is unstable")),
+                             "minimum (for method sde, of its Euler step; docs/physics.md §8); below SHORT_BURN_IN (4) "
+                             "the point's averages may still hold the relaxation from its start; NaN where that "
+                             "update is unstable, and for a point whose store predates this variable")),
     "measured_steps": ("measured steps", "steps", "updates averaged per replica after burn-in"),
     "simulation_seconds": ("simulation time", "s", "wall-clock seconds spent simulating the point"),
     # per replica
