@@ -18,6 +18,8 @@ Sample selection per step, with ``perm`` a per-lane permutation of the P samples
 
 from __future__ import annotations
 
+from typing import Any
+
 import numba
 import numpy as np
 
@@ -34,9 +36,32 @@ STUDENT_NU: int = NOISE["student_t"].nu
 MATCHED_COV_MAX_DIM = 4
 
 
-def lane_streams(seed_sequence: np.random.SeedSequence) -> tuple[np.random.Generator, ...]:
-    """The (uniforms, normals, initialisation) generators of one lane."""
-    return tuple(np.random.default_rng(s) for s in seed_sequence.spawn(3))
+#: The children of a lane's seed sequence (``SeedSequence.spawn`` order) its generators come from.
+UNIFORMS, NORMALS, INITIALISATION = 0, 1, 2
+
+
+def lane_streams(seed_sequence: np.random.SeedSequence,
+                 needed: tuple[bool, bool, bool] = (True, True, True)) -> tuple[np.random.Generator | None, ...]:
+    """The (uniforms, normals, initialisation) generators of one lane: on the children
+    :data:`UNIFORMS`, :data:`NORMALS` and :data:`INITIALISATION` of ``seed_sequence``, the
+    sequences its ``spawn(3)`` gives, made without spawning (:func:`child_streams`); None for a
+    generator not ``needed``."""
+    return child_streams(seed_sequence.entropy, seed_sequence.spawn_key, seed_sequence.pool_size, needed)
+
+
+def child_streams(entropy: Any, spawn_key: tuple[int, ...] = (), pool_size: int | None = None,
+                  needed: tuple[bool, bool, bool] = (True, True, True)) -> tuple[np.random.Generator | None, ...]:
+    """:func:`lane_streams` of ``SeedSequence(entropy, spawn_key=spawn_key, pool_size=pool_size)``
+    without making that sequence: child i is ``SeedSequence(entropy, spawn_key=(*spawn_key, i),
+    pool_size=pool_size)``, what its ``spawn`` makes. A lane whose noise draws no uniforms or no
+    normals, or whose start is not random, does not need that generator and skips making it
+    (each costs a seed sequence and a generator, ~20 µs)."""
+    pool = _POOL_SIZE if pool_size is None else pool_size
+    return tuple(np.random.default_rng(np.random.SeedSequence(entropy, spawn_key=(*spawn_key, i), pool_size=pool))
+                 if need else None for i, need in enumerate(needed))
+
+
+_POOL_SIZE = np.random.SeedSequence(0).pool_size  # NumPy's default
 
 
 #: Numbers from which :func:`draw_normals` runs the compiled ziggurat: handing a generator to

@@ -17,15 +17,18 @@ from typing import Any
 import numpy as np
 
 from sgdsweep.core.identity import hash_words
-from sgdsweep.sim.noise import lane_streams
+from sgdsweep.sim.noise import child_streams
 
 
-def replica_streams(seed: int, stream_key: str, replicas: int, start: int = 0) -> list[tuple[np.random.Generator, ...]]:
+def replica_streams(seed: int, stream_key: str, replicas: int, start: int = 0,
+                    needed: tuple[bool, bool, bool] = (True, True, True)
+                    ) -> list[tuple[np.random.Generator | None, ...]]:
     """Per replica ``start`` … ``replicas − 1`` its (uniforms, normals, initialisation)
     generators, keyed by (root seed, the point's
-    :func:`sgdsweep.core.identity.replica_stream_key`, replica index)."""
+    :func:`sgdsweep.core.identity.replica_stream_key`, replica index); None for those not
+    ``needed`` (:func:`sgdsweep.sim.noise.lane_streams`)."""
     words = hash_words(stream_key)
-    return [lane_streams(np.random.SeedSequence([seed, *words, r])) for r in range(start, replicas)]
+    return [child_streams([seed, *words, r], needed=needed) for r in range(start, replicas)]
 
 
 def loss_stride(problem, params: Mapping[str, Any], burn_in: int, substeps: int) -> int:
