@@ -44,6 +44,7 @@ from sgdsweep.analysis.figure_cache import FigureCache, figure_key
 from sgdsweep.analysis.fit import family
 from sgdsweep.analysis.fit.escape import LAW_NAMES, follows_sentence
 from sgdsweep.analysis.fit.verdict import MAX_LISTED, NAMES, Verdict, assess, judge
+from sgdsweep.analysis.status import status_line
 
 log = logging.getLogger("sgdsweep.analysis.report")
 
@@ -404,27 +405,6 @@ def _fit_sections(ds: xr.Dataset, fits: dict[str, Any], figs: _Figures) -> list[
     return parts
 
 
-def _status_line(ds: xr.Dataset) -> str:
-    """One paragraph: the points' status and the largest deviation of weight_var from the exact
-    theory in SE (described, not judged: the headline and the fits judge it over the report)."""
-    status = figures.point_status(ds)
-    ok = status < 2
-    text = f"<p class='status'>Sweep <b>{html.escape(ds.attrs.get('sweep', ''))}</b>: {ds.sizes['point']} points, "
-    if (status == 0).all():
-        text += "all done. "
-    else:
-        text += (f"{int((status == 0).sum())} done, {int((status == 1).sum())} with some diverged replicas "
-                 f"(excluded from averages), {int((status == 2).sum())} fully diverged (excluded from fits). ")
-    if "weight_var_theory" in ds and ok.any() and np.isfinite(ds["weight_var_theory"].values[ok]).any():
-        z = np.abs((ds["weight_var"] - ds["weight_var_theory"]) / ds["weight_var_se"]).values[ok]
-        text += (f"The measured weight variance lies within {float(np.nanmax(z)):.2f} standard errors of the exact "
-                 f"theory at each of the {int(np.isfinite(z).sum())} points with one (max |measured − theory| / SE).")
-    elif "weight_var_theory" in ds:
-        why = ds["weight_var_theory"].attrs.get("missing_because", "no theory for this model")
-        text += f"No exact weight-variance theory for these points ({html.escape(why)})."
-    return text + "</p>"
-
-
 def _missing_because(ds: xr.Dataset, column: str) -> str:
     """Why the theory ``column`` is missing, each distinct reason with the number of points it
     applies to (the ensemble's ``missing_because``; its attribute for an ensemble without it)."""
@@ -542,7 +522,7 @@ def _lead(ds: xr.Dataset, fits: dict[str, Any], report_spec: dict[str, Any], fig
 
 def _build(ds: xr.Dataset, fits: dict[str, Any], report_spec: dict[str, Any], figs: _Figures) -> str:
     title = report_spec["report"]["title"]
-    parts = [f"<h1>{html.escape(title)}</h1>", *_lead(ds, fits, report_spec, figs), _status_line(ds), _answer(fits)]
+    parts = [f"<h1>{html.escape(title)}</h1>", *_lead(ds, fits, report_spec, figs), status_line(ds), _answer(fits)]
     info = report_spec.get("rounds")  # precision or search: what the rounds spent and found
     if info:
         parts.append(rounds.status_line(info))
