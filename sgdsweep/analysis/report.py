@@ -42,6 +42,7 @@ from sgdsweep.analysis import figures, plotting, rounds, spectra_figures
 from sgdsweep.analysis import headline as headlines
 from sgdsweep.analysis.figure_cache import FigureCache, figure_key
 from sgdsweep.analysis.fit import family
+from sgdsweep.analysis.fit.cache import WHOLE_SWEEP_ATTRS
 from sgdsweep.analysis.fit.escape import LAW_NAMES, follows_sentence
 from sgdsweep.analysis.fit.verdict import MAX_LISTED, NAMES, Verdict, assess, judge
 from sgdsweep.analysis.status import status_line
@@ -264,6 +265,16 @@ def _subset(ds: xr.Dataset, group: dict[str, Any]) -> xr.Dataset:
     return ds.isel(point=np.flatnonzero(mask))
 
 
+def _group_figure(ds: xr.Dataset, res: dict[str, Any]) -> tuple[xr.Dataset, dict[str, Any]]:
+    """The inputs of one group's fit figure: the group's points without the attributes that
+    describe the whole sweep, and its fit without the report-wide decisions
+    (:func:`sgdsweep.analysis.fit.family.unjudged`). The figure draws neither, so when points of
+    other groups are added its inputs, and so its figure cache key, stay the same."""
+    sub = _subset(ds, res["group"])
+    sub.attrs = {k: v for k, v in sub.attrs.items() if k not in WHOLE_SWEEP_ATTRS}
+    return sub, family.unjudged(res)
+
+
 #: Per fit kind, the figures of at most this many groups are drawn; with more groups an overview
 #: figure shows every group's estimates instead (each group keeps its table).
 MAX_GROUP_FIGURES = 4
@@ -320,8 +331,7 @@ def _fit_sections(ds: xr.Dataset, fits: dict[str, Any], figs: _Figures) -> list[
                      "discreteness and multiplicative-noise corrections that the exact theory includes.</p>")
         parts.append(_verdict_html("power_law", [res]))
         if i in drawn:
-            parts.append(figs.img(f"power_law_{i}", "power-law fit", figures.power_law, _subset(ds, res["group"]),
-                                  res))
+            parts.append(figs.img(f"power_law_{i}", "power-law fit", figures.power_law, *_group_figure(ds, res)))
     for kind in ("linear_scaling", "momentum_scaling"):
         parts.extend(_overview(kind, fits.get(kind, []), figs))
         drawn = _drawn_groups(fits.get(kind, []))
@@ -338,8 +348,7 @@ def _fit_sections(ds: xr.Dataset, fits: dict[str, Any], figs: _Figures) -> list[
                          f"{_fmt(res['noise_floor'])} per point.</p>")
             parts.append(_verdict_html(kind, [res]))
             if i in drawn:
-                parts.append(figs.img(f"{kind}_{i}", NAMES[kind], figures.collapse, _subset(ds, res["group"]),
-                                      res))
+                parts.append(figs.img(f"{kind}_{i}", NAMES[kind], figures.collapse, *_group_figure(ds, res)))
     parts.extend(_overview("escape", fits.get("escape", []), figs))
     drawn = _drawn_groups(fits.get("escape", []))
     for i, res in enumerate(fits.get("escape", [])):
@@ -365,7 +374,7 @@ def _fit_sections(ds: xr.Dataset, fits: dict[str, Any], figs: _Figures) -> list[
         parts.append(f"<p>{res['n_points']} points ({res['excluded_points']} without escapes excluded).</p>")
         parts.append(_verdict_html("escape", [res]))
         if i in drawn:
-            parts.append(figs.img(f"escape_{i}", "escape fit", figures.escape, _subset(ds, res["group"]), res))
+            parts.append(figs.img(f"escape_{i}", "escape fit", figures.escape, *_group_figure(ds, res)))
     if fits.get("wigner"):
         rows = []
         for res in fits["wigner"]:

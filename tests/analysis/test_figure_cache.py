@@ -213,3 +213,29 @@ def test_the_key_is_the_value_of_the_inputs_in_any_process():
     memo: dict[int, str] = {}
     assert figure_cache.figure_key(shard_times, (ds,), memo) == figure_cache.figure_key(shard_times, (ds,), memo)
     assert list(memo) == [id(ds)]
+
+
+def test_a_new_group_leaves_the_other_groups_fit_figures_cached(tmp_path, drawn):
+    """Points of a new momentum: every group's Holm-adjusted p-values and the sweep's attributes
+    change, but neither is drawn in a group's fit figure, so only the new group's are drawn (and
+    the figures that show the whole ensemble); the page is a fresh build's."""
+    import xarray as xr
+
+    def grown(momenta):
+        parts = [_ensemble(1.05, seed=i).assign_coords(momentum=("point", np.full(16, mu)),
+                                                      point=[f"m{i}p{j}" for j in range(16)])
+                 for i, mu in enumerate(momenta)]
+        ds = xr.concat(parts, dim="point")
+        ds.attrs.update(swept_axes='["lr", "batch_size", "momentum"]', points_digest=str(len(momenta)))
+        return ds, fit_ensemble(ds, {"confidence": 0.95, "bootstrap": 50})
+
+    ds, fits = grown([0.0, 0.5])
+    _cached(ds, fits, SPEC, tmp_path, "a")
+    assert drawn[0].count("power_law") == 2
+    more, refits = grown([0.0, 0.5, 0.8])
+    assert fits["power_law"][0]["params"]["a"]["pvalue_holm"] != refits["power_law"][0]["params"]["a"]["pvalue_holm"]
+    drawn.clear()
+    assert _cached(more, refits, SPEC, tmp_path, "b") == _fresh(more, refits, SPEC, tmp_path, "fresh")
+    # the new group's power law and linear collapse, and the momentum collapse over every group
+    assert drawn[0].count("power_law") == 1 and drawn[0].count("collapse") == 2, drawn[0]
+    assert "weight_var_against_ratio" in drawn[0]

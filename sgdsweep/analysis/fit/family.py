@@ -81,6 +81,21 @@ def control(fits: dict[str, Any], confidence: float) -> dict[str, Any]:
     return family
 
 
+#: The keys :func:`control` adds: each comparison's decision.
+DECISIONS = frozenset({"disagrees", *(decision for _, decision in WHOLE_FIT.values())})
+
+
+def unjudged(res: Any) -> Any:
+    """A deep copy of a fit result (or any part of one) without what :func:`control` added to it:
+    the Holm-adjusted p-values (``*_holm``) and the decisions (:data:`DECISIONS`), which depend on
+    every other comparison of the report."""
+    if isinstance(res, dict):
+        return {k: unjudged(v) for k, v in res.items() if k not in DECISIONS and not k.endswith("_holm")}
+    if isinstance(res, list):
+        return [unjudged(v) for v in res]
+    return res
+
+
 def sentence(family: dict[str, Any] | None) -> str:
     """The report's one line on how its verdicts control false alarms."""
     if not family or not family.get("comparisons"):
