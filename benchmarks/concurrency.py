@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
+from pipeline import bare_batch
 from scale import config, grids
 
 
@@ -43,30 +43,9 @@ def _batches(points: int) -> list[list[dict]]:
 
 
 def _bare(batches: list[list[dict]]) -> tuple[float, int]:
-    """(seconds, replica-steps) of the kernel alone over ``batches``."""
-    from sgdsweep.models import get_model
-    from sgdsweep.sim.engine import Dynamics, run_lanes
-    from sgdsweep.sim.replicas import loss_stride, replica_streams
-    from sgdsweep.sim.shapes import observe_spec
-
-    seconds, work = 0.0, 0
-    for batch in batches:
-        first = batch[0]["params"]
-        model = get_model(first["model"])
-        problem = model.make_problem(model.data_params(first))
-        lanes = [(s, g) for s in batch for g in replica_streams(0, s["hash"], int(s["params"]["replicas"]))]
-        n = len(lanes)
-        t0 = time.perf_counter()
-        run_lanes(problem, noise=first["noise"], batch_size=int(first["batch_size"]), steps=int(first["steps"]),
-                  lr=np.array([s["params"]["lr"] for s, _ in lanes]),
-                  momentum=np.array([s["params"]["momentum"] for s, _ in lanes]),
-                  burn_in=np.array([s["burn_in"] for s, _ in lanes]), bound=np.full(n, 1e12),
-                  w0=np.zeros((n, problem.dim)), streams=[g[:2] for _, g in lanes],
-                  observe=observe_spec(first), dynamics=Dynamics(),
-                  loss_stride=np.array([loss_stride(problem, s["params"], s["burn_in"], 1) for s, _ in lanes]))
-        seconds += time.perf_counter() - t0
-        work += n * int(first["steps"])
-    return seconds, work
+    """(seconds, replica-steps) of the kernel alone over ``batches`` (``pipeline.bare_batch``)."""
+    done = [bare_batch(batch) for batch in batches]
+    return sum(d[0] for d in done), sum(d[1] for d in done)
 
 
 def _task(batches: list[list[dict]]) -> tuple[float, int]:

@@ -78,32 +78,37 @@ def rule_times(log: str) -> dict[str, float]:
 
 def simulation_only(cfg: dict) -> float:
     """Seconds to run the sweep's lanes in this process, batch by batch (no stores, no theory)."""
-    from sgdsweep.models import get_model
     from sgdsweep.run.execute import make_batches
-    from sgdsweep.sim.engine import Dynamics, run_lanes
-    from sgdsweep.sim.replicas import loss_stride, replica_streams
-    from sgdsweep.sim.shapes import observe_spec
     from sgdsweep.sweep.config import build_sweep
 
     sweep = build_sweep(cfg)
-    total = 0.0
-    for points in sweep.shards.values():
-        for batch in make_batches([p.spec() for p in points], int(sweep.config["execution"]["points_per_task"])):
-            first = batch[0]["params"]
-            model = get_model(first["model"])
-            problem = model.make_problem(model.data_params(first))
-            lanes = [(s, g) for s in batch for g in replica_streams(0, s["hash"], int(s["params"]["replicas"]))]
-            n = len(lanes)
-            t0 = time.perf_counter()
-            run_lanes(problem, noise=first["noise"], batch_size=int(first["batch_size"]), steps=int(first["steps"]),
-                      lr=np.array([s["params"]["lr"] for s, _ in lanes]),
-                      momentum=np.array([s["params"]["momentum"] for s, _ in lanes]),
-                      burn_in=np.array([s["burn_in"] for s, _ in lanes]), bound=np.full(n, 1e12),
-                      w0=np.zeros((n, problem.dim)), streams=[g[:2] for _, g in lanes],
-                      observe=observe_spec(first), dynamics=Dynamics(),
-                      loss_stride=np.array([loss_stride(problem, s["params"], s["burn_in"], 1) for s, _ in lanes]))
-            total += time.perf_counter() - t0
-    return total
+    per_task = int(sweep.config["execution"]["points_per_task"])
+    return sum(bare_batch(batch)[0] for points in sweep.shards.values()
+               for batch in make_batches([p.spec() for p in points], per_task))
+
+
+def bare_batch(batch: list[dict]) -> tuple[float, int]:
+    """(seconds, replica-steps) of one batch of point specs (as a task gets them) through the
+    engine alone: ``run_lanes`` on its replicas, no theory, results or stores."""
+    from sgdsweep.models import get_model
+    from sgdsweep.sim.engine import Dynamics, run_lanes
+    from sgdsweep.sim.replicas import loss_stride, replica_streams
+    from sgdsweep.sim.shapes import observe_spec
+
+    first = batch[0]["params"]
+    model = get_model(first["model"])
+    problem = model.make_problem(model.data_params(first))
+    lanes = [(s, g) for s in batch for g in replica_streams(0, s["hash"], int(s["params"]["replicas"]))]
+    n = len(lanes)
+    t0 = time.perf_counter()
+    run_lanes(problem, noise=first["noise"], batch_size=int(first["batch_size"]), steps=int(first["steps"]),
+              lr=np.array([s["params"]["lr"] for s, _ in lanes]),
+              momentum=np.array([s["params"]["momentum"] for s, _ in lanes]),
+              burn_in=np.array([s["burn_in"] for s, _ in lanes]), bound=np.full(n, 1e12),
+              w0=np.zeros((n, problem.dim)), streams=[g[:2] for _, g in lanes],
+              observe=observe_spec(first), dynamics=Dynamics(),
+              loss_stride=np.array([loss_stride(problem, s["params"], s["burn_in"], 1) for s, _ in lanes]))
+    return time.perf_counter() - t0, n * int(first["steps"])
 
 
 def main() -> None:
