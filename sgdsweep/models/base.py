@@ -198,6 +198,22 @@ def mean_update_radii(curvatures: np.ndarray, lr: np.ndarray, momentum: np.ndarr
     return np.max(np.where(disc >= 0, real_roots, np.sqrt(mu)), axis=1)
 
 
+def burn_in_relaxations(curvatures: np.ndarray, lr: np.ndarray, momentum: np.ndarray, burn_in: np.ndarray,
+                        dt_over_lr: np.ndarray) -> np.ndarray:
+    """Each point's burn-in (SGD steps, array ``burn_in``) in slowest relaxation times of its
+    noise-free update at the minimum, what ``burn_in: auto`` counts; NaN where that update is
+    unstable. The update is SGD's heavy-ball map, or for a point of ``method: sde``
+    (``dt_over_lr`` finite there, NaN for SGD) the integrator's Euler step dt = dt_over_lr·λ
+    (μ = 0), 1/dt_over_lr of them per SGD step: the SGD map's for λk ≤ 1, shorter above, and
+    stable where λk ≥ 2 leaves the SGD map unstable."""
+    dt = np.asarray(dt_over_lr, dtype=float)
+    sde = np.isfinite(dt)
+    step = np.where(sde, dt, 1.0)
+    rho = mean_update_radii(curvatures, np.asarray(lr, dtype=float) * step, np.where(sde, 0.0, momentum))
+    # burn / τ with τ = 1/(1 − ρ) integrator steps, counted per SGD step
+    return np.where(rho < 1.0, np.asarray(burn_in, dtype=float) * np.round(1.0 / step) * (1.0 - rho), np.nan)
+
+
 def relaxation_from_curvatures(curvatures: np.ndarray, lr: float, momentum: float) -> float:
     """1/(1 − ρ) in steps; inf when ρ ≥ 1 (unstable or a flat direction)."""
     rho = mean_update_radius(curvatures, lr, momentum)

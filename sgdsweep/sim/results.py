@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from sgdsweep.models import escape
+from sgdsweep.models import base, escape
 from sgdsweep.models.predict import theory_column
 from sgdsweep.sim import observables as obs
 from sgdsweep.theory import fdr
@@ -395,20 +395,14 @@ def point_result(problem, params: Mapping[str, Any], burn_in: int, lanes: Mappin
 
 
 def burn_in_relaxations(problem, params: Mapping[str, Any], burn_in: int) -> float | None:
-    """The point's burn-in (SGD steps) in slowest relaxation times of the noise-free update at the
-    minimum (:meth:`relaxation_steps`, what ``burn_in: auto`` counts); None where that update is
-    unstable (an infinite relaxation time).
-
-    For ``method: sde`` that update is the integrator's Euler step dt = dt_over_lr·λ (μ = 0), its
-    relaxation time counted in integrator steps and divided by the 1/dt_over_lr of an SGD step:
-    the SGD map's for λk ≤ 1 (1/(λk) steps either way), shorter above, and finite where λk ≥ 2
-    leaves the SGD map unstable but not the SDE."""
-    if params.get("method") == "sde":
-        substeps = round(1.0 / float(params["dt_over_lr"]))
-        tau = problem.relaxation_steps(params["lr"] * float(params["dt_over_lr"]), 0.0) / substeps
-    else:
-        tau = problem.relaxation_steps(params["lr"], params["momentum"])
-    return float(burn_in) / tau if math.isfinite(tau) and tau > 0 else None
+    """The point's burn-in (SGD steps) in slowest relaxation times of its noise-free update at the
+    minimum (:func:`sgdsweep.models.base.burn_in_relaxations`: SGD's map, or the SDE's Euler step
+    for ``method: sde``); None where that update is unstable."""
+    dt = float(params["dt_over_lr"]) if params.get("method") == "sde" else math.nan
+    value = float(base.burn_in_relaxations(problem.curvatures(), np.array([params["lr"]]),
+                                           np.array([params.get("momentum", 0.0)]), np.array([burn_in]),
+                                           np.array([dt]))[0])
+    return value if math.isfinite(value) else None
 
 
 def problem_probe(problem) -> np.ndarray:

@@ -2,7 +2,7 @@
 
 A point measures the stationary state only when its burn-in has outlasted the relaxation from its
 start. Each point's burn-in is counted in slowest relaxation times of the noise-free update at the
-minimum, 1/(1 − ρ) (:func:`sgdsweep.models.base.mean_update_radii`, what ``burn_in: auto``
+minimum, 1/(1 − ρ) (:func:`sgdsweep.models.base.burn_in_relaxations`, what ``burn_in: auto``
 counts), from its data set's Hessian eigenvalues (:attr:`sgdsweep.sweep.config.Sweep.curvatures`),
 for all points of a data set at once. Under
 :data:`~sgdsweep.models.base.SHORT_BURN_IN` such times the measured averages may still hold
@@ -19,28 +19,25 @@ from typing import Any
 
 import numpy as np
 
-from sgdsweep.models.base import SHORT_BURN_IN, mean_update_radii
+from sgdsweep.models.base import SHORT_BURN_IN
+from sgdsweep.models.base import burn_in_relaxations as base_relaxations
 
 
 def burn_in_relaxations(sweep: Any) -> dict[str, float]:
     """Point hash → its burn-in in slowest relaxation times, for every point of ``sweep`` (a
     :class:`~sgdsweep.sweep.config.Sweep`) whose data set's curvatures the sweep holds and that
-    does not observe escapes; NaN where the noise-free update is unstable (ρ ≥ 1). That update is
-    SGD's, or for ``method: sde`` the integrator's Euler step dt (its relaxation time counted per
-    SGD step), as :func:`sgdsweep.sim.results.burn_in_relaxations` stores it."""
+    does not observe escapes (:func:`sgdsweep.models.base.burn_in_relaxations`, what each
+    simulated point stores); NaN where the noise-free update is unstable."""
     by_data_set: dict[str, list[Any]] = {}
     for p in sweep.points:
         if p.data_set in sweep.curvatures and not p.params.get("observe", {}).get("escape"):
             by_data_set.setdefault(p.data_set, []).append(p)
     out: dict[str, float] = {}
     for data_set, points in by_data_set.items():
-        # the SDE relaxes by its Euler step dt = dt_over_lr·λ (μ = 0), 1/dt_over_lr of them per SGD step
-        sde = np.array([p.params.get("method") == "sde" for p in points])
-        step = np.where(sde, [float(p.params.get("dt_over_lr", 1.0)) for p in points], 1.0)
-        rho = mean_update_radii(sweep.curvatures[data_set], np.array([p.params["lr"] for p in points]) * step,
-                                np.where(sde, 0.0, [p.params.get("momentum", 0.0) for p in points]))
-        burn = np.array([p.burn_in for p in points], dtype=float) * np.round(1.0 / step)
-        relaxations = np.where(rho < 1.0, burn * (1.0 - rho), np.nan)  # burn / τ, τ = 1/(1 − ρ)
+        relaxations = base_relaxations(
+            sweep.curvatures[data_set], np.array([p.params["lr"] for p in points]),
+            np.array([p.params.get("momentum", 0.0) for p in points]), np.array([p.burn_in for p in points]),
+            np.array([float(p.params["dt_over_lr"]) if p.params.get("method") == "sde" else np.nan for p in points]))
         out.update(zip((p.hash for p in points), relaxations.tolist()))
     return out
 
