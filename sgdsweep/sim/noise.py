@@ -36,16 +36,11 @@ STUDENT_NU: int = NOISE["student_t"].nu
 MATCHED_COV_MAX_DIM = 4
 
 
-#: The children of a lane's seed sequence (``SeedSequence.spawn`` order) its generators come from.
-UNIFORMS, NORMALS, INITIALISATION = 0, 1, 2
-
-
 def lane_streams(seed_sequence: np.random.SeedSequence,
                  needed: tuple[bool, bool, bool] = (True, True, True)) -> tuple[np.random.Generator | None, ...]:
-    """The (uniforms, normals, initialisation) generators of one lane: on the children
-    :data:`UNIFORMS`, :data:`NORMALS` and :data:`INITIALISATION` of ``seed_sequence``, the
-    sequences its ``spawn(3)`` gives, made without spawning (:func:`child_streams`); None for a
-    generator not ``needed``."""
+    """The (uniforms, normals, initialisation) generators of one lane: on the children 0, 1 and 2
+    of ``seed_sequence``, the sequences its ``spawn(3)`` gives, made without spawning
+    (:func:`child_streams`); None for a generator not ``needed``."""
     return child_streams(seed_sequence.entropy, seed_sequence.spawn_key, seed_sequence.pool_size, needed)
 
 
