@@ -16,14 +16,23 @@ Printed: seconds in all and per point, and the time of 10⁴ points at that rate
 and fits' members of an export do not grow with the number of points by more than the ensemble
 itself.
 
+With ``--sweep RESULTS_DIR`` (a finished sweep, e.g. one kept by ``scale.py --keep``), the
+commands themselves instead, each a fresh process: ``sgdsweep export`` (which ends by verifying
+what it wrote), ``sgdsweep verify`` and ``sgdsweep import`` of that file; against the baseline of
+the sweep directory's files written into a stored zip file, the SHA-256 of each taken, with no
+check (what sharing it by hand costs).
+
     python benchmarks/export_scale.py [--points 10000] [--sample 100] [--dir DIR]
+    python benchmarks/export_scale.py --sweep RESULTS_DIR [--dir DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import pickle
+import subprocess
 import sys
 import tempfile
 import time
@@ -39,7 +48,12 @@ def main() -> None:
     parser.add_argument("--points", type=int, default=10_000)
     parser.add_argument("--sample", type=int, default=100)
     parser.add_argument("--dir", default=None, help="where to write the stores (a temporary directory)")
+    parser.add_argument("--sweep", default=None, help="time the export, verify and import commands of this "
+                        "finished sweep directory instead")
     args = parser.parse_args()
+    if args.sweep:
+        commands(Path(args.sweep), args.dir)
+        return
 
     import point_stores
 
@@ -86,6 +100,38 @@ def main() -> None:
         print(f"members: {members:.1f} s, {1e3 * per:.1f} ms per point, 10^4 points: {1e4 * per:.0f} s")
         print(f"zarr_api: {1e3 * zarr_api:.1f} ms per point (10^4 points: {1e4 * zarr_api:.0f} s); "
               f"ratio {zarr_api / per:.1f}x")
+
+
+def commands(sweep: Path, where: str | None) -> None:
+    """Time ``sgdsweep export``, ``verify`` and ``import`` of the finished sweep ``sweep`` against
+    a plain stored zip of its directory (see the module docstring)."""
+    import json
+
+    points = len(json.loads((sweep / "plan" / "sweep.json").read_text())["points"])
+    with tempfile.TemporaryDirectory(dir=where) as root:
+        root = Path(root)
+        t0 = time.perf_counter()
+        with zipfile.ZipFile(root / "plain.zip", "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
+            for dirpath, _, names in os.walk(sweep):
+                for name in sorted(names):
+                    path = Path(dirpath) / name
+                    data = path.read_bytes()
+                    hashlib.sha256(data).hexdigest()
+                    zf.writestr(path.relative_to(sweep).as_posix(), data)
+        plain = time.perf_counter() - t0
+        print(f"{sweep}: {points} points; plain stored zip of the directory with SHA-256s: {plain:.1f} s")
+        export = root / "export.zip"
+        runs = [("export", ["export", str(sweep), str(export)]), ("verify", ["verify", str(export)]),
+                ("import", ["import", str(export), "--results-dir", str(root / "imported")])]
+        for name, argv in runs:
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "sgdsweep", *argv], check=True, cwd=root,
+                           stdout=subprocess.DEVNULL)
+            took = time.perf_counter() - t0
+            print(f"  sgdsweep {name:<7} {took:7.1f} s  {1e3 * took / points:6.2f} ms per point  "
+                  f"ratio to the plain zip {took / plain:5.1f}")
+        print(f"  export size {export.stat().st_size / 2**20:.0f} MiB, plain zip "
+              f"{(root / 'plain.zip').stat().st_size / 2**20:.0f} MiB")
 
 
 if __name__ == "__main__":

@@ -36,7 +36,14 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from sgdsweep.share.verify import MAX_EXPANSION, MAX_MEMBER_BYTES, ShareError
+from sgdsweep.share.verify import (
+    MAX_EXPANSION,
+    MAX_MEMBER_BYTES,
+    ShareError,
+    opened_zip,
+    point_metadata_names,
+    point_metadata_store,
+)
 from sgdsweep.store.points import MAX_POINT_BYTES
 from sgdsweep.store.variables import COORDS
 
@@ -53,12 +60,12 @@ _NUMERIC = "biufc"
 _STRING = "TUSO"
 
 
-def _arrays(store: Any, path: str, consolidated: bool | None) -> list[tuple[str, Any]]:
+def _arrays(store: Any, consolidated: bool | None) -> list[tuple[str, Any]]:
     import zarr
 
     with warnings.catch_warnings():  # an export's root also holds its other members (fits.json, …)
         warnings.filterwarnings("ignore", message=".*not recognized as a component of a Zarr hierarchy")
-        group = zarr.open_group(store, path=path, mode="r", use_consolidated=consolidated)
+        group = zarr.open_group(store, mode="r", use_consolidated=consolidated)
         return list(group.arrays())
 
 
@@ -104,22 +111,23 @@ def check_declared(source: Path | zipfile.ZipFile, manifest: dict[str, Any], siz
 
     members = max(len(manifest["members"]), 1)
     total = 0
-    with export_store(source) as store:
+    with export_store(source) as root, opened_zip(source) as zf:
         groups: list[tuple[str, str, frozenset[str], list[bool | None]]] = [
             ("", "the ensemble (the zip's root group)", ENSEMBLE_STRINGS, [False, None])]
-        groups += [(f"points/{h}.zarr", f"point {h}'s store (points/{h}.zarr)", frozenset(), [False])
-                   for h in manifest["points"]]
-        for group_path, where, strings, views in groups:
+        groups += [(h, f"point {h}'s store (points/{h}.zarr)", frozenset(), [False]) for h in manifest["points"]]
+        metadata = point_metadata_names(manifest)
+        for group, where, strings, views in groups:
             point_total = 0
             for consolidated in views:  # the ensemble's own zarr.json files and its consolidated copy
-                try:
-                    arrays = _arrays(store, group_path, consolidated)
+                try:  # a point's group from its metadata members alone (point_metadata_store: linear)
+                    store = point_metadata_store(zf, metadata[group]) if group else root
+                    arrays = _arrays(store, consolidated)
                 except Exception as exc:  # noqa: BLE001 - Zarr raises many types for crafted metadata
                     raise ShareError(f"{src}: the metadata of {where} is not what sgdsweep writes ({exc}); "
                                      "a damaged or crafted file, do not use it") from None
                 view = sum(_declared(name, arr, where, strings, members, src) for name, arr in arrays)
                 point_total = max(point_total, view)
-            if group_path and point_total > MAX_POINT_BYTES:
+            if group and point_total > MAX_POINT_BYTES:
                 raise ShareError(f"{src}: {where} declares {point_total} bytes of arrays; allowed: at most "
                                  f"{MAX_POINT_BYTES} bytes for one point store. The file was crafted, do not use it")
             total += point_total

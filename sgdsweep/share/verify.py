@@ -38,6 +38,7 @@ import zipfile
 import zlib
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -127,6 +128,43 @@ def verified(zf: zipfile.ZipFile, size: int, src: str | Path) -> dict[str, Any]:
     return manifest
 
 
+@contextmanager
+def opened_zip(source: Path | zipfile.ZipFile) -> Iterator[zipfile.ZipFile]:
+    """``source`` as an open zip file: itself, or the local file ``source`` opened (and closed after)."""
+    if isinstance(source, zipfile.ZipFile):
+        yield source
+        return
+    with zipfile.ZipFile(source) as zf:
+        yield zf
+
+
+def point_metadata_names(manifest: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """For each point of the manifest, its store's metadata members: key in the store
+    (``zarr.json``, ``<array>/zarr.json``) → member name (``points/<hash>.zarr/<key>``), from one
+    pass over the manifest's members (:func:`check_listed_members` checked their layout)."""
+    found: dict[str, dict[str, str]] = {h: {} for h in manifest["points"]}
+    for name in manifest["members"]:
+        parts = name.split("/")
+        if parts[0] == "points" and parts[-1] == "zarr.json" and parts[1][: -len(".zarr")] in found:
+            found[parts[1][: -len(".zarr")]]["/".join(parts[2:])] = name
+    return found
+
+
+def point_metadata_store(zf: zipfile.ZipFile, keys: dict[str, str]) -> Any:
+    """A read-only Zarr ``MemoryStore`` holding the metadata members ``keys`` (key in the store →
+    member name) of one point store of the open export ``zf``, for Zarr to read that group's
+    metadata as a reader of the export would. Zarr's ``ZipStore`` lists every name of the zip to
+    list one group, so opening each point's group there would cost the number of points times the
+    number of members.
+
+    Raises: the errors zipfile raises for an unreadable member (:data:`_READ_ERRORS`).
+    """
+    from zarr.buffer.cpu import Buffer
+    from zarr.storage import MemoryStore
+
+    return MemoryStore({key: Buffer.from_bytes(zf.read(name)) for key, name in keys.items()}, read_only=True)
+
+
 def check_contents(source: Path | zipfile.ZipFile, manifest: dict[str, Any], src: str | Path) -> None:
     """Check what the export ``source`` (``src``'s local path or open zip, its members verified) holds,
     through Zarr's public API: its ensemble as :func:`sgdsweep.store.integrity.check_ensemble`
@@ -148,11 +186,13 @@ def check_contents(source: Path | zipfile.ZipFile, manifest: dict[str, Any], src
         except (StoreError, zarr.errors.NodeNotFoundError) as exc:
             raise ShareError(f"{src}: its ensemble (the zip's root group) is refused: {exc}. The file was "
                              "changed after export, or exported from a damaged sweep: do not use it") from None
+    with opened_zip(source) as zf:
         for h in manifest["points"]:
             name = f"points/{h}.zarr/zarr.json"
             try:
-                attrs = zarr.open_group(store, path=f"points/{h}.zarr", mode="r").attrs.asdict()
-            except (zarr.errors.NodeNotFoundError, OSError, ValueError, KeyError, TypeError) as exc:
+                group = point_metadata_store(zf, {"zarr.json": name})
+                attrs = zarr.open_group(group, mode="r").attrs.asdict()
+            except (zarr.errors.NodeNotFoundError, KeyError, TypeError, *_READ_ERRORS) as exc:
                 raise ShareError(f"{src}: member {name!r} is not a Zarr group's metadata ({exc}); a damaged "
                                  "or crafted file, do not use it") from None
             why = identity_problem(h, attrs)

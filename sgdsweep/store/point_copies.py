@@ -11,6 +11,7 @@ is read through Zarr's public API by :class:`ZarrPointGroup`, the one reader of 
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -162,6 +163,20 @@ def _json(meta: dict[str, Any]) -> bytes:
     return json.dumps(meta, indent=2, allow_nan=True).encode()  # as Zarr writes its metadata
 
 
+@functools.lru_cache(maxsize=4096)
+def _array_metadata(dtype: str, shape: tuple[int, ...], dims: tuple[str, ...], attributes: str) -> bytes:
+    """The ``zarr.json`` of an array of NumPy data type ``dtype`` (its ``str``), ``shape`` and
+    dimension names ``dims``, one chunk, attributes ``attributes`` (JSON): :func:`_template` filled
+    in. Cached: a sweep's point stores repeat the same few arrays, and encoding with Zarr's
+    indentation is pure Python."""
+    meta = copy.deepcopy(_template(np.dtype(dtype), len(shape)))
+    meta["shape"] = list(shape)
+    meta["chunk_grid"]["configuration"]["chunk_shape"] = [max(s, 1) for s in shape]
+    meta["attributes"] = json.loads(attributes)
+    meta["dimension_names"] = list(dims)
+    return _json(meta)
+
+
 def zarr_group_keys(path: str | Path) -> Iterator[tuple[str, bytes]]:
     """The keys and values of the point store at ``path`` (single or packed) written as a Zarr
     (format 3) group, byte for byte what :func:`write_zarr_group` writes into a directory, in
@@ -179,12 +194,8 @@ def zarr_group_keys(path: str | Path) -> Iterator[tuple[str, bytes]]:
         for name in sorted(store.arrays):
             dims, attributes = store.arrays[name]
             data = store.read(name)
-            meta = copy.deepcopy(_template(data.dtype, data.ndim))
-            meta["shape"] = list(data.shape)
-            meta["chunk_grid"]["configuration"]["chunk_shape"] = [max(s, 1) for s in data.shape]
-            meta["attributes"] = attributes
-            meta["dimension_names"] = list(dims)
-            keys[f"{name}/zarr.json"] = _json(meta)
+            keys[f"{name}/zarr.json"] = _array_metadata(data.dtype.str, data.shape, tuple(dims),
+                                                        json.dumps(attributes, allow_nan=True))
             if data.size:
                 little = data.astype(data.dtype.newbyteorder("<"), copy=False)
                 keys[f"{name}/" + "/".join(["c", *("0" * data.ndim)])] = np.ascontiguousarray(little).tobytes()
