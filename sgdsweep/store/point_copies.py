@@ -55,8 +55,9 @@ class ZarrPointGroup:
                     raise StoreError(f"point store {self.path} is damaged: array '{name}' has "
                                      f"{arr.nchunks - present} of its {arr.nchunks} chunk file(s) missing "
                                      f"under {self.path / name}; rerun the workflow: it recomputes that point")
+            self._arrays = dict(self._group.arrays())  # opened once: read() uses them
             arrays = {name: (tuple(arr.metadata.dimension_names or ()), dict(arr.attrs))
-                      for name, arr in self._group.arrays()}
+                      for name, arr in self._arrays.items()}
             attrs = dict(self._group.attrs)
         except StoreError:
             raise
@@ -80,7 +81,7 @@ class ZarrPointGroup:
         if name not in self.arrays:
             raise KeyError(name)
         try:
-            return np.asarray(self._group[name][...])
+            return np.asarray(self._arrays[name][...])
         except Exception as exc:  # noqa: BLE001 - zarr and its codecs raise several types
             raise StoreError(f"array {name!r} of point store {self.path} is unreadable ({exc}); "
                              "delete the store and rerun the workflow") from None
