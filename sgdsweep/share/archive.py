@@ -417,8 +417,10 @@ def _extract(zf: zipfile.ZipFile, manifest: dict[str, Any], staging: Path, src: 
     """Copy a verified export's members into ``staging`` (a new directory): ``fits.json`` and
     the rounds' fits (``rounds/fits/``) as they are named, the
     ensemble's keys under ``ensemble.zarr/``, and each point's keys (the names verify checked)
-    as a Zarr group held in memory, one point at a time, read back through Zarr and placed as
-    its point store ``points/<hash>.npz`` (checked complete and its point's own;
+    as a Zarr group held in memory, one point at a time (at most
+    :data:`sgdsweep.store.points.MAX_POINT_BYTES`, the largest point store sgdsweep reads), read
+    back through Zarr and placed as its point store ``points/<hash>.npz`` (checked complete and
+    its point's own;
     its chunk files are the manifest's, checked by :func:`verified`, and an exporter before
     :func:`sgdsweep.store.points.write_zarr_group` wrote every chunk left out those holding only
     the fill value); each member streamed and hashed (:func:`member_blocks`), no file written
@@ -442,6 +444,11 @@ def _extract(zf: zipfile.ZipFile, manifest: dict[str, Any], staging: Path, src: 
 
     for h, names in stores.items():
         prefix = f"points/{h}.zarr/"
+        held = sum(members[name]["size"] for name in names)  # the sizes verify checked against the zip's
+        if held > point_store.MAX_POINT_BYTES:  # as large as a point store sgdsweep reads, no larger
+            raise ShareError(f"{src}: the members of point {h}'s store (points/{h}.zarr/) hold {held} bytes; "
+                             f"allowed: at most {point_store.MAX_POINT_BYTES}, the largest point store sgdsweep "
+                             "reads. The file was crafted, do not use it")
         keys = {name[len(prefix):]: b"".join(member_blocks(zf, name, members[name], src)) for name in names}
         group = MemoryStore({k: Buffer.from_bytes(v) for k, v in keys.items()}, read_only=True)
         try:
