@@ -177,6 +177,10 @@ class Problem:
 #: near critical damping, or minibatch noise near the variance-stability edge: docs/physics.md
 #: §8), which the stationary theory does not describe (``burn_in: auto`` takes 8).
 SHORT_BURN_IN = 4.0
+#: What to do about a short burn-in, as every warning and verdict says it: with ``burn_in: auto``
+#: a short point has ``burn_in_relaxations`` set below :data:`SHORT_BURN_IN`.
+SHORT_BURN_IN_FIX = (f"set dynamics.burn_in: auto (8 relaxation times; dynamics.burn_in_relaxations, where set, at "
+                     f"least {SHORT_BURN_IN:g}) or raise dynamics.burn_in")
 
 
 def mean_update_radius(curvatures: np.ndarray, lr: float, momentum: float) -> float:

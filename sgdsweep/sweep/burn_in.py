@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from sgdsweep.models.base import SHORT_BURN_IN
+from sgdsweep.models.base import SHORT_BURN_IN, SHORT_BURN_IN_FIX
 from sgdsweep.models.base import burn_in_relaxations as base_relaxations
 
 
@@ -57,5 +57,5 @@ def short_burn_in_warning(sweep: Any) -> str | None:
     return (f"warning: {len(short)} of {len(sweep.points)} points {'has' if one else 'have'} a burn-in under "
             f"{SHORT_BURN_IN:g} slowest relaxation times (the fewest {short[fewest]:.2g}, {point.burn_in} steps at "
             f"{where}): {'its' if one else 'their'} averages "
-            "would still hold the relaxation from the start, which the stationary theory does not describe; set "
-            "dynamics.burn_in: auto (8 relaxation times) or raise it")
+            "would still hold the relaxation from the start, which the stationary theory does not describe; "
+            f"{SHORT_BURN_IN_FIX}")

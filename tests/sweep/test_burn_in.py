@@ -55,6 +55,16 @@ def test_auto_burn_in_and_escape_sweeps_are_not_warned_of(tmp_path):
     assert burn_in_relaxations(escape) == {} and short_burn_in_warning(escape) is None
 
 
+def test_an_auto_burn_in_of_too_few_relaxation_times_is_told_to_raise_them(tmp_path):
+    """With ``burn_in: auto`` a point is short only when ``burn_in_relaxations`` is set under
+    4: the warning names that key (telling the user to set ``auto``, already set, would not help)."""
+    config = _config(tmp_path, "auto", lr=[0.05, 0.3])
+    config["dynamics"] |= {"steps": 20000, "burn_in_relaxations": 2}
+    warning = short_burn_in_warning(build_sweep(config))
+    assert warning.startswith("warning: 4 of 4 points have a burn-in under 4 slowest"), warning
+    assert "the fewest 2, " in warning and "dynamics.burn_in_relaxations, where set, at least 4" in warning
+
+
 @pytest.mark.parametrize("verb", ["validate", "plan"])
 def test_validate_and_plan_print_the_warning(tmp_path, capsys, verb):
     path = write_yaml(tmp_path / "c.yaml", _config(tmp_path, 20))

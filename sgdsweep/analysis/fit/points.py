@@ -22,7 +22,7 @@ import numpy as np
 import xarray as xr
 
 from sgdsweep.analysis.fit.common import two_sided_pvalue
-from sgdsweep.models.base import SHORT_BURN_IN
+from sgdsweep.models.base import SHORT_BURN_IN, SHORT_BURN_IN_FIX
 
 #: (variable, its exact theory) that a headline may state point by point. The loss is checked
 #: beside the weight variance: the report chooses its lead (``report.lead: loss`` on a model with
@@ -96,5 +96,5 @@ def short_burn_in_note(ds: xr.Dataset, keep: np.ndarray, where: Callable[[int], 
     return (f"{idx.size} of {int(keep.sum())} points {'has' if one else 'have'} a burn-in under {SHORT_BURN_IN:g} "
             f"slowest relaxation times (burn_in_relaxations; the fewest {rel[fewest]:.2g}"
             f"{' at ' + at if at else ''}): {'its' if one else 'their'} averages may "
-            "still hold the relaxation from the start, which the stationary theory does not describe; set "
-            "dynamics.burn_in: auto (8 relaxation times) or raise it")
+            "still hold the relaxation from the start, which the stationary theory does not describe; "
+            + SHORT_BURN_IN_FIX)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sgdsweep.analysis.fit.escape import LAW_NAMES
-from sgdsweep.models.base import SHORT_BURN_IN
+from sgdsweep.models.base import SHORT_BURN_IN, SHORT_BURN_IN_FIX
 
 #: Human names of the fits, in the order the report and the summary list them.
 NAMES = {"power_law": "Power law weight_var = A·λ^a·S^b", "linear_scaling": "Linear scaling rule: collapse in λ/S",
@@ -248,8 +248,8 @@ def short_burn_in_sentence(count: int, whose: str = "its points") -> str:
     fitted) whose burn-in is short (:data:`~sgdsweep.models.base.SHORT_BURN_IN` relaxation times)."""
     one = count == 1
     return (f"{count} of {whose} {'has' if one else 'have'} a burn-in under {SHORT_BURN_IN:g} slowest relaxation "
-            f"times: {'its' if one else 'their'} averages may still hold the relaxation from the start (set "
-            "dynamics.burn_in: auto)")
+            f"times: {'its' if one else 'their'} averages may still hold the relaxation from the start "
+            f"({SHORT_BURN_IN_FIX})")
 
 
 def _summary(kind: str, results: list[dict[str, Any]]) -> Verdict:
