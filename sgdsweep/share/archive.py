@@ -416,11 +416,9 @@ def _imported_config(config: dict[str, Any], results_dir: Path) -> str:
 def _extract(zf: zipfile.ZipFile, manifest: dict[str, Any], staging: Path, src: str | Path) -> None:
     """Copy a verified export's members into ``staging`` (a new directory): ``fits.json`` and
     the rounds' fits (``rounds/fits/``) as they are named, the
-    ensemble's keys under ``ensemble.zarr/``, and each point's keys (the names verify checked)
-    as a Zarr group held in memory, one point at a time (at most
-    :data:`sgdsweep.store.points.MAX_POINT_BYTES`, the largest point store sgdsweep reads), read
-    back through Zarr and placed as its point store ``points/<hash>.npz`` (checked complete and
-    its point's own;
+    ensemble's keys under ``ensemble.zarr/``, and each point's keys as a Zarr group, read back
+    (format 3, each array's own metadata: what verify bounded) and placed as its point store
+    ``points/<hash>.npz`` (checked complete and its point's own;
     its chunk files are the manifest's, checked by :func:`verified`, and an exporter before
     :func:`sgdsweep.store.points.write_zarr_group` wrote every chunk left out those holding only
     the fill value); each member streamed and hashed (:func:`member_blocks`), no file written
@@ -439,20 +437,16 @@ def _extract(zf: zipfile.ZipFile, manifest: dict[str, Any], staging: Path, src: 
         with open(out, "xb") as fh:
             fh.writelines(member_blocks(zf, name, entry, src))
     (staging / "points").mkdir(parents=True, exist_ok=True)
-    from zarr.buffer.cpu import Buffer
-    from zarr.storage import MemoryStore
-
     for h, names in stores.items():
+        group = staging / ".import-points" / f"{h}.zarr"
         prefix = f"points/{h}.zarr/"
-        held = sum(members[name]["size"] for name in names)  # the sizes verify checked against the zip's
-        if held > point_store.MAX_POINT_BYTES:  # as large as a point store sgdsweep reads, no larger
-            raise ShareError(f"{src}: the members of point {h}'s store (points/{h}.zarr/) hold {held} bytes; "
-                             f"allowed: at most {point_store.MAX_POINT_BYTES}, the largest point store sgdsweep "
-                             "reads. The file was crafted, do not use it")
-        keys = {name[len(prefix):]: b"".join(member_blocks(zf, name, members[name], src)) for name in names}
-        group = MemoryStore({k: Buffer.from_bytes(v) for k, v in keys.items()}, read_only=True)
+        for name in names:  # the keys of a Zarr group, as verify checked their names, streamed to disk
+            out = group / name[len(prefix):]
+            out.parent.mkdir(parents=True, exist_ok=True)
+            with open(out, "xb") as fh:
+                fh.writelines(member_blocks(zf, name, members[name], src))
         try:
-            with ZarrPointGroup(f"{src}/{prefix}", store=group, require_chunks=False) as store:
+            with ZarrPointGroup(group, require_chunks=False) as store:
                 why = identity_problem(h, store.attrs)
                 if why is not None:
                     raise ShareError(f"{src}: member 'points/{h}.zarr/zarr.json': the point store under point "
@@ -462,6 +456,8 @@ def _extract(zf: zipfile.ZipFile, manifest: dict[str, Any], staging: Path, src: 
         except StoreError as exc:
             raise ShareError(f"{src}: the point store of point {h} is not marked complete or not readable ({exc}); "
                              "the file was crafted or exported from an unfinished sweep, do not use it") from None
+        shutil.rmtree(group)
+    shutil.rmtree(staging / ".import-points", ignore_errors=True)
     pack_points(staging / "points", "imported", stores)  # as a shard job packs its points
 
 

@@ -61,11 +61,16 @@ _STRING = "TUSO"
 
 
 def _arrays(store: Any, consolidated: bool | None) -> list[tuple[str, Any]]:
+    """The arrays of the group at the root of ``store``, as Zarr lists them: format 3 only (a
+    reader of the export opens its groups so: a format 2 group would hide its ``.zarray`` arrays
+    from a store of ``zarr.json`` members), its consolidated copy only where ``consolidated``."""
     import zarr
 
     with warnings.catch_warnings():  # an export's root also holds its other members (fits.json, …)
         warnings.filterwarnings("ignore", message=".*not recognized as a component of a Zarr hierarchy")
-        group = zarr.open_group(store, mode="r", use_consolidated=consolidated)
+        group = zarr.open_group(store, mode="r", zarr_format=3, use_consolidated=consolidated)
+        if group.metadata.zarr_format != 3:  # Zarr takes a zarr.json that says 2 as it is
+            raise ValueError(f"its zarr.json says zarr_format {group.metadata.zarr_format}, not 3")
         return list(group.arrays())
 
 

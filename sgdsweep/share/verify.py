@@ -140,12 +140,14 @@ def opened_zip(source: Path | zipfile.ZipFile) -> Iterator[zipfile.ZipFile]:
 
 def point_metadata_names(manifest: dict[str, Any]) -> dict[str, dict[str, str]]:
     """For each point of the manifest, its store's metadata members: key in the store
-    (``zarr.json``, ``<array>/zarr.json``) → member name (``points/<hash>.zarr/<key>``), from one
+    (``zarr.json``, ``<array>/zarr.json``: the group's and its children's, all that Zarr reads to
+    list a group's arrays; nothing deeper) → member name (``points/<hash>.zarr/<key>``), from one
     pass over the manifest's members (:func:`check_listed_members` checked their layout)."""
     found: dict[str, dict[str, str]] = {h: {} for h in manifest["points"]}
     for name in manifest["members"]:
         parts = name.split("/")
-        if parts[0] == "points" and parts[-1] == "zarr.json" and parts[1][: -len(".zarr")] in found:
+        if (parts[0] == "points" and len(parts) <= 4 and parts[-1] == "zarr.json"
+                and parts[1][: -len(".zarr")] in found):
             found[parts[1][: -len(".zarr")]]["/".join(parts[2:])] = name
     return found
 
@@ -191,7 +193,10 @@ def check_contents(source: Path | zipfile.ZipFile, manifest: dict[str, Any], src
             name = f"points/{h}.zarr/zarr.json"
             try:
                 group = point_metadata_store(zf, {"zarr.json": name})
-                attrs = zarr.open_group(group, mode="r").attrs.asdict()
+                opened = zarr.open_group(group, mode="r", zarr_format=3, use_consolidated=False)
+                if opened.metadata.zarr_format != 3:  # as bounds checks it, before this
+                    raise ValueError(f"zarr_format {opened.metadata.zarr_format}, not 3")
+                attrs = opened.attrs.asdict()
             except (zarr.errors.NodeNotFoundError, KeyError, TypeError, *_READ_ERRORS) as exc:
                 raise ShareError(f"{src}: member {name!r} is not a Zarr group's metadata ({exc}); a damaged "
                                  "or crafted file, do not use it") from None

@@ -48,7 +48,10 @@ class ZarrPointGroup:
 
         self.path = Path(path)
         try:
-            self._group = zarr.open_group(store if store is not None else str(self.path), mode="r")
+            self._group = zarr.open_group(store if store is not None else str(self.path), mode="r", zarr_format=3,
+                                          use_consolidated=False)  # each array's own metadata, as verify bounds it
+            if self._group.metadata.zarr_format != 3:  # Zarr takes a zarr.json that says 2 as it is
+                raise ValueError(f"its zarr.json says zarr_format {self._group.metadata.zarr_format}, not 3")
             for name, arr in self._group.arrays() if require_chunks else ():
                 present = arr.nchunks_initialized  # one listing of the array's chunk files
                 if present < arr.nchunks:

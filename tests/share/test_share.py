@@ -445,24 +445,6 @@ def test_import_streams_members(exported, tmp_path):
     assert peak < 16 << 20, peak
 
 
-def test_import_holds_no_point_larger_than_the_largest_point_store(exported, tmp_path, monkeypatch):
-    """An import reads each point's members into memory, one point at a time: a point whose
-    members hold more than the largest point store sgdsweep reads (made small here) is refused
-    before any of them is read, and nothing is placed."""
-    from sgdsweep.store import points as point_store
-
-    _, dest, manifest = exported
-    held = max(sum(e["size"] for n, e in manifest["members"].items() if n.startswith(f"points/{h}.zarr/"))
-               for h in manifest["points"])
-    monkeypatch.setattr(point_store, "MAX_POINT_BYTES", held - 1)
-    with pytest.raises(ShareError, match=rf"point (\w+)'s store \(points/\1.zarr/\) hold {held} bytes; "
-                       rf"allowed: at most {held - 1}"):
-        import_sweep(dest, tmp_path / "R")
-    assert not [p for p in (tmp_path / "R").iterdir() if not p.name.startswith(".import-")]
-    monkeypatch.setattr(point_store, "MAX_POINT_BYTES", held)
-    assert (import_sweep(dest, tmp_path / "R") / "points").is_dir()
-
-
 def test_import_drops_execution_and_names_its_own_directory(exported, tmp_path, monkeypatch):
     """The execution section describes the exporting machine: an export cannot choose where this
     machine's scheduler listens or which scheduler or cluster it uses. The imported config names

@@ -9,6 +9,7 @@ import tracemalloc
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import cli, make_finished_sweep
 from test_share import _forged, _import_refused, _rewrite
@@ -172,6 +173,45 @@ def test_verify_reads_each_points_metadata_without_listing_the_whole_file(export
     assert verify(dest)["points"] == manifest["points"]
     assert listed, "the ensemble's group is listed through the zip store"
     assert not [p for p in listed if p.startswith("points")], listed
+
+
+@pytest.mark.parametrize("shape", [[16000, 16000], [3]])
+def test_a_point_group_of_zarr_format_2_is_refused(exported, tmp_path, shape):
+    """A point's group that says Zarr format 2 lists its arrays from ``.zarray`` members, which
+    a reader of its ``zarr.json`` members would not see: verify and import refuse it, whatever
+    array it hides."""
+    _, dest, manifest = exported
+    h = manifest["points"][0]
+    key = f"points/{h}.zarr/zarr.json"
+    with zipfile.ZipFile(dest) as zf:
+        group = {**json.loads(zf.read(key)), "zarr_format": 2}
+    zarray = {"zarr_format": 2, "shape": shape, "chunks": shape, "dtype": "<f8", "compressor": None,
+              "fill_value": 7.0, "order": "C", "filters": None}
+    bad = _forged(dest, tmp_path / "v2.zip", replace={key: json.dumps(group).encode()},
+                  add=[(f"points/{h}.zarr/hidden/.zarray", json.dumps(zarray).encode())])
+    _import_refused(bad, tmp_path, rf"the metadata of point {h}'s store \(points/{h}.zarr\) is not what "
+                    "sgdsweep writes")
+
+
+def test_a_points_consolidated_metadata_is_not_what_import_reads(exported, tmp_path):
+    """A point's group may carry a consolidated copy of its arrays' metadata in its ``zarr.json``;
+    verify bounds each array's own ``zarr.json``, so import reads those too: a copy declaring
+    another shape changes nothing imported."""
+    from sgdsweep.store.points import PointStore, point_path
+
+    sweep_dir, dest, manifest = exported
+    h = manifest["points"][0]
+    _, array = _point_array(dest, h, "weight_cov")
+    with zipfile.ZipFile(dest) as zf:
+        group = json.loads(zf.read(f"points/{h}.zarr/zarr.json"))
+    group["consolidated_metadata"] = {"kind": "inline", "must_understand": False,
+                                      "metadata": {"weight_cov": json.loads(_with_shape(array, [4096, 4096]))}}
+    crafted = _forged(dest, tmp_path / "cons.zip", replace={f"points/{h}.zarr/zarr.json": json.dumps(group).encode()})
+    verify(crafted)
+    target = import_sweep(crafted, tmp_path / "R")
+    with PointStore(point_path(target / "points", h)) as got, PointStore(point_path(sweep_dir / "points", h)) as mine:
+        assert sorted(got.arrays) == sorted(mine.arrays)
+        assert np.array_equal(got.read("weight_cov"), mine.read("weight_cov"))
 
 
 def test_import_refuses_to_land_inside_another_sweep(exported, tmp_path):
