@@ -93,7 +93,7 @@ def as_directory_store(path: Path) -> Path:
     """The point store at ``path`` (``<hash>.npz``) rewritten as a Zarr directory store
     ``<hash>.zarr`` (the layout sgdsweep wrote first), through Zarr's public API; the ``.npz``
     removed. Returns the directory."""
-    from sgdsweep.store.points import write_zarr_group
+    from legacy_layouts import write_zarr_group
 
     directory = path.with_name(path.name[: -len(".npz")] + ".zarr")
     write_zarr_group(path, directory)

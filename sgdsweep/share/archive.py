@@ -4,8 +4,9 @@ An export is a zip file that is at the same time a Zarr (format 3) store: its ro
 ensemble, so ``xarray.open_zarr(zarr.storage.ZipStore(path, mode="r"))`` opens it directly. It
 also holds
 
-- ``points/<hash>.zarr/…`` — every point store as a Zarr group under the point's name (an
-  import places each as its ``<hash>.npz``), so that an imported sweep re-runs its fits and
+- ``points/<hash>.npz`` — every point's store, its bytes as the sweep keeps them
+  (:mod:`sgdsweep.share.point_members`; an export of the earlier schema 1 holds Zarr groups
+  ``points/<hash>.zarr/…`` instead, still read), so that an imported sweep re-runs its fits and
   report (or the whole workflow) without simulating anything;
 - ``fits.json`` — the fits (also in the root group's ``fits`` attribute); with ``precision:``,
   also ``rounds/fits/<name>.json``, each round's fits, from which an import replays the rounds
@@ -21,7 +22,7 @@ also holds
   provenance, the point hashes, and the SHA-256 and size of every other member.
 
 The zip comment holds the manifest's own SHA-256, so a changed manifest is detected too. No
-pickle anywhere: JSON and Zarr only. Every member, the report and the crate included, is checked
+pickle anywhere: JSON, Zarr and NumPy's ``.npy`` only. Every member, the report and the crate included, is checked
 by ``sgdsweep verify`` against its SHA-256.
 
 An export is read where it lies, too (:mod:`sgdsweep.share.remote`): ``verify`` and
@@ -50,6 +51,7 @@ import yaml
 
 from sgdsweep.errors import StoreError, UsageError
 from sgdsweep.share.parts import answer_members, unzip_to_directory, workflow_members
+from sgdsweep.share.point_members import extract_points, member_name
 from sgdsweep.share.remote import is_url, open_export_source
 from sgdsweep.share.verify import (
     COMMENT_PREFIX,
@@ -63,8 +65,6 @@ from sgdsweep.store import points as point_store
 from sgdsweep.store.crate import CRATE, DEFAULT_LICENSE, check_license, crate_metadata
 from sgdsweep.store.leftovers import remove_stale_imports
 from sgdsweep.store.packs import pack_points
-from sgdsweep.store.point_copies import ZarrPointGroup, copy_point, zarr_group_keys
-from sgdsweep.store.point_identity import identity_problem
 
 __all__ = ["COMMENT_PREFIX", "FORMATS", "MANIFEST", "SCHEMA_VERSION", "ShareError", "export_sweep",
            "import_sweep", "merge_exports", "verify"]
@@ -299,11 +299,11 @@ def export_sweep(sweep_dir: str | Path, dest: str, license_id: str | None = None
 
 
 def _point_members(points_dir: Path, hashes: list[str]) -> Iterable[tuple[str, bytes]]:
-    """Every point store as export members ``points/<hash>.zarr/<key>``: the keys of the store
-    written as a Zarr group (:func:`sgdsweep.store.point_copies.zarr_group_keys`), one store at a time."""
-    for h in hashes:  # written in memory (zarr_group_keys), single or packed stores alike
-        for key, data in zarr_group_keys(point_store.point_path(points_dir, h)):
-            yield f"points/{h}.zarr/{key}", data
+    """Every point's store as the export member ``points/<hash>.npz``: its bytes as written
+    (single or packed), checked again as they are read, one store at a time."""
+    for h in hashes:
+        with point_store.PointStore(point_store.point_path(points_dir, h)) as store:
+            yield member_name(h), store.raw
 
 
 def verify(src: str | Path) -> dict[str, Any]:
@@ -413,52 +413,33 @@ def _imported_config(config: dict[str, Any], results_dir: Path) -> str:
             + yaml.safe_dump(config, sort_keys=False))
 
 
+#: Most points an import packs into one file (a shard job packs a shard's points; an import, whose
+#: points came from many shards, packs them this many at a time, so packing holds at most these
+#: points' stores in memory).
+IMPORT_PACK_POINTS = 1024
+
+
 def _extract(zf: zipfile.ZipFile, manifest: dict[str, Any], staging: Path, src: str | Path) -> None:
     """Copy a verified export's members into ``staging`` (a new directory): ``fits.json`` and
-    the rounds' fits (``rounds/fits/``) as they are named, the
-    ensemble's keys under ``ensemble.zarr/``, and each point's keys as a Zarr group, read back
-    (format 3, each array's own metadata: what verify bounded) and placed as its point store
-    ``points/<hash>.npz`` (checked complete and its point's own;
-    its chunk files are the manifest's, checked by :func:`verified`, and an exporter before
-    :func:`sgdsweep.store.points.write_zarr_group` wrote every chunk left out those holding only
-    the fill value); each member streamed and hashed (:func:`member_blocks`), no file written
-    over another."""
+    the rounds' fits (``rounds/fits/``) as they are named, the ensemble's keys under
+    ``ensemble.zarr/``, and each point's store as ``points/<hash>.npz``, checked complete and its
+    point's own (:func:`sgdsweep.share.point_members.extract_points`), then packed as shard jobs
+    pack theirs (:func:`sgdsweep.store.packs.pack_points`, at most :data:`IMPORT_PACK_POINTS` to
+    a pack); each member streamed and hashed (:func:`member_blocks`), no file written over another."""
     members = manifest["members"]
-    stores: dict[str, list[str]] = {}
     for name, entry in members.items():
-        if name in ("README.txt", MANIFEST, *_NOT_PLACED) or name.startswith("workflow/"):
-            continue
-        if name.startswith("points/"):  # points/<hash>.zarr/<key>, as verify checked
-            stores.setdefault(name.split("/")[1][:-len(".zarr")], []).append(name)
+        if name in ("README.txt", MANIFEST, *_NOT_PLACED) or name.startswith(("workflow/", "points/")):
             continue
         top = name in ("fits.json", *_ANSWER) or name.startswith(("rounds/", "figures/"))
         out = staging / (name if top else f"ensemble.zarr/{name}")
         out.parent.mkdir(parents=True, exist_ok=True)
         with open(out, "xb") as fh:
             fh.writelines(member_blocks(zf, name, entry, src))
-    (staging / "points").mkdir(parents=True, exist_ok=True)
-    for h, names in stores.items():
-        group = staging / ".import-points" / f"{h}.zarr"
-        prefix = f"points/{h}.zarr/"
-        for name in names:  # the keys of a Zarr group, as verify checked their names, streamed to disk
-            out = group / name[len(prefix):]
-            out.parent.mkdir(parents=True, exist_ok=True)
-            with open(out, "xb") as fh:
-                fh.writelines(member_blocks(zf, name, members[name], src))
-        try:
-            with ZarrPointGroup(group, require_chunks=False) as store:
-                why = identity_problem(h, store.attrs)
-                if why is not None:
-                    raise ShareError(f"{src}: member 'points/{h}.zarr/zarr.json': the point store under point "
-                                     f"{h}'s name is not that point's ({why}); the file's stores were swapped, "
-                                     "renamed or edited after export, do not use it")
-                copy_point(store, point_store.point_path(staging / "points", h))
-        except StoreError as exc:
-            raise ShareError(f"{src}: the point store of point {h} is not marked complete or not readable ({exc}); "
-                             "the file was crafted or exported from an unfinished sweep, do not use it") from None
-        shutil.rmtree(group)
-    shutil.rmtree(staging / ".import-points", ignore_errors=True)
-    pack_points(staging / "points", "imported", stores)  # as a shard job packs its points
+    extract_points(zf, manifest, staging / "points", src)
+    points = manifest["points"]
+    for first in range(0, len(points), IMPORT_PACK_POINTS):
+        pack_points(staging / "points", f"imported-{first // IMPORT_PACK_POINTS}",
+                    points[first:first + IMPORT_PACK_POINTS])
 
 
 def merge_exports(sources: list[str], dest: str) -> dict[str, Any]:
@@ -541,12 +522,13 @@ def merge_exports(sources: list[str], dest: str) -> dict[str, Any]:
         sweep_dir = tmp / manifests[0]["sweep"]
         write_ensemble(merged, sweep_dir / "ensemble.zarr")
         members = _ensemble_members(sweep_dir / "ensemble.zarr", fits)
-        for src in sources:
+        for n, (src, manifest) in enumerate(zip(sources, manifests)):
             local = _download(str(src), tmp)
-            with zipfile.ZipFile(local) as zf:
-                for name in zf.namelist():
-                    if name.startswith("points/") and name not in members:
-                        members[name] = zf.read(name)
+            stores = tmp / f"points-{n}"
+            with zipfile.ZipFile(local) as zf:  # each store checked again as it is read
+                extract_points(zf, manifest, stores, src)
+            for h in manifest["points"]:
+                members.setdefault(member_name(h), stores / f"{h}{point_store.POINT_SUFFIX}")
         base = {"sweep": manifests[0]["sweep"], "config": config, "config_hash": content_hash(config),
                 "provenance": {"merged_from": [m["config_hash"] for m in manifests]},
                 "points": [str(h) for h in merged["point"].values]}

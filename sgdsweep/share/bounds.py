@@ -6,8 +6,11 @@ A Zarr array's metadata says its shape and data type; a reader allocates that sh
 bytes can expand to its whole shape). A crafted export whose members all match its manifest
 could therefore declare a 16000 × 16000 array in a file of a few hundred kB: an import or a
 merge would allocate gigabytes. So, for every array of the export (the ensemble's, in both
-views a reader may take, and those of every point store), counted in bytes as NumPy holds it
-(its elements times their item size, 16 bytes for a string element):
+views a reader may take, and, in an export of schema 1, those of every point store's Zarr
+group), counted in bytes as NumPy holds it (its elements times their item size, 16 bytes for a
+string element; a point store of schema 2 is bounded as sgdsweep bounds its own stores,
+:class:`sgdsweep.store.points.PointStore`: its members uncompressed, so they declare no more
+than the member holds):
 
 - each array declares at most :data:`MAX_ARRAY_BYTES` (the largest member an export may hold,
   :data:`sgdsweep.share.verify.MAX_MEMBER_BYTES`: a point store's array is one member);
@@ -36,14 +39,8 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from sgdsweep.share.verify import (
-    MAX_EXPANSION,
-    MAX_MEMBER_BYTES,
-    ShareError,
-    opened_zip,
-    point_metadata_names,
-    point_metadata_store,
-)
+from sgdsweep.share.point_members import metadata_names, metadata_store, zarr_groups
+from sgdsweep.share.verify import MAX_EXPANSION, MAX_MEMBER_BYTES, ShareError, opened_zip
 from sgdsweep.store.points import MAX_POINT_BYTES
 from sgdsweep.store.variables import COORDS
 
@@ -119,13 +116,14 @@ def check_declared(source: Path | zipfile.ZipFile, manifest: dict[str, Any], siz
     with export_store(source) as root, opened_zip(source) as zf:
         groups: list[tuple[str, str, frozenset[str], list[bool | None]]] = [
             ("", "the ensemble (the zip's root group)", ENSEMBLE_STRINGS, [False, None])]
-        groups += [(h, f"point {h}'s store (points/{h}.zarr)", frozenset(), [False]) for h in manifest["points"]]
-        metadata = point_metadata_names(manifest)
+        if zarr_groups(manifest):  # schema 2's point stores are bounded as sgdsweep reads its own (PointStore)
+            groups += [(h, f"point {h}'s store (points/{h}.zarr)", frozenset(), [False]) for h in manifest["points"]]
+        metadata = metadata_names(manifest) if zarr_groups(manifest) else {}
         for group, where, strings, views in groups:
             point_total = 0
             for consolidated in views:  # the ensemble's own zarr.json files and its consolidated copy
-                try:  # a point's group from its metadata members alone (point_metadata_store: linear)
-                    store = point_metadata_store(zf, metadata[group]) if group else root
+                try:  # a point's group from its metadata members alone (metadata_store: linear)
+                    store = metadata_store(zf, metadata[group]) if group else root
                     arrays = _arrays(store, consolidated)
                 except Exception as exc:  # noqa: BLE001 - Zarr raises many types for crafted metadata
                     raise ShareError(f"{src}: the metadata of {where} is not what sgdsweep writes ({exc}); "

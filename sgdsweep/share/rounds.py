@@ -15,10 +15,11 @@ current round. The export is refused unless
 - the file's points are exactly the points of every round the replay reached (no round's
   store left out, none added).
 
-Cost: one small file per point (its store's ``zarr.json``) written to a temporary directory and
-rewritten there as the ``.npz`` store, holding its attributes only, that the rounds read
-(:func:`sgdsweep.store.migrate.migrate_points`: a group not marked complete is not rewritten, so
-its point counts as still to simulate), and the rounds' decisions, which read nothing else.
+Cost: each point's store (``points/<hash>.npz``) copied to a temporary directory, and the
+rounds' decisions, which read their attributes and nothing else. An export of schema 1 holds
+Zarr groups: only each group's ``zarr.json`` is copied, rewritten there as an ``.npz`` store
+holding its attributes only (:func:`sgdsweep.store.migrate.migrate_points`: a group not marked
+complete is not rewritten, so its point counts as still to simulate).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from sgdsweep.errors import ConfigError, StoreError
+from sgdsweep.share.point_members import member_name, zarr_groups
 from sgdsweep.share.verify import ShareError, member_blocks
 from sgdsweep.store.migrate import migrate_points
 
@@ -65,13 +67,15 @@ def check_rounds(zf: zipfile.ZipFile, manifest: dict[str, Any], src: str | Path)
     held = set(manifest["points"])
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / manifest["sweep"]
-        wanted = [f"points/{h}.zarr/zarr.json" for h in manifest["points"]] + ["fits.json"]
-        for name in wanted + sorted(n for n in members if n.startswith("rounds/")):
+        groups = zarr_groups(manifest)
+        stores = [f"points/{h}.zarr/zarr.json" if groups else member_name(h) for h in manifest["points"]]
+        for name in [*stores, "fits.json", *sorted(n for n in members if n.startswith("rounds/"))]:
             out = root / name
             out.parent.mkdir(parents=True, exist_ok=True)
             with open(out, "xb") as fh:
                 fh.writelines(member_blocks(zf, name, members[name], src))
-        migrate_points(root / "points")  # the groups as the .npz stores that the rounds read
+        if groups:
+            migrate_points(root / "points")  # the groups as the .npz stores that the rounds read
         try:
             sweep = build_sweep({**{k: v for k, v in config.items() if k != "execution"}, "results_dir": tmp})
         except (ConfigError, StoreError) as exc:

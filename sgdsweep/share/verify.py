@@ -16,14 +16,15 @@ integrity, not origin), so nothing the file says is trusted:
   and its config is a valid sweep whose ``sweep`` is the manifest's and whose points hash to the
   manifest's points, each of which has its point store in the file (and no other store is);
 - every member is read in blocks of :data:`BLOCK_BYTES`, counted and hashed as it streams: no
-  member is ever held whole in memory;
+  member is held whole in memory but a point's store, one at a time, when it is checked;
 - then, from the arrays' metadata alone, what they declare is bounded (their sizes, chunk
   counts and data types: :mod:`sgdsweep.share.bounds`), before any of their data is read;
-- then, read through Zarr's public API (:func:`check_contents`): the ensemble passes the check
+- then (:func:`check_contents`) the ensemble, read through Zarr's public API, passes the check
   :func:`sgdsweep.open_ensemble` runs (:func:`sgdsweep.store.integrity.check_ensemble`: its
-  metadata against its recorded digests, every chunk present), and each point's store records
-  that point (its hash, and parameters that hash to it), so stores swapped or renamed between
-  points are refused;
+  metadata against its recorded digests, every chunk present), and each point's store is one
+  sgdsweep would read as its own and records that point (its hash, and parameters that hash to
+  it), so stores swapped or renamed between points are refused
+  (:mod:`sgdsweep.share.point_members`);
 - last, for a sweep with rounds, the rounds replayed from the file's own stores and fits reach
   exactly its points and simulate nothing (:mod:`sgdsweep.share.rounds`).
 """
@@ -44,7 +45,10 @@ from typing import Any
 
 from sgdsweep.errors import ConfigError, SgdsweepError, StoreError
 
-SCHEMA_VERSION = "sgdsweep-export/1"
+#: The schema version an export is written with (its point stores one ``.npz`` member each).
+SCHEMA_VERSION = "sgdsweep-export/2"
+#: The schema versions read (1: point stores as Zarr groups, :mod:`sgdsweep.share.point_members`).
+SCHEMA_VERSIONS = ("sgdsweep-export/1", SCHEMA_VERSION)
 MANIFEST = "sgdsweep-manifest.json"
 COMMENT_PREFIX = b"sgdsweep-manifest-sha256="
 
@@ -66,7 +70,7 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 #: The compression methods an export's members may use (sgdsweep writes them stored).
 _METHODS = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)
 #: Errors reading a damaged or crafted member raises.
-_READ_ERRORS = (
+READ_ERRORS = (
     zipfile.BadZipFile,
     OSError,
     EOFError,
@@ -138,49 +142,20 @@ def opened_zip(source: Path | zipfile.ZipFile) -> Iterator[zipfile.ZipFile]:
         yield zf
 
 
-def point_metadata_names(manifest: dict[str, Any]) -> dict[str, dict[str, str]]:
-    """For each point of the manifest, its store's metadata members: key in the store
-    (``zarr.json``, ``<array>/zarr.json``: the group's and its children's, all that Zarr reads to
-    list a group's arrays; nothing deeper) → member name (``points/<hash>.zarr/<key>``), from one
-    pass over the manifest's members (:func:`check_listed_members` checked their layout)."""
-    found: dict[str, dict[str, str]] = {h: {} for h in manifest["points"]}
-    for name in manifest["members"]:
-        parts = name.split("/")
-        if (parts[0] == "points" and len(parts) <= 4 and parts[-1] == "zarr.json"
-                and parts[1][: -len(".zarr")] in found):
-            found[parts[1][: -len(".zarr")]]["/".join(parts[2:])] = name
-    return found
-
-
-def point_metadata_store(zf: zipfile.ZipFile, keys: dict[str, str]) -> Any:
-    """A read-only Zarr ``MemoryStore`` holding the metadata members ``keys`` (key in the store →
-    member name) of one point store of the open export ``zf``, for Zarr to read that group's
-    metadata as a reader of the export would. Zarr's ``ZipStore`` lists every name of the zip to
-    list one group, so opening each point's group there would cost the number of points times the
-    number of members.
-
-    Raises: the errors zipfile raises for an unreadable member (:data:`_READ_ERRORS`).
-    """
-    from zarr.buffer.cpu import Buffer
-    from zarr.storage import MemoryStore
-
-    return MemoryStore({key: Buffer.from_bytes(zf.read(name)) for key, name in keys.items()}, read_only=True)
-
-
 def check_contents(source: Path | zipfile.ZipFile, manifest: dict[str, Any], src: str | Path) -> None:
-    """Check what the export ``source`` (``src``'s local path or open zip, its members verified) holds,
-    through Zarr's public API: its ensemble as :func:`sgdsweep.store.integrity.check_ensemble`
-    checks one, and that the point store under each point's name is that point's
-    (:func:`sgdsweep.store.point_identity.identity_problem` of its group attributes).
+    """Check what the export ``source`` (``src``'s local path or open zip, its members verified)
+    holds: its ensemble, through Zarr's public API, as :func:`sgdsweep.store.integrity.check_ensemble`
+    checks one, and that the store under each point's name is that point's
+    (:func:`sgdsweep.share.point_members.check_points`).
 
     Raises:
         ShareError: naming the file, the member and what is wrong.
     """
     import zarr
 
+    from sgdsweep.share.point_members import check_points
     from sgdsweep.share.remote import export_store
     from sgdsweep.store.integrity import check_ensemble
-    from sgdsweep.store.point_identity import identity_problem
 
     with export_store(source) as store:
         try:
@@ -189,22 +164,7 @@ def check_contents(source: Path | zipfile.ZipFile, manifest: dict[str, Any], src
             raise ShareError(f"{src}: its ensemble (the zip's root group) is refused: {exc}. The file was "
                              "changed after export, or exported from a damaged sweep: do not use it") from None
     with opened_zip(source) as zf:
-        for h in manifest["points"]:
-            name = f"points/{h}.zarr/zarr.json"
-            try:
-                group = point_metadata_store(zf, {"zarr.json": name})
-                opened = zarr.open_group(group, mode="r", zarr_format=3, use_consolidated=False)
-                if opened.metadata.zarr_format != 3:  # as bounds checks it, before this
-                    raise ValueError(f"zarr_format {opened.metadata.zarr_format}, not 3")
-                attrs = opened.attrs.asdict()
-            except (zarr.errors.NodeNotFoundError, KeyError, TypeError, *_READ_ERRORS) as exc:
-                raise ShareError(f"{src}: member {name!r} is not a Zarr group's metadata ({exc}); a damaged "
-                                 "or crafted file, do not use it") from None
-            why = identity_problem(h, attrs)
-            if why is not None:
-                raise ShareError(f"{src}: member {name!r}: the point store under point {h}'s name is not that "
-                                 f"point's ({why}); the file's stores were swapped, renamed or edited after "
-                                 "export, do not use it")
+        check_points(zf, manifest, src)
 
 
 def _name_problem(name: str) -> str | None:
@@ -309,7 +269,7 @@ def member_blocks(
     digest, count, size = hashlib.sha256(), 0, entry["size"]
     try:
         fh = zf.open(name)
-    except _READ_ERRORS as exc:
+    except READ_ERRORS as exc:
         raise ShareError(
             f"{src}: member {name!r} is unreadable ({exc}); the file is truncated or corrupted"
         ) from None
@@ -317,7 +277,7 @@ def member_blocks(
         while True:
             try:
                 block = fh.read(min(BLOCK_BYTES, size + 1 - count))
-            except _READ_ERRORS as exc:
+            except READ_ERRORS as exc:
                 raise ShareError(
                     f"{src}: member {name!r} is unreadable ({exc}); the file is truncated or "
                     "corrupted"
@@ -366,9 +326,10 @@ def read_manifest(
     except (ValueError, RecursionError) as exc:
         raise ShareError(f"{src}: the manifest is not valid JSON ({exc})") from None
     version = manifest.get("schema_version") if isinstance(manifest, dict) else None
-    if version != SCHEMA_VERSION:
+    if version not in SCHEMA_VERSIONS:
         raise ShareError(
-            f"{src}: schema version {version!r}; this sgdsweep reads {SCHEMA_VERSION!r}"
+            f"{src}: schema version {version!r}; this sgdsweep reads "
+            f"{' and '.join(map(repr, SCHEMA_VERSIONS))}"
         )
     check_manifest(manifest, src)
     return manifest
@@ -426,8 +387,8 @@ def check_listed_members(
 ) -> None:
     """Raise :class:`ShareError` unless the members present are those the manifest lists, with
     the sizes it lists, laid out as an export: the ensemble's keys, ``fits.json``, ``README.txt``
-    and ``points/<hash>.zarr/<key>`` with exactly the manifest's points (each with its
-    ``zarr.json``)."""
+    and the stores of exactly the manifest's points
+    (:func:`sgdsweep.share.point_members.check_layout`)."""
     listed = manifest["members"]
     extra = sorted(set(infos) - set(listed) - {MANIFEST})
     if extra:
@@ -445,28 +406,9 @@ def check_listed_members(
     for needed in ("zarr.json", "fits.json"):
         if needed not in listed:
             raise ShareError(f"{src}: member {needed!r} listed in the manifest is missing")
-    points = set(manifest["points"])
-    stored = set()
-    for name in listed:
-        parts = name.split("/")
-        if parts[0] != "points":
-            continue
-        if (
-            len(parts) < 3
-            or not parts[1].endswith(".zarr")
-            or parts[1][: -len(".zarr")] not in points
-        ):
-            raise ShareError(
-                f"{src}: member {name!r} is not a file of the point store of one of the "
-                "manifest's points (points/<hash>.zarr/<key>); a crafted file"
-            )
-        if parts[2:] == ["zarr.json"]:
-            stored.add(parts[1][: -len(".zarr")])
-    if stored != points:
-        raise ShareError(
-            f"{src}: point {min(points - stored)} of the manifest has no point store "
-            "(points/<hash>.zarr/zarr.json) in the file"
-        )
+    from sgdsweep.share.point_members import check_layout
+
+    check_layout(manifest, src)
 
 
 def check_config(manifest: dict[str, Any], src: str | Path) -> None:

@@ -18,7 +18,7 @@ Integrity: the zip's comment (:attr:`zipfile.ZipFile.comment`, which the zip for
 the very end of the file) is :data:`CHECKSUM_MARKER` and the CRC-32 of every byte before it, and
 :mod:`zipfile` checks each member's own CRC-32 as it is read. A store cut short or with any byte
 changed fails :func:`is_complete` and is recomputed by the next run; a crafted archive (members
-that are not ``.npy``, declared sizes beyond :data:`MAX_POINT_BYTES`, a metadata member beyond
+that are not ``.npy`` or are compressed, declared sizes beyond :data:`MAX_POINT_BYTES`, a metadata member beyond
 :data:`MAX_META_BYTES`, pickled objects) is
 refused with a :class:`~sgdsweep.errors.StoreError` naming the file.
 
@@ -278,6 +278,23 @@ def check_crc(raw: bytes, comment: bytes) -> None:
                                  "or damaged after it was written")
 
 
+def _store_bytes(path: Path) -> bytes:
+    """The bytes of the point store ``path``, single (at most :data:`MAX_POINT_BYTES`) or packed
+    (:func:`sgdsweep.store.packs.read_member`), as written.
+
+    Raises: OSError, KeyError, zipfile.BadZipFile as its file or pack does; StoreError for a
+    file larger than a store sgdsweep writes."""
+    member = packs.split_member(path)
+    if member is not None:  # a packed store: its bytes as written, read from its pack
+        return packs.read_member(*member)
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size > MAX_POINT_BYTES:
+            raise StoreError(f"point store {path} is {size} bytes, more than {MAX_POINT_BYTES} "
+                             "(not a store sgdsweep wrote); delete it and rerun the workflow")
+        return f.read()
+
+
 def _damaged(path: Path, exc: BaseException) -> StoreError:
     return StoreError(f"point store {path} is damaged ({exc}); rerun the workflow: it recomputes that point")
 
@@ -289,13 +306,20 @@ def _unreadable(path: Path, exc: BaseException) -> StoreError:
 class PointStore:
     """One point store (``<hash>.npz``, single or packed) opened for reading; a context manager.
 
+    Args:
+        path: the store (single or packed), named in errors.
+        raw: the store's bytes, when they are held already (an export's member); else they are
+            read from ``path``.
+
     Attributes:
         path: the store.
+        raw: its bytes, as written (what an export holds of it).
         attrs: its group attributes (identity, parameters, summary, layout version).
         arrays: name → (dimension names, attributes) of each array it holds.
 
     The store is read whole and checked (:func:`check_crc`) when opened;
-    its members are checked before any is read (every name ``<array>.npy``, the metadata member
+    its members are checked before any is read (every name ``<array>.npy``, stored uncompressed
+    as sgdsweep writes them, the metadata member
     present, declared sizes at most :data:`MAX_POINT_BYTES` in all, the metadata member's at most
     :data:`MAX_META_BYTES` declared and inflated) and read as
     :func:`numpy.load` reads them, without pickle. (A point held as a Zarr group, an export's or
@@ -305,13 +329,13 @@ class PointStore:
     crafted, or not marked complete.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, raw: bytes | None = None) -> None:
         self.path = Path(path)
         self._zip: zipfile.ZipFile | None = None
         self._tables: dict[str, str] = {}  # array name → the table member holding it
         self._rows: dict[str, np.ndarray] = {}  # table member → its structured array, once read
         try:
-            meta = self._open_npz()
+            meta = self._open_npz(raw)
         except StoreError:
             self.close()
             raise
@@ -328,17 +352,13 @@ class PointStore:
         self.attrs: dict[str, Any] = attrs
         self.arrays: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = meta["arrays"]
 
-    def _open_npz(self) -> dict[str, Any]:
-        member = packs.split_member(self.path)
-        if member is not None:  # a packed store: its bytes as written, read from its pack
-            raw = packs.read_member(*member)
-        else:
-            with open(self.path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                if size > MAX_POINT_BYTES:
-                    raise StoreError(f"point store {self.path} is {size} bytes, more than {MAX_POINT_BYTES} "
-                                     "(not a store sgdsweep wrote); delete it and rerun the workflow")
-                raw = f.read()
+    def _open_npz(self, raw: bytes | None) -> dict[str, Any]:
+        if raw is None:
+            raw = _store_bytes(self.path)
+        elif len(raw) > MAX_POINT_BYTES:
+            raise StoreError(f"point store {self.path} is {len(raw)} bytes, more than {MAX_POINT_BYTES} "
+                             "(not a store sgdsweep wrote)")
+        self.raw = raw
         self._zip = zipfile.ZipFile(io.BytesIO(raw))  # reads the zip's directory only
         check_crc(raw, self._zip.comment)
         infos = self._zip.infolist()
@@ -349,6 +369,11 @@ class PointStore:
             raise StoreError(f"point store {self.path} is not a store sgdsweep wrote (members "
                              f"{sorted(names)[:8]}: every member must be '<array>.npy' and "
                              f"'{META_MEMBER}.npy' must be one); delete it and rerun the workflow")
+        packed = [info.filename for info in infos if info.compress_type != zipfile.ZIP_STORED]
+        if packed:  # a compressed member could inflate to far more than the file holds
+            raise StoreError(f"point store {self.path} is not a store sgdsweep wrote (member {packed[0]!r} is "
+                             "compressed; sgdsweep stores every member uncompressed): a crafted file; delete "
+                             "it and rerun the workflow")
         if declared > MAX_POINT_BYTES:
             raise StoreError(f"point store {self.path} declares {declared} bytes of members, more than "
                              f"{MAX_POINT_BYTES} (a crafted file); delete it and rerun the workflow")
@@ -517,12 +542,3 @@ def has_array(path: str | Path, name: str) -> bool:
     except StoreError:
         return False
 
-
-def __getattr__(name: str) -> Any:
-    """:func:`write_zarr_group` and :func:`copy_point`, which live in
-    :mod:`sgdsweep.store.point_copies` (imported when first asked for)."""
-    if name in ("write_zarr_group", "copy_point"):
-        from sgdsweep.store import point_copies
-
-        return getattr(point_copies, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import cli, make_finished_sweep
+from legacy_layouts import as_schema1
 from test_share import _forged, _import_refused, _rewrite
 
 from sgdsweep.share.archive import ShareError, export_sweep, import_sweep, verify
@@ -24,6 +25,15 @@ def exported(tmp_path_factory):
     dest = root / "tiny.zip"
     manifest = export_sweep(sweep_dir, str(dest))
     return sweep_dir, dest, manifest
+
+
+@pytest.fixture(scope="module")
+def exported1(exported, tmp_path_factory):
+    """The export of ``exported`` in the earlier schema 1 (each point's store a Zarr group),
+    whose point arrays' metadata verify bounds."""
+    sweep_dir, dest, _ = exported
+    old = as_schema1(dest, tmp_path_factory.mktemp("schema1") / "tiny1.zip")
+    return sweep_dir, old, verify(old)
 
 
 def _recrafted(src: Path, dest: Path, replace: dict[str, bytes], drop: tuple[str, ...] = ()) -> Path:
@@ -50,11 +60,11 @@ def _with_shape(meta: dict, shape: list[int]) -> bytes:
     return json.dumps(meta).encode()
 
 
-def test_a_point_array_declared_huge_is_refused_before_it_is_allocated(exported, tmp_path):
+def test_a_point_array_declared_huge_is_refused_before_it_is_allocated(exported1, tmp_path):
     """An export of ~270 kB whose point store declares a 16000² float64 array (2 GB) and lacks
     its chunk: verify and import refuse it from the metadata (exit 2, nothing written), and
     verifying allocates nothing near its size."""
-    _, dest, manifest = exported
+    _, dest, manifest = exported1
     h = manifest["points"][0]
     key, meta = _point_array(dest, h, "weight_cov")
     bad = _recrafted(dest, tmp_path / "huge.zip", {key: _with_shape(meta, [16000, 16000])},
@@ -72,10 +82,10 @@ def test_a_point_array_declared_huge_is_refused_before_it_is_allocated(exported,
                                    r"at most 1073741824 bytes")
 
 
-def test_arrays_declaring_more_than_the_file_can_hold_are_refused(exported, tmp_path):
+def test_arrays_declaring_more_than_the_file_can_hold_are_refused(exported1, tmp_path):
     """Each array below the one-array bound, but together far more than the file's size allows
     (100 times): refused naming the bound."""
-    _, dest, manifest = exported
+    _, dest, manifest = exported1
     h = manifest["points"][1]
     key, meta = _point_array(dest, h, "weight_cov")
     bad = _recrafted(dest, tmp_path / "large.zip", {key: _with_shape(meta, [3000, 3000])},
@@ -83,8 +93,8 @@ def test_arrays_declaring_more_than_the_file_can_hold_are_refused(exported, tmp_
     _import_refused(bad, tmp_path, r"its arrays declare \d+ bytes or more .*more than 100 times the file's")
 
 
-def test_an_array_with_more_chunks_than_the_file_has_members_is_refused(exported, tmp_path):
-    _, dest, manifest = exported
+def test_an_array_with_more_chunks_than_the_file_has_members_is_refused(exported1, tmp_path):
+    _, dest, manifest = exported1
     h = manifest["points"][2]
     key, meta = _point_array(dest, h, "weight_mean")
     meta = {**meta, "shape": [10**8], "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [1]}},
@@ -94,10 +104,10 @@ def test_an_array_with_more_chunks_than_the_file_has_members_is_refused(exported
     _import_refused(bad, tmp_path, r"array 'weight_mean' of point .* declares 100000000 chunks")
 
 
-def test_a_string_array_in_a_point_store_is_refused(exported, tmp_path):
+def test_a_string_array_in_a_point_store_is_refused(exported1, tmp_path):
     """A Zarr string array where a point store holds numbers: a clear error (exit 2), never a
     traceback, and nothing imported."""
-    _, dest, manifest = exported
+    _, dest, manifest = exported1
     h = manifest["points"][0]
     key, meta = _point_array(dest, h, "weight_var_replica")
     meta = {**meta, "data_type": "string", "fill_value": "", "codecs": [{"name": "vlen-utf8", "configuration": {}}]}
@@ -154,14 +164,15 @@ def test_a_legitimate_export_is_within_every_bound(exported):
     assert 0 < total < dest.stat().st_size
 
 
-def test_verify_reads_each_points_metadata_without_listing_the_whole_file(exported, monkeypatch):
+@pytest.mark.parametrize("schema", [2, 1])
+def test_verify_reads_each_points_metadata_without_listing_the_whole_file(exported, exported1, monkeypatch, schema):
     """Verifying an export lists the zip's names for the ensemble only: a point's store is read
-    from its own metadata members. Zarr's ZipStore scans every name of the file to list one
-    group, so listing each point's group there made verify quadratic (a 10^4-point export:
-    over 15 minutes)."""
+    from its own members. Zarr's ZipStore scans every name of the file to list one group, so
+    listing each point's group there (schema 1) made verify quadratic (a 10^4-point export: over
+    15 minutes)."""
     import zarr
 
-    _, dest, manifest = exported
+    _, dest, manifest = exported if schema == 2 else exported1
     listed: list[str] = []
     original = zarr.storage.ZipStore.list_dir
 
@@ -176,11 +187,11 @@ def test_verify_reads_each_points_metadata_without_listing_the_whole_file(export
 
 
 @pytest.mark.parametrize("shape", [[16000, 16000], [3]])
-def test_a_point_group_of_zarr_format_2_is_refused(exported, tmp_path, shape):
+def test_a_point_group_of_zarr_format_2_is_refused(exported1, tmp_path, shape):
     """A point's group that says Zarr format 2 lists its arrays from ``.zarray`` members, which
     a reader of its ``zarr.json`` members would not see: verify and import refuse it, whatever
     array it hides."""
-    _, dest, manifest = exported
+    _, dest, manifest = exported1
     h = manifest["points"][0]
     key = f"points/{h}.zarr/zarr.json"
     with zipfile.ZipFile(dest) as zf:
@@ -193,13 +204,13 @@ def test_a_point_group_of_zarr_format_2_is_refused(exported, tmp_path, shape):
                     "sgdsweep writes")
 
 
-def test_a_points_consolidated_metadata_is_not_what_import_reads(exported, tmp_path):
+def test_a_points_consolidated_metadata_is_not_what_import_reads(exported1, tmp_path):
     """A point's group may carry a consolidated copy of its arrays' metadata in its ``zarr.json``;
     verify bounds each array's own ``zarr.json``, so import reads those too: a copy declaring
     another shape changes nothing imported."""
     from sgdsweep.store.points import PointStore, point_path
 
-    sweep_dir, dest, manifest = exported
+    sweep_dir, dest, manifest = exported1
     h = manifest["points"][0]
     _, array = _point_array(dest, h, "weight_cov")
     with zipfile.ZipFile(dest) as zf:
@@ -260,7 +271,8 @@ def test_a_precision_export_with_its_last_round_left_out_is_refused(precise, tmp
     h, last = next((h, p) for h, p in finished.rounds["points"].items() if p["rounds"])
     assert h in manifest["points"] and last["hashes"][-1] == h
     with zipfile.ZipFile(dest) as zf:
-        drop = tuple(n for n in zf.namelist() if n.startswith(f"points/{h}.zarr/"))
+        drop = (f"points/{h}.npz",)
+        assert drop[0] in zf.namelist()
 
     def change(m):
         m["points"].remove(h)

@@ -140,8 +140,9 @@ def test_damaged_store_is_not_complete(tmp_path):
 
 def test_crafted_stores_are_refused(tmp_path, monkeypatch):
     """Archives with a valid checksum but crafted contents are refused, naming the file: a member
-    that is not ``.npy``, members declaring more than MAX_POINT_BYTES (refused before any member
-    is read), a pickled object array (never unpickled), arrays their description does not list."""
+    that is not ``.npy``, compressed members (a small file declaring far more: sgdsweep stores
+    members uncompressed) and a file over MAX_POINT_BYTES (both refused before any member is
+    read), a pickled object array (never unpickled), arrays their description does not list."""
     meta = {"attributes": {"sgdsweep_complete": True, "summary": {}, "params": {}},
             "arrays": {"x": {"dims": ["replica"]}}}
     meta_member = npy(np.array(json.dumps(meta).encode()))
@@ -172,7 +173,7 @@ def test_crafted_stores_are_refused(tmp_path, monkeypatch):
     point_store.write_point(big, {"x": (("replica",), np.zeros(200_000))}, {})
     monkeypatch.setattr(point_store, "MAX_POINT_BYTES", 1_000_000)
     monkeypatch.setattr(np.lib.format, "read_array", None)  # nothing may be read
-    for path, message in ((bomb, r"declares \d+ bytes of members, more than 1000000"),
+    for path, message in ((bomb, r"is not a store sgdsweep wrote \(member '[\w.]+' is compressed"),
                           (big, r"is \d+ bytes, more than 1000000")):
         assert not point_store.is_complete(path)
         with pytest.raises(StoreError, match=rf"point store {path} {message}"):
