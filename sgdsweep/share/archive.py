@@ -61,6 +61,7 @@ from sgdsweep.share.verify import (
     member_blocks,
     verified,
 )
+from sgdsweep.store import packs
 from sgdsweep.store import points as point_store
 from sgdsweep.store.crate import CRATE, DEFAULT_LICENSE, check_license, crate_metadata
 from sgdsweep.store.leftovers import remove_stale_imports
@@ -265,8 +266,11 @@ def export_sweep(sweep_dir: str | Path, dest: str, license_id: str | None = None
     ens_attrs = json.loads((sweep_dir / "ensemble.zarr" / "zarr.json").read_text()).get("attributes", {})
     members = _ensemble_members(sweep_dir / "ensemble.zarr", fits)
     points_dir = sweep_dir / "points"
-    for h in points:
-        path = point_store.point_path(points_dir, h)
+    single = set(os.listdir(points_dir)) if points_dir.is_dir() else set()
+    packed = packs.index(points_dir)  # each store's path as point_path gives it, from one listing of each
+    paths = {h: packs.member_path(packed[h], h) if h in packed and f"{h}{point_store.POINT_SUFFIX}" not in single
+             else points_dir / f"{h}{point_store.POINT_SUFFIX}" for h in points}
+    for h, path in paths.items():
         try:
             with point_store.PointStore(path) as store:
                 store.check_identity(h)
@@ -289,7 +293,7 @@ def export_sweep(sweep_dir: str | Path, dest: str, license_id: str | None = None
                                     provenance.get("created_utc"), workflow)
     with tempfile.TemporaryDirectory() as tmp:
         local = Path(tmp) / (Path(dest).name if "://" not in dest and fmt == "zip" else "export.zip")
-        _write_zip(local, itertools.chain(members.items(), _point_members(points_dir, points)), base)
+        _write_zip(local, itertools.chain(members.items(), _point_members(paths)), base)
         if fmt == "directory":
             manifest = verify(local)
             unzip_to_directory(local, Path(dest))
@@ -298,12 +302,16 @@ def export_sweep(sweep_dir: str | Path, dest: str, license_id: str | None = None
     return verify(dest)
 
 
-def _point_members(points_dir: Path, hashes: list[str]) -> Iterable[tuple[str, bytes]]:
-    """Every point's store as the export member ``points/<hash>.npz``: its bytes as written
-    (single or packed), checked again as they are read, one store at a time."""
-    for h in hashes:
-        with point_store.PointStore(point_store.point_path(points_dir, h)) as store:
-            yield member_name(h), store.raw
+def _point_members(paths: dict[str, Path]) -> Iterable[tuple[str, bytes]]:
+    """Every point's store (point hash → its path, single or packed) as the export member
+    ``points/<hash>.npz``: its bytes as written, one store at a time (checked before, and again
+    by the verify that ends the export)."""
+    for h, path in paths.items():
+        try:
+            yield member_name(h), point_store.store_bytes(path)
+        except (OSError, KeyError, zipfile.BadZipFile, StoreError) as exc:
+            raise UsageError(f"point store {path} became unreadable while it was exported ({exc}); re-run the "
+                             "workflow, then export again") from None
 
 
 def verify(src: str | Path) -> dict[str, Any]:

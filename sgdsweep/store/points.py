@@ -278,7 +278,7 @@ def check_crc(raw: bytes, comment: bytes) -> None:
                                  "or damaged after it was written")
 
 
-def _store_bytes(path: Path) -> bytes:
+def store_bytes(path: str | Path) -> bytes:
     """The bytes of the point store ``path``, single (at most :data:`MAX_POINT_BYTES`) or packed
     (:func:`sgdsweep.store.packs.read_member`), as written.
 
@@ -354,7 +354,7 @@ class PointStore:
 
     def _open_npz(self, raw: bytes | None) -> dict[str, Any]:
         if raw is None:
-            raw = _store_bytes(self.path)
+            raw = store_bytes(self.path)
         elif len(raw) > MAX_POINT_BYTES:
             raise StoreError(f"point store {self.path} is {len(raw)} bytes, more than {MAX_POINT_BYTES} "
                              "(not a store sgdsweep wrote)")
