@@ -294,12 +294,12 @@ def export_sweep(sweep_dir: str | Path, dest: str, license_id: str | None = None
     with tempfile.TemporaryDirectory() as tmp:
         local = Path(tmp) / (Path(dest).name if "://" not in dest and fmt == "zip" else "export.zip")
         _write_zip(local, itertools.chain(members.items(), _point_members(paths)), base)
+        manifest = verify(local)  # before it is placed: a file that fails is never left at dest
         if fmt == "directory":
-            manifest = verify(local)
             unzip_to_directory(local, Path(dest))
             return manifest
         _upload(local, dest)
-    return verify(dest)
+    return verify(dest) if "://" in dest else manifest  # what arrived, where it was sent
 
 
 def _point_members(paths: dict[str, Path]) -> Iterable[tuple[str, bytes]]:

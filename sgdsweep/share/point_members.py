@@ -18,6 +18,7 @@ so stores swapped or renamed between points are refused naming the member.
 
 from __future__ import annotations
 
+import io
 import shutil
 import zipfile
 from pathlib import Path
@@ -121,23 +122,36 @@ def _group_attrs(zf: zipfile.ZipFile, point_hash: str, src: str | Path) -> dict[
                          "or crafted file, do not use it") from None
 
 
+#: What a refusal of an export's point store tells the reader.
+_CRAFTED = "the export was crafted, damaged or made from an unfinished sweep, do not use it"
+
+
 def point_store(zf: zipfile.ZipFile, manifest: dict[str, Any], point_hash: str, src: str | Path) -> PointStore:
     """Schema 2: point ``point_hash``'s store, read from its member (hashed again as it streams:
-    :func:`~sgdsweep.share.verify.member_blocks`), opened as sgdsweep opens its own stores and
-    checked to be that point's; the caller closes it.
+    :func:`~sgdsweep.share.verify.member_blocks`; held once in memory), opened as sgdsweep opens
+    its own stores, its arrays checked from their headers
+    (:meth:`~sgdsweep.store.points.PointStore.check_arrays`), and checked to be that point's; the
+    caller closes it.
 
     Raises:
         ShareError: the member differs from its manifest entry, is not a complete store
             sgdsweep wrote, or is another point's store.
     """
     name = member_name(point_hash)
-    raw = b"".join(member_blocks(zf, name, manifest["members"][name], src))
+    held = io.BytesIO()
+    for block in member_blocks(zf, name, manifest["members"][name], src):
+        held.write(block)
+    raw = held.getvalue()  # the buffer itself, not a copy (none of it is exported)
+    del held
     try:
-        store = PointStore(name, raw=raw)
+        store = PointStore(name, raw=raw, fix=_CRAFTED)
+        try:
+            store.check_arrays()
+        except StoreError:
+            store.close()
+            raise
     except StoreError as exc:
-        raise ShareError(f"{src}: member {name!r}, the point store of point {point_hash}, is not a complete "
-                         f"store sgdsweep wrote ({exc}); the file was crafted or exported from an unfinished "
-                         "sweep, do not use it") from None
+        raise ShareError(f"{src}: member {name!r}, the store of point {point_hash}, is refused: {exc}") from None
     why = identity_problem(point_hash, store.attrs)
     if why is not None:
         store.close()

@@ -9,7 +9,8 @@ integrity, not origin), so nothing the file says is trusted:
   names equal but for case, no name that is also another's directory), neither encrypted nor
   compressed otherwise than stored or deflated;
 - the sizes the zip declares are bounded before any member is read: each at most
-  :data:`MAX_MEMBER_BYTES` (the manifest :data:`MAX_MANIFEST_BYTES`), all together at most
+  :data:`MAX_MEMBER_BYTES` (the manifest :data:`MAX_MANIFEST_BYTES`, a point's store
+  :data:`sgdsweep.store.points.MAX_POINT_BYTES`, the largest a run reads), all together at most
   :data:`MAX_EXPANSION` times the file's size (an export is stored, not compressed), and each
   equal to the size the manifest lists;
 - the manifest names a sweep as the config schema allows one, lists exactly the members present,
@@ -44,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from sgdsweep.errors import ConfigError, SgdsweepError, StoreError
+from sgdsweep.store.points import MAX_POINT_BYTES
 
 #: The schema version an export is written with (its point stores one ``.npz`` member each).
 SCHEMA_VERSION = "sgdsweep-export/2"
@@ -60,12 +62,18 @@ MAX_MANIFEST_BYTES = 256 << 20
 #: Largest ratio of the members' declared sizes, all together, to the size of the file. An
 #: export's members are stored uncompressed (ratio about 1); a higher one is a zip bomb.
 MAX_EXPANSION = 100
+#: Longest member name, in characters, and most parts between ``/`` (an export's deepest names,
+#: a Zarr chunk's, have about seven).
+MAX_NAME_CHARS = 1024
+MAX_NAME_PARTS = 32
 #: Bytes read from a member at a time when it is hashed or copied.
 BLOCK_BYTES = 1 << 20
 
 #: One part of a member's name: letters, digits and ``_ . -`` (``.`` and ``..`` are refused apart).
 _NAME_PART = re.compile(r"[A-Za-z0-9_.-]{1,255}")
 _POINT_HASH = re.compile(r"[0-9a-f]{16}")
+#: A point's store in an export of schema 2, which may be as large as a store a run reads.
+_POINT_MEMBER = re.compile(r"points/[0-9a-f]{16}\.npz")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 #: The compression methods an export's members may use (sgdsweep writes them stored).
 _METHODS = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)
@@ -169,6 +177,8 @@ def check_contents(source: Path | zipfile.ZipFile, manifest: dict[str, Any], src
 
 def _name_problem(name: str) -> str | None:
     """Why ``name`` is not a member name an export uses, or None."""
+    if len(name) > MAX_NAME_CHARS or name.count("/") >= MAX_NAME_PARTS:
+        return f"it is longer than {MAX_NAME_CHARS} characters or {MAX_NAME_PARTS} parts"
     if (
         "\\" in name
         or name.startswith("/")
@@ -218,7 +228,8 @@ def checked_entries(zf: zipfile.ZipFile, size: int, src: str | Path) -> dict[str
                 "files with relative names of letters, digits and _ . - between '/'; this file "
                 "was crafted or damaged, do not use it"
             )
-        limit = MAX_MANIFEST_BYTES if name == MANIFEST else MAX_MEMBER_BYTES
+        limit = (MAX_MANIFEST_BYTES if name == MANIFEST
+                 else MAX_POINT_BYTES if _POINT_MEMBER.fullmatch(name) else MAX_MEMBER_BYTES)
         if info.file_size > limit:
             raise ShareError(
                 f"{src}: member {name!r} declares {info.file_size} bytes, more than the limit of "

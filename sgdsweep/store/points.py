@@ -58,7 +58,7 @@ import numpy as np
 
 from sgdsweep.errors import StoreError, UsageError
 from sgdsweep.store import packs
-from sgdsweep.store.npy import read_npy
+from sgdsweep.store.npy import MAX_HEADER_BYTES, PREFIX_BYTES, check_member, header_end, read_npy
 from sgdsweep.store.point_identity import HASH_ATTR, identity_problem, misnamed, set_aside
 
 #: Attribute that marks a store as complete (set in the metadata member written with the arrays).
@@ -295,12 +295,8 @@ def store_bytes(path: str | Path) -> bytes:
         return f.read()
 
 
-def _damaged(path: Path, exc: BaseException) -> StoreError:
-    return StoreError(f"point store {path} is damaged ({exc}); rerun the workflow: it recomputes that point")
-
-
-def _unreadable(path: Path, exc: BaseException) -> StoreError:
-    return StoreError(f"point store {path} is missing or unreadable ({exc}); rerun the workflow to recompute it")
+#: What a refusal of a sweep's own point store tells the reader to do.
+RERUN = "delete it and rerun the workflow: it recomputes that point"
 
 
 class PointStore:
@@ -310,6 +306,7 @@ class PointStore:
         path: the store (single or packed), named in errors.
         raw: the store's bytes, when they are held already (an export's member); else they are
             read from ``path``.
+        fix: what a refusal tells the reader to do (for a sweep's own store, :data:`RERUN`).
 
     Attributes:
         path: the store.
@@ -329,8 +326,9 @@ class PointStore:
     crafted, or not marked complete.
     """
 
-    def __init__(self, path: str | Path, raw: bytes | None = None) -> None:
+    def __init__(self, path: str | Path, raw: bytes | None = None, fix: str = RERUN) -> None:
         self.path = Path(path)
+        self.fix = fix
         self._zip: zipfile.ZipFile | None = None
         self._tables: dict[str, str] = {}  # array name → the table member holding it
         self._rows: dict[str, np.ndarray] = {}  # table member → its structured array, once read
@@ -341,14 +339,14 @@ class PointStore:
             raise
         except zipfile.BadZipFile as exc:
             self.close()
-            raise _damaged(self.path, exc) from None
+            raise self._refused(f"is damaged ({exc})") from None
         except Exception as exc:  # noqa: BLE001 - OSError, or what numpy raises for a bad file
             self.close()
-            raise _unreadable(self.path, exc) from None
+            raise self._refused(f"is missing or unreadable ({exc})") from None
         attrs = meta.get("attributes") if isinstance(meta, dict) else None
         if not isinstance(attrs, dict) or attrs.get(COMPLETE_ATTR) is not True:
             self.close()
-            raise StoreError(f"point store {self.path} is incomplete; rerun the workflow to recompute it")
+            raise self._refused("is incomplete")
         self.attrs: dict[str, Any] = attrs
         self.arrays: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = meta["arrays"]
 
@@ -356,8 +354,7 @@ class PointStore:
         if raw is None:
             raw = store_bytes(self.path)
         elif len(raw) > MAX_POINT_BYTES:
-            raise StoreError(f"point store {self.path} is {len(raw)} bytes, more than {MAX_POINT_BYTES} "
-                             "(not a store sgdsweep wrote)")
+            raise self._refused(f"is {len(raw)} bytes, more than {MAX_POINT_BYTES} (not a store sgdsweep wrote)")
         self.raw = raw
         self._zip = zipfile.ZipFile(io.BytesIO(raw))  # reads the zip's directory only
         check_crc(raw, self._zip.comment)
@@ -366,28 +363,23 @@ class PointStore:
         declared = sum(info.file_size for info in infos)
         if (not all(n.endswith(".npy") for n in names) or len(set(names)) != len(names)
                 or f"{META_MEMBER}.npy" not in names):
-            raise StoreError(f"point store {self.path} is not a store sgdsweep wrote (members "
-                             f"{sorted(names)[:8]}: every member must be '<array>.npy' and "
-                             f"'{META_MEMBER}.npy' must be one); delete it and rerun the workflow")
-        packed = [info.filename for info in infos if info.compress_type != zipfile.ZIP_STORED]
+            raise self._refused(f"is not a store sgdsweep wrote (members {sorted(names)[:8]}: every member "
+                                f"must be '<array>.npy' and '{META_MEMBER}.npy' must be one)")
+        packed = [i.filename for i in infos if i.compress_type != zipfile.ZIP_STORED or i.compress_size != i.file_size]
         if packed:  # a compressed member could inflate to far more than the file holds
-            raise StoreError(f"point store {self.path} is not a store sgdsweep wrote (member {packed[0]!r} is "
-                             "compressed; sgdsweep stores every member uncompressed): a crafted file; delete "
-                             "it and rerun the workflow")
+            raise self._refused(f"is not a store sgdsweep wrote (member {packed[0]!r} is compressed or its "
+                                "sizes differ; sgdsweep stores every member uncompressed)")
         if declared > MAX_POINT_BYTES:
-            raise StoreError(f"point store {self.path} declares {declared} bytes of members, more than "
-                             f"{MAX_POINT_BYTES} (a crafted file); delete it and rerun the workflow")
+            raise self._refused(f"declares {declared} bytes of members, more than {MAX_POINT_BYTES} (a crafted file)")
         text = self._meta_member()
         if text.dtype.kind != "S" or text.shape != ():
-            raise StoreError(f"point store {self.path}: member '{META_MEMBER}.npy' is not a JSON string; "
-                             "delete the store and rerun the workflow")
+            raise self._refused(f"is not a store sgdsweep wrote (member '{META_MEMBER}.npy' is not a JSON string)")
         meta = json.loads(bytes(text[()]))
         if isinstance(meta, dict):
             described = meta.get("arrays")
             held = {n[:-4] for n in names} - {META_MEMBER}
             if not isinstance(described, dict) or {v.get("table", k) for k, v in described.items()} != held:
-                raise StoreError(f"point store {self.path}: its arrays and their description differ; "
-                                 "delete the store and rerun the workflow")
+                raise self._refused("is not a store sgdsweep wrote (its arrays and their description differ)")
             self._tables = {k: v["table"] for k, v in described.items() if "table" in v}
             meta["arrays"] = {k: (tuple(v["dims"]), dict(v.get("attrs", {}))) for k, v in described.items()}
         return meta
@@ -401,6 +393,32 @@ class PointStore:
         why = identity_problem(point_hash, self.attrs)
         if why is not None:
             raise misnamed(self.path, point_hash, why)
+
+    def _refused(self, problem: str) -> StoreError:
+        """The error refusing this store: ``point store <path> <problem>; <fix>``."""
+        return StoreError(f"point store {self.path} {problem}; {self.fix}")
+
+    def check_arrays(self) -> None:
+        """Check every array member from its ``.npy`` header and size, reading none of its data
+        (:func:`sgdsweep.store.npy.check_member`): a data type of numbers or booleans (a table's
+        columns too: no object array, so nothing pickled), and exactly the bytes its shape
+        declares. Opening a store checks its metadata only; a reader of its arrays would find
+        such a member when it reads it, after NumPy allocated what the header declares.
+
+        Raises: StoreError naming the store and the member."""
+        assert self._zip is not None
+        for info in self._zip.infolist():
+            if info.filename == f"{META_MEMBER}.npy":
+                continue
+            try:
+                with self._zip.open(info) as member:
+                    head = member.read(PREFIX_BYTES)
+                    end = header_end(head)
+                    if end > MAX_HEADER_BYTES:
+                        raise ValueError(f"its header declares {end} bytes")
+                    check_member(head + member.read(end - len(head)), info.file_size)
+            except ValueError as exc:
+                raise self._refused(f"is not a store sgdsweep wrote (member {info.filename!r}: {exc})") from None
 
     def _member(self, name: str) -> np.ndarray:
         """The array of member ``<name>.npy``, read as :func:`numpy.load` reads a member of an
@@ -422,9 +440,14 @@ class PointStore:
             with self._zip.open(name) as member:
                 raw = member.read(MAX_META_BYTES + 1)
         if declared > MAX_META_BYTES or len(raw) > MAX_META_BYTES:
-            raise StoreError(f"point store {self.path}: its member '{name}' holds more than {MAX_META_BYTES} "
-                             f"bytes (declared {declared}; sgdsweep writes a few kB there): a crafted file, "
-                             "not a store sgdsweep wrote; delete it and rerun the workflow")
+            raise self._refused(f"is not a store sgdsweep wrote (its member '{name}' holds more than "
+                                f"{MAX_META_BYTES} bytes, declared {declared}; sgdsweep writes a few kB there)")
+        try:  # a bytes scalar of exactly its size: NumPy allocates what a header declares before reading
+            _, shape = check_member(raw, len(raw), kinds="S")
+        except ValueError as exc:
+            raise self._refused(f"is not a store sgdsweep wrote (member '{name}': {exc})") from None
+        if shape != ():
+            raise self._refused(f"is not a store sgdsweep wrote (member '{name}' has shape {shape}, not a string)")
         return np.lib.format.read_array(io.BytesIO(raw), allow_pickle=False)
 
     def read(self, name: str) -> np.ndarray:
@@ -443,8 +466,7 @@ class PointStore:
                 return self._rows[table][name].copy()
             return self._member(name)
         except Exception as exc:  # noqa: BLE001 - numpy and zipfile raise several types
-            raise StoreError(f"array {name!r} of point store {self.path} is unreadable ({exc}); "
-                             "delete the store and rerun the workflow") from None
+            raise StoreError(f"array {name!r} of point store {self.path} is unreadable ({exc}); {self.fix}") from None
 
     def read_many(self, names: Iterable[str], prefixes: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
         """The arrays ``names`` that the store holds (absent ones left out), in that order, then

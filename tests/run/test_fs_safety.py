@@ -40,10 +40,11 @@ def _meta_header(length: int) -> bytes:
     return out.getvalue()
 
 
-def _bomb(path, inflated: int, declared: int | None = None) -> None:
+def _bomb(path, inflated: int, declared: int | None = None, stored: bool = False) -> None:
     """A checksummed ``.npz`` whose only member is a deflated metadata member of ``inflated``
     bytes (an ``.npy`` header, then spaces); its zip directory declares ``declared`` bytes
-    (default: the truth). Written without ever holding the inflated bytes."""
+    (default: the truth). Written without ever holding the inflated bytes; ``stored``: the
+    member stored uncompressed instead, as sgdsweep stores members."""
     header = _meta_header(inflated - 128)
     header = _meta_header(inflated - len(header))
     comp, crc, chunk = zlib.compressobj(9, zlib.DEFLATED, -15), zlib.crc32(header), b" " * (1 << 20)
@@ -52,12 +53,12 @@ def _bomb(path, inflated: int, declared: int | None = None) -> None:
         part = chunk[:left]
         crc, left = zlib.crc32(part, crc), left - len(part)
         body.append(comp.compress(part))
-    data = b"".join([*body, comp.flush()])
-    size = inflated if declared is None else declared
+    data = header + b" " * (inflated - len(header)) if stored else b"".join([*body, comp.flush()])
+    size, method = inflated if declared is None else declared, 0 if stored else 8
     name = META.encode()
-    local = struct.pack("<4s5H3L2H", b"PK\x03\x04", 20, 0, 8, 0, 33, crc, len(data), size, len(name), 0)
-    central = struct.pack("<4s6H3L5H2L", b"PK\x01\x02", 20, 20, 0, 8, 0, 33, crc, len(data), size, len(name),
-                          0, 0, 0, 0, 0, 0)
+    local = struct.pack("<4s5H3L2H", b"PK\x03\x04", 20, 0, method, 0, 33, crc, len(data), size, len(name), 0)
+    central = struct.pack("<4s6H3L5H2L", b"PK\x01\x02", 20, 20, 0, method, 0, 33, crc, len(data), size,
+                          len(name), 0, 0, 0, 0, 0, 0)
     comment = point_store.CHECKSUM_MARKER + b"0" * 8
     directory = central + name
     offset = len(local) + len(name) + len(data)
@@ -79,15 +80,22 @@ def _peak_bytes_opening(path) -> tuple[int, str]:
 
 
 def test_a_metadata_member_declaring_more_than_the_limit_is_refused_unread(tmp_path):
-    """A 256 MiB metadata member (deflated to a few hundred kB) is refused from its declared
-    size, naming the store and the member, without inflating it."""
+    """A 256 MiB metadata member deflated to a few hundred kB is refused as compressed (sgdsweep
+    stores members uncompressed), and one stored just past the limit from its declared size:
+    each naming the store and the member, without inflating or parsing it."""
     path = tmp_path / "0123456789abcdef.npz"
     _bomb(path, 256 << 20)
     assert path.stat().st_size < 1 << 20
     peak, text = _peak_bytes_opening(path)
     assert peak < 4 * LIMIT
+    assert f"point store {path}" in text and f"member '{META}' is compressed" in text
+    assert "delete it and rerun the workflow" in text
+    assert not point_store.is_complete(path)
+    _bomb(path, LIMIT + 4096, stored=True)
+    peak, text = _peak_bytes_opening(path)
+    assert peak < 4 * LIMIT
     assert f"point store {path}" in text and f"member '{META}' holds more than" in text
-    assert "declared 268435456" in text and "delete it and rerun the workflow" in text
+    assert f"declared {LIMIT + 4096}" in text and "delete it and rerun the workflow" in text
     assert not point_store.is_complete(path)
 
 
@@ -113,7 +121,7 @@ def test_plan_names_a_store_with_an_oversized_metadata_member_corrupt(tmp_path):
     first = sweep.points[0].hash
     store = sweep.directory / "points" / f"{first}.npz"
     store.parent.mkdir(parents=True)
-    _bomb(store, LIMIT + 4096)
+    _bomb(store, LIMIT + 4096, stored=True)
     before = store.read_bytes()
     proc = cli("plan", str(write_yaml(tmp_path / "cfg.yaml", cfg)), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr

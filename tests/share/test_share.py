@@ -372,8 +372,8 @@ def test_incomplete_point_store_is_refused(exported, tmp_path):
     with zipfile.ZipFile(dest) as zf:
         raw = zf.read(name)
     bad = _forged(dest, tmp_path / "incomplete.zip", replace={name: _store_with(raw, {"sgdsweep_complete": False})})
-    _import_refused(bad, tmp_path, rf"member '{name}', the point store of point \w+, is not a complete store "
-                                   r"sgdsweep wrote \(point store .* is incomplete")
+    _import_refused(bad, tmp_path, rf"member '{name}', the store of point \w+, is refused: point store .* is "
+                                   "incomplete; the export was crafted")
 
 
 def test_incomplete_point_group_of_schema_1_is_refused_on_import(exported, tmp_path):
@@ -414,13 +414,13 @@ def test_a_point_store_with_a_compressed_member_is_refused_before_it_is_inflated
     bad = _forged(dest, tmp_path / "bomb.zip", replace={name: bomb})
     tracemalloc.start()
     try:
-        with pytest.raises(ShareError, match=rf"member '{member}' is compressed"):
+        with pytest.raises(ShareError, match=rf"member '{member}' is compressed or its sizes differ"):
             verify(bad)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
     assert peak < 8 << 20, peak
-    _import_refused(bad, tmp_path, "is compressed; sgdsweep stores every member uncompressed")
+    _import_refused(bad, tmp_path, "is compressed or its sizes differ; sgdsweep stores every member uncompressed")
 
 
 def _non_utf8_name(src: Path, dest: Path) -> Path:

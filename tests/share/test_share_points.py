@@ -1,0 +1,296 @@
+"""An export's point stores (schema 2: one ``points/<hash>.npz`` member each): checked as a run
+checks its own stores and more (every array from its header), held once in memory, any store a
+run reads exportable; schemas 1 and 2 apart, merged and replayed alike."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import tracemalloc
+import zipfile
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import cli, make_finished_sweep
+from legacy_layouts import as_schema1
+from test_share import _forged, _import_refused, _store_with
+
+from sgdsweep.share.archive import ShareError, export_sweep, import_sweep, merge_exports, verify
+from sgdsweep.store.points import CHECKSUM_MARKER, PointStore, point_path
+
+MiB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    root = tmp_path_factory.mktemp("adv")
+    sweep_dir = make_finished_sweep(root)
+    dest = root / "tiny.zip"
+    manifest = export_sweep(sweep_dir, str(dest))
+    return sweep_dir, dest, manifest
+
+
+def _point(dest: Path, manifest: dict, i: int = 0) -> tuple[str, bytes, dict[str, bytes]]:
+    name = f"points/{manifest['points'][i]}.npz"
+    with zipfile.ZipFile(dest) as zf:
+        raw = zf.read(name)
+    with zipfile.ZipFile(io.BytesIO(raw)) as z:
+        members = {info.filename: z.read(info) for info in z.infolist()}
+    return name, raw, members
+
+
+def _npy(array: np.ndarray, allow_pickle: bool = False) -> bytes:
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, array, allow_pickle=allow_pickle)
+    return buf.getvalue()
+
+
+def _npy_header(descr: str, shape: tuple) -> bytes:
+    """A .npy (1.0) header declaring ``descr`` and ``shape``, with no data after it."""
+    text = f"{{'descr': {descr!r}, 'fortran_order': False, 'shape': {shape!r}, }}".encode()
+    text += b" " * (64 - (10 + len(text) + 1) % 64) + b"\n"
+    return b"\x93NUMPY\x01\x00" + len(text).to_bytes(2, "little") + text
+
+
+def _npz(members: dict[str, bytes]) -> bytes:
+    """A point store of ``members`` (stored), its CRC-32 comment made to match (as a forger would)."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+        z.comment = CHECKSUM_MARKER + b"0" * 8
+    data = out.getvalue()
+    return data[:-8] + b"%08x" % zlib.crc32(data[:-8])
+
+
+def _with_big_array(members: dict[str, bytes], nbytes: int) -> dict[str, bytes]:
+    """``members`` plus a valid float64 array ``big`` of ``nbytes`` bytes, described in the metadata."""
+    meta = json.loads(np.lib.format.read_array(io.BytesIO(members["sgdsweep_meta.npy"]))[()])
+    meta["arrays"]["big"] = {"dims": ["x"], "attrs": {}}
+    return {**members, "sgdsweep_meta.npy": _npy(np.array(json.dumps(meta).encode())),
+            "big.npy": _npy(np.zeros(nbytes // 8))}
+
+
+
+@pytest.mark.parametrize("case", ["pickled object array", "not an npy file", "zero-length member",
+                                  "shape beyond its data"])
+def test_point_store_arrays_sgdsweep_never_writes_are_refused(exported, tmp_path, case):
+    """Every array member of an export's point store is checked from its ``.npy`` header and size
+    before anything is imported: a pickled object array, bytes that are not ``.npy``, an empty
+    member, a header declaring 2 GiB over 128 bytes of data are refused naming the member (exit 2),
+    and nothing is written. Opening a store reads its metadata only, so without this check they
+    would be placed as point stores and found by their first reader."""
+    _, dest, manifest = exported
+    name, raw, members = _point(dest, manifest)
+    array = next(n for n in members if n != "sgdsweep_meta.npy")
+    data = {"pickled object array": _npy(np.array([{"a": 1}], dtype=object), allow_pickle=True),
+            "not an npy file": b"this is not a .npy member",
+            "zero-length member": b"",
+            "shape beyond its data": _npy_header("<f8", (1 << 28,))}[case]  # 2 GiB declared, 128 bytes held
+    bad = _forged(dest, tmp_path / "bad.zip", replace={name: _store_with(raw, replace={array: data})})
+    _import_refused(bad, tmp_path, re.escape(f"member '{name}', the store of point ") + ".*is not a store sgdsweep "
+                    + re.escape(f"wrote (member '{array}': "))
+
+
+def test_an_array_header_declaring_gigabytes_is_refused_without_allocating_them(exported, tmp_path):
+    """A 2 GiB shape declared over 128 bytes of data: verify refuses it from the header (NumPy
+    would allocate the declared shape before reading), holding far less than the file's size."""
+    _, dest, manifest = exported
+    name, raw, members = _point(dest, manifest)
+    array = next(n for n in members if n != "sgdsweep_meta.npy")
+    bad = _forged(dest, tmp_path / "bad.zip",
+                  replace={name: _store_with(raw, replace={array: _npy_header("<f8", (1 << 28,))})})
+    tracemalloc.start()
+    try:
+        with pytest.raises(ShareError, match="its header declares shape"):
+            verify(bad)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 * MiB, peak
+
+
+def test_a_point_store_larger_than_other_members_may_be_is_exported(exported, tmp_path, monkeypatch):
+    """A point's store is one member, and a run reads stores up to MAX_POINT_BYTES (2 GiB) while
+    other members may hold at most MAX_MEMBER_BYTES (1 GiB): a store above the member limit
+    (lowered here to 3 MiB, for a 4 MiB store) is exported and verifies."""
+    import shutil
+
+    import sgdsweep.share.verify as verify_module
+
+    sweep_dir, _, manifest = exported
+    sweep = tmp_path / "results" / "tiny"
+    shutil.copytree(sweep_dir, sweep)
+    h = manifest["points"][0]
+    path = point_path(sweep / "points", h)
+    with zipfile.ZipFile(path) as z:
+        members = {i.filename: z.read(i) for i in z.infolist()}
+    path.write_bytes(_npz(_with_big_array(members, 4 * MiB)))  # valid, complete, its point's own
+    PointStore(path).check_identity(h)
+    monkeypatch.setattr(verify_module, "MAX_MEMBER_BYTES", 3 * MiB)  # stands for 1 GiB
+    dest = tmp_path / "out.zip"
+    export_sweep(sweep, str(dest))
+    assert verify(dest)["members"][f"points/{h}.npz"]["size"] > 3 * MiB
+    members_path = tmp_path / "member.zip"  # any other member above the limit is still refused
+    _forged(dest, members_path, add=[("figures/big.png", b"x" * (3 * MiB + 1))])
+    with pytest.raises(ShareError, match="'figures/big.png' declares 3145729 bytes"):
+        verify(members_path)
+
+
+def test_an_export_that_fails_its_own_verify_is_not_left_at_its_destination(exported, tmp_path, monkeypatch):
+    """Export verifies what it wrote before placing it: a file that fails is never left where it
+    was asked to go (a retry would find it there and refuse)."""
+    import sgdsweep.share.verify as verify_module
+
+    sweep_dir, _, _ = exported
+    monkeypatch.setattr(verify_module, "MAX_MEMBER_BYTES", 16)  # every member fails
+    dest = tmp_path / "out.zip"
+    with pytest.raises(ShareError):
+        export_sweep(sweep_dir, str(dest))
+    assert not dest.exists()
+
+
+
+def test_verify_holds_one_copy_of_a_point_store(exported, tmp_path):
+    """No member is held whole in memory but a point's store, one at a time, and that once: a
+    48 MiB store is verified within 1.5 times its size."""
+    _, dest, manifest = exported
+    name, _, members = _point(dest, manifest)
+    size = 48 * MiB
+    bad = _forged(dest, tmp_path / "big.zip", replace={name: _npz(_with_big_array(members, size))})
+    tracemalloc.start()
+    try:
+        verify(bad)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1.5 * size, f"verify peak {peak / MiB:.0f} MiB for a {size / MiB:.0f} MiB point store"
+
+
+
+def test_metadata_header_declaring_gigabytes_is_refused_without_allocating_them(exported, tmp_path):
+    """A store whose metadata member (100 bytes of data) declares float64 shape (2**28,) is
+    refused from its header, before NumPy would allocate the 2 GiB it declares."""
+    _, dest, manifest = exported
+    name, _, members = _point(dest, manifest)
+    members["sgdsweep_meta.npy"] = _npy_header("<f8", (1 << 28,)) + b"x" * 100
+    bad = _forged(dest, tmp_path / "meta.zip", replace={name: _npz(members)})
+    tracemalloc.start()
+    try:
+        with pytest.raises(ShareError, match=re.escape(f"member '{name}'")):
+            verify(bad)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 * MiB, f"verify of a {bad.stat().st_size} byte file allocated {peak / MiB:.0f} MiB"
+
+
+
+def test_refused_point_store_message_gives_an_export_readers_fix(exported, tmp_path):
+    """A refused store of an export tells its reader what to do with a file received from someone
+    else (not to use it), not what to do with a sweep's own store (rerun the workflow)."""
+    _, dest, manifest = exported
+    name, _, members = _point(dest, manifest)
+    bad = _forged(dest, tmp_path / "zero.zip", replace={name: _npz({n: b"" for n in members})})
+    proc = cli("verify", str(bad))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "rerun the workflow" not in proc.stderr and "do not use it" in proc.stderr, proc.stderr
+
+
+
+def test_a_member_name_of_many_parts_is_refused_before_its_parts_are_walked(tmp_path):
+    """A name of 16,000 parts (64 kB) is refused by its length before the check that no name is
+    also another's directory, which builds every directory of every name."""
+    bad = tmp_path / "deep.zip"
+    with zipfile.ZipFile(bad, "w") as z:
+        z.writestr("/".join(["a"] * 16000), b"")
+    with pytest.raises(ShareError, match="is longer than 1024 characters or 32 parts"):
+        verify(bad)
+
+
+@pytest.mark.parametrize("case", ["v2 + zarr member", "v1 + npz member", "v2 labelled v1", "v1 labelled v2",
+                                  "duplicate npz member", "another point's store", "zero-length metadata"])
+def test_crafted_layouts_are_refused(exported, tmp_path, case):
+    """Point members of one schema in a file of the other, a store with a member twice, another
+    point's store, a store of empty members: refused naming the member (exit 2)."""
+    _, dest, manifest = exported
+    name, raw, members = _point(dest, manifest)
+    h = manifest["points"][0]
+    v1 = as_schema1(dest, tmp_path / "v1.zip")
+
+    def version(v):
+        return lambda m: m.__setitem__("schema_version", v)
+
+    if case == "v2 + zarr member":
+        bad = _forged(dest, tmp_path / "c.zip", add=[(f"points/{h}.zarr/zarr.json", b"{}")])
+    elif case == "v1 + npz member":
+        bad = _forged(v1, tmp_path / "c.zip", add=[(name, raw)])
+    elif case == "v2 labelled v1":
+        bad = _forged(dest, tmp_path / "c.zip", change=version("sgdsweep-export/1"))
+    elif case == "v1 labelled v2":
+        bad = _forged(v1, tmp_path / "c.zip", change=version("sgdsweep-export/2"))
+    elif case == "duplicate npz member":
+        out = io.BytesIO()
+        with zipfile.ZipFile(out, "w") as z:
+            for n, d in members.items():
+                z.writestr(n, d)
+            with pytest.warns(UserWarning, match="Duplicate name"):
+                z.writestr("sgdsweep_meta.npy", members["sgdsweep_meta.npy"])
+            z.comment = CHECKSUM_MARKER + b"0" * 8
+        d = out.getvalue()
+        bad = _forged(dest, tmp_path / "c.zip", replace={name: d[:-8] + b"%08x" % zlib.crc32(d[:-8])})
+    elif case == "another point's store":
+        _, other, _ = _point(dest, manifest, 1)
+        bad = _forged(dest, tmp_path / "c.zip", replace={name: other})
+    else:
+        bad = _forged(dest, tmp_path / "c.zip", replace={name: _npz({n: b"" for n in members})})
+    with pytest.raises(ShareError, match="member 'points/"):
+        verify(bad)
+    proc = cli("verify", str(bad))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+
+
+def test_merge_of_schema_1_and_2_keeps_every_store(tmp_path):
+    """Merging an export of schema 1 with one of schema 2 writes schema 2, whose imported stores
+    hold what the originals hold, array for array."""
+    a_dir = make_finished_sweep(tmp_path / "a", grid={"lr": [0.2, 0.4], "batch_size": [2]})
+    b_dir = make_finished_sweep(tmp_path / "b", grid={"lr": [0.4, 0.3], "batch_size": [2]})
+    export_sweep(a_dir, str(tmp_path / "a.zip"))
+    export_sweep(b_dir, str(tmp_path / "b.zip"))
+    as_schema1(tmp_path / "b.zip", tmp_path / "b1.zip")
+    merged = merge_exports([str(tmp_path / "a.zip"), str(tmp_path / "b1.zip")], str(tmp_path / "ab.zip"))
+    assert merged["schema_version"] == "sgdsweep-export/2" and len(merged["points"]) == 3
+    target = import_sweep(tmp_path / "ab.zip", tmp_path / "imported")
+    for h in merged["points"]:
+        orig = next(p for p in (point_path(d / "points", h) for d in (a_dir, b_dir)) if p.exists())
+        with PointStore(orig) as want, PointStore(point_path(target / "points", h)) as got:
+            assert want.attrs == got.attrs and want.arrays == got.arrays
+            for k in want.arrays:
+                a, b = want.read(k), got.read(k)
+                assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True)
+
+
+def test_precision_export_in_both_schemas_verifies_and_imports(tmp_path):
+    """A precision sweep's export replays its rounds from its stores in either schema."""
+    from conftest import precise_config, run_rounds
+
+    from sgdsweep.analysis.fit import fit_ensemble
+    from sgdsweep.core.paths import atomic_write_text
+    from sgdsweep.store.aggregate import build_ensemble, write_ensemble
+    from sgdsweep.sweep.plan import write_plan
+
+    finished = run_rounds(precise_config(tmp_path / "here"))
+    files = write_plan(finished)
+    ds = build_ensemble(json.loads(files.sweep_spec.read_text()))
+    write_ensemble(ds, files.ensemble)
+    atomic_write_text(files.fits, json.dumps(fit_ensemble(ds, finished.config["fit"])))
+    export_sweep(files.root, str(tmp_path / "p2.zip"))
+    as_schema1(tmp_path / "p2.zip", tmp_path / "p1.zip")
+    for f in ("p2.zip", "p1.zip"):
+        m = verify(tmp_path / f)
+        target = import_sweep(tmp_path / f, tmp_path / f"R-{f}")
+        for h in m["points"]:
+            PointStore(point_path(target / "points", h)).check_identity(h)
