@@ -42,6 +42,20 @@ def _point(dest: Path, manifest: dict, i: int = 0) -> tuple[str, bytes, dict[str
     return name, raw, members
 
 
+def _verify_peak(path: Path, refused: str | None = None) -> int:
+    """Peak bytes Python allocates verifying ``path``; with ``refused``, verify must refuse it so."""
+    tracemalloc.start()
+    try:
+        if refused is None:
+            verify(path)
+        else:
+            with pytest.raises(ShareError, match=refused):
+                verify(path)
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 def _npy(array: np.ndarray, allow_pickle: bool = False) -> bytes:
     buf = io.BytesIO()
     np.lib.format.write_array(buf, array, allow_pickle=allow_pickle)
@@ -74,7 +88,6 @@ def _with_big_array(members: dict[str, bytes], nbytes: int) -> dict[str, bytes]:
             "big.npy": _npy(np.zeros(nbytes // 8))}
 
 
-
 @pytest.mark.parametrize("case", ["pickled object array", "not an npy file", "zero-length member",
                                   "shape beyond its data"])
 def test_point_store_arrays_sgdsweep_never_writes_are_refused(exported, tmp_path, case):
@@ -103,14 +116,7 @@ def test_an_array_header_declaring_gigabytes_is_refused_without_allocating_them(
     array = next(n for n in members if n != "sgdsweep_meta.npy")
     bad = _forged(dest, tmp_path / "bad.zip",
                   replace={name: _store_with(raw, replace={array: _npy_header("<f8", (1 << 28,))})})
-    tracemalloc.start()
-    try:
-        with pytest.raises(ShareError, match="its header declares shape"):
-            verify(bad)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    assert peak < 64 * MiB, peak
+    assert _verify_peak(bad, refused="its header declares shape") < 64 * MiB
 
 
 def test_a_point_store_larger_than_other_members_may_be_is_exported(exported, tmp_path, monkeypatch):
@@ -153,7 +159,6 @@ def test_an_export_that_fails_its_own_verify_is_not_left_at_its_destination(expo
     assert not dest.exists()
 
 
-
 def test_verify_holds_one_copy_of_a_point_store(exported, tmp_path):
     """No member is held whole in memory but a point's store, one at a time, and that once: a
     48 MiB store is verified within 1.5 times its size."""
@@ -161,14 +166,8 @@ def test_verify_holds_one_copy_of_a_point_store(exported, tmp_path):
     name, _, members = _point(dest, manifest)
     size = 48 * MiB
     bad = _forged(dest, tmp_path / "big.zip", replace={name: _npz(_with_big_array(members, size))})
-    tracemalloc.start()
-    try:
-        verify(bad)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    peak = _verify_peak(bad)
     assert peak < 1.5 * size, f"verify peak {peak / MiB:.0f} MiB for a {size / MiB:.0f} MiB point store"
-
 
 
 def test_metadata_header_declaring_gigabytes_is_refused_without_allocating_them(exported, tmp_path):
@@ -178,15 +177,8 @@ def test_metadata_header_declaring_gigabytes_is_refused_without_allocating_them(
     name, _, members = _point(dest, manifest)
     members["sgdsweep_meta.npy"] = _npy_header("<f8", (1 << 28,)) + b"x" * 100
     bad = _forged(dest, tmp_path / "meta.zip", replace={name: _npz(members)})
-    tracemalloc.start()
-    try:
-        with pytest.raises(ShareError, match=re.escape(f"member '{name}'")):
-            verify(bad)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    peak = _verify_peak(bad, refused=re.escape(f"member '{name}'"))
     assert peak < 64 * MiB, f"verify of a {bad.stat().st_size} byte file allocated {peak / MiB:.0f} MiB"
-
 
 
 def test_refused_point_store_message_gives_an_export_readers_fix(exported, tmp_path):
@@ -198,7 +190,6 @@ def test_refused_point_store_message_gives_an_export_readers_fix(exported, tmp_p
     proc = cli("verify", str(bad))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "rerun the workflow" not in proc.stderr and "do not use it" in proc.stderr, proc.stderr
-
 
 
 def test_a_member_name_of_many_parts_is_refused_before_its_parts_are_walked(tmp_path):
