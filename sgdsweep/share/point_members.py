@@ -159,20 +159,29 @@ def point_store(zf: zipfile.ZipFile, manifest: dict[str, Any], point_hash: str, 
     return store
 
 
-def check_points(zf: zipfile.ZipFile, manifest: dict[str, Any], src: str | Path) -> None:
+def check_points(zf: zipfile.ZipFile, manifest: dict[str, Any], src: str | Path) -> dict[str, dict[str, Any]]:
     """Check that the store under each point's name is that point's: in schema 2, read whole as
     sgdsweep reads its own (:func:`point_store`); in schema 1, from its group's attributes.
+
+    Returns:
+        Point hash → its store's attributes (identity, parameters, summary), which is all a
+        replay of the sweep's rounds reads of it (:mod:`sgdsweep.share.rounds`).
 
     Raises:
         ShareError: naming the member and what is wrong.
     """
+    found: dict[str, dict[str, Any]] = {}
     for h in manifest["points"]:
         if zarr_groups(manifest):
-            why = identity_problem(h, _group_attrs(zf, h, src))
+            attrs = _group_attrs(zf, h, src)
+            why = identity_problem(h, attrs)
             if why is not None:
                 raise _swapped(src, f"points/{h}.zarr/zarr.json", h, why)
         else:
-            point_store(zf, manifest, h, src).close()
+            with point_store(zf, manifest, h, src) as store:
+                attrs = store.attrs
+        found[h] = attrs
+    return found
 
 
 def extract_points(zf: zipfile.ZipFile, manifest: dict[str, Any], out: Path, src: str | Path) -> None:

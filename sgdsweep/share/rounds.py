@@ -15,11 +15,10 @@ current round. The export is refused unless
 - the file's points are exactly the points of every round the replay reached (no round's
   store left out, none added).
 
-Cost: each point's store (``points/<hash>.npz``) copied to a temporary directory, and the
-rounds' decisions, which read their attributes and nothing else. An export of schema 1 holds
-Zarr groups: only each group's ``zarr.json`` is copied, rewritten there as an ``.npz`` store
-holding its attributes only (:func:`sgdsweep.store.migrate.migrate_points`: a group not marked
-complete is not rewritten, so its point counts as still to simulate).
+Cost: each point's store written to a temporary directory as an ``.npz`` store of its attributes
+alone (as verify read them: the rounds read nothing else of a store; a store not marked complete
+is not written, so its point counts as still to simulate), ``fits.json`` and the rounds' fits
+copied there, and the rounds' decisions. No point's store is read again.
 """
 
 from __future__ import annotations
@@ -31,9 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from sgdsweep.errors import ConfigError, StoreError
-from sgdsweep.share.point_members import member_name, zarr_groups
 from sgdsweep.share.verify import ShareError, member_blocks
-from sgdsweep.store.migrate import migrate_points
+from sgdsweep.store.points import COMPLETE_ATTR, point_path, write_point
 
 #: Name of a member holding the fits of one round of a precision sweep (``rounds/fits/<name>``).
 FIT_ARCHIVE = re.compile(r"rounds/fits/[0-9a-f]{1,64}-[0-9a-f]{1,64}\.json")
@@ -50,9 +48,12 @@ def check_archive_names(manifest: dict[str, Any], src: str | Path) -> None:
                              "(rounds/fits/<points digest>-<fit config hash>.json); a crafted file, do not use it")
 
 
-def check_rounds(zf: zipfile.ZipFile, manifest: dict[str, Any], src: str | Path) -> None:
+def check_rounds(zf: zipfile.ZipFile, manifest: dict[str, Any], attrs: dict[str, dict[str, Any]],
+                 src: str | Path) -> None:
     """Replay the rounds of the export open as ``zf`` (its members verified) from its contents and
-    check what the module docstring says; nothing to do for a sweep without rounds.
+    check what the module docstring says; nothing to do for a sweep without rounds. ``attrs``:
+    point hash → its store's attributes, as verify read them
+    (:func:`sgdsweep.share.point_members.check_points`).
 
     Raises:
         ShareError: naming the point that a run of the import would simulate (or fit), or the
@@ -67,15 +68,14 @@ def check_rounds(zf: zipfile.ZipFile, manifest: dict[str, Any], src: str | Path)
     held = set(manifest["points"])
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / manifest["sweep"]
-        groups = zarr_groups(manifest)
-        stores = [f"points/{h}.zarr/zarr.json" if groups else member_name(h) for h in manifest["points"]]
-        for name in [*stores, "fits.json", *sorted(n for n in members if n.startswith("rounds/"))]:
+        for name in ["fits.json", *sorted(n for n in members if n.startswith("rounds/"))]:
             out = root / name
             out.parent.mkdir(parents=True, exist_ok=True)
             with open(out, "xb") as fh:
                 fh.writelines(member_blocks(zf, name, members[name], src))
-        if groups:
-            migrate_points(root / "points")  # the groups as the .npz stores that the rounds read
+        for h in manifest["points"]:  # each as a store of its attributes alone: all the rounds read of it
+            if attrs[h].get(COMPLETE_ATTR) is True:  # a store not marked complete is a point still to simulate
+                write_point(point_path(root / "points", h), {}, attrs[h])
         try:
             sweep = build_sweep({**{k: v for k, v in config.items() if k != "execution"}, "results_dir": tmp})
         except (ConfigError, StoreError) as exc:

@@ -133,10 +133,10 @@ def verified(zf: zipfile.ZipFile, size: int, src: str | Path) -> dict[str, Any]:
     from sgdsweep.share.bounds import check_declared
 
     check_declared(zf, manifest, size, src)  # before any array is read
-    check_contents(zf, manifest, src)
+    attrs = check_contents(zf, manifest, src)
     from sgdsweep.share.rounds import check_rounds
 
-    check_rounds(zf, manifest, src)
+    check_rounds(zf, manifest, attrs, src)
     return manifest
 
 
@@ -150,11 +150,14 @@ def opened_zip(source: Path | zipfile.ZipFile) -> Iterator[zipfile.ZipFile]:
         yield zf
 
 
-def check_contents(source: Path | zipfile.ZipFile, manifest: dict[str, Any], src: str | Path) -> None:
+def check_contents(source: Path | zipfile.ZipFile, manifest: dict[str, Any],
+                   src: str | Path) -> dict[str, dict[str, Any]]:
     """Check what the export ``source`` (``src``'s local path or open zip, its members verified)
     holds: its ensemble, through Zarr's public API, as :func:`sgdsweep.store.integrity.check_ensemble`
     checks one, and that the store under each point's name is that point's
     (:func:`sgdsweep.share.point_members.check_points`).
+
+    Returns: point hash → its store's attributes.
 
     Raises:
         ShareError: naming the file, the member and what is wrong.
@@ -172,7 +175,7 @@ def check_contents(source: Path | zipfile.ZipFile, manifest: dict[str, Any], src
             raise ShareError(f"{src}: its ensemble (the zip's root group) is refused: {exc}. The file was "
                              "changed after export, or exported from a damaged sweep: do not use it") from None
     with opened_zip(source) as zf:
-        check_points(zf, manifest, src)
+        return check_points(zf, manifest, src)
 
 
 def _name_problem(name: str) -> str | None:

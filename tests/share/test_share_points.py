@@ -264,12 +264,18 @@ def test_merge_of_schema_1_and_2_keeps_every_store(tmp_path):
                 assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True)
 
 
-def test_precision_export_in_both_schemas_verifies_and_imports(tmp_path):
-    """A precision sweep's export replays its rounds from its stores in either schema."""
+def test_precision_export_in_both_schemas_verifies_and_imports(tmp_path, monkeypatch):
+    """A precision sweep's export replays its rounds from its stores in either schema; an import
+    reads each point's store three times (hash, check, place: the replay uses the attributes the
+    check read), so a URL read in place stays within its read budget."""
+    from collections import Counter
+
     from conftest import precise_config, run_rounds
 
     from sgdsweep.analysis.fit import fit_ensemble
     from sgdsweep.core.paths import atomic_write_text
+    from sgdsweep.share import archive, point_members, rounds
+    from sgdsweep.share import verify as verify_module
     from sgdsweep.store.aggregate import build_ensemble, write_ensemble
     from sgdsweep.sweep.plan import write_plan
 
@@ -280,8 +286,20 @@ def test_precision_export_in_both_schemas_verifies_and_imports(tmp_path):
     atomic_write_text(files.fits, json.dumps(fit_ensemble(ds, finished.config["fit"])))
     export_sweep(files.root, str(tmp_path / "p2.zip"))
     as_schema1(tmp_path / "p2.zip", tmp_path / "p1.zip")
+    reads: Counter[str] = Counter()
+    original = verify_module.member_blocks
+
+    def counted(zf, name, *args, **kwargs):
+        reads[name] += 1
+        return original(zf, name, *args, **kwargs)
+
+    for module in (verify_module, point_members, rounds, archive):
+        monkeypatch.setattr(module, "member_blocks", counted)
     for f in ("p2.zip", "p1.zip"):
+        reads.clear()
         m = verify(tmp_path / f)
         target = import_sweep(tmp_path / f, tmp_path / f"R-{f}")
         for h in m["points"]:
             PointStore(point_path(target / "points", h)).check_identity(h)
+        if f == "p2.zip":
+            assert {reads[f"points/{h}.npz"] for h in m["points"]} == {5}  # verify 2, import 3
