@@ -99,6 +99,9 @@ the `point` dimension, with one coordinate per swept axis (lr, batch_size, momen
 variable has long_name, units and description attributes; the root attributes hold the
 provenance and the fits (attribute `fits`, JSON).
 
+points/<hash>.npz is each point's own store (its arrays, some per replica; `hash` is the ensemble's
+`point` coordinate), a NumPy archive: numpy.load(f, allow_pickle=False).
+
 Check integrity:   sgdsweep verify {name}
 Use it:            sgdsweep import {name}   (places the sweep under results/{sweep}/ with its
                    config; `sgdsweep run results/{sweep}/config.yaml` then simulates nothing)
