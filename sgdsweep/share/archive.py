@@ -38,6 +38,7 @@ import hashlib
 import itertools
 import json
 import logging
+import math
 import os
 import shutil
 import tempfile
@@ -435,8 +436,9 @@ def _extract(zf: zipfile.ZipFile, manifest: dict[str, Any], staging: Path, src: 
     the rounds' fits (``rounds/fits/``) as they are named, the ensemble's keys under
     ``ensemble.zarr/``, and each point's store as ``points/<hash>.npz``, checked complete and its
     point's own (:func:`sgdsweep.share.point_members.extract_points`), then packed as shard jobs
-    pack theirs (:func:`sgdsweep.store.packs.pack_points`, at most :data:`IMPORT_PACK_POINTS` to
-    a pack); each member streamed and hashed (:func:`member_blocks`), no file written over another."""
+    pack theirs (:func:`sgdsweep.store.packs.pack_points`: packs of even sizes, at most
+    :data:`IMPORT_PACK_POINTS` points each); each member streamed and hashed
+    (:func:`member_blocks`), no file written over another."""
     members = manifest["members"]
     for name, entry in members.items():
         if name in ("README.txt", MANIFEST, *_NOT_PLACED) or name.startswith(("workflow/", "points/")):
@@ -448,9 +450,9 @@ def _extract(zf: zipfile.ZipFile, manifest: dict[str, Any], staging: Path, src: 
             fh.writelines(member_blocks(zf, name, entry, src))
     extract_points(zf, manifest, staging / "points", src)
     points = manifest["points"]
-    for first in range(0, len(points), IMPORT_PACK_POINTS):
-        pack_points(staging / "points", f"imported-{first // IMPORT_PACK_POINTS}",
-                    points[first:first + IMPORT_PACK_POINTS])
+    size = math.ceil(len(points) / math.ceil(len(points) / IMPORT_PACK_POINTS)) if points else 1  # even packs
+    for first in range(0, len(points), size):
+        pack_points(staging / "points", f"imported-{first // size}", points[first:first + size])
 
 
 def merge_exports(sources: list[str], dest: str) -> dict[str, Any]:

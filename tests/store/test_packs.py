@@ -126,10 +126,14 @@ def test_a_shard_job_packs_and_reruns_only_a_damaged_member(stored, tmp_path):
     assert complete_points(points_dir, (p.hash for p in points)) == {p.hash for p in points}
 
 
-def test_packed_stores_read_aggregate_export_and_import(stored, tmp_path):
+def test_packed_stores_read_aggregate_export_and_import(stored, tmp_path, monkeypatch):
     """Packed stores read as single ones: the ensemble built from them is bitwise the one built
-    from single stores; a packed sweep exports, verifies and imports (the import packed too), and
-    the file count under points/ stays at one per shard."""
+    from single stores; a packed sweep exports, verifies and imports (the import packed too, at
+    most IMPORT_PACK_POINTS stores to a pack, in packs of even sizes, each store's bytes
+    unchanged), and the file count under points/ stays at one per shard."""
+    from sgdsweep.share import archive
+
+    monkeypatch.setattr(archive, "IMPORT_PACK_POINTS", 20)
     _, original = stored
     sweep_dir = _copy(original, tmp_path / "results" / "tiny")
     sweep = build_sweep(_config(tmp_path))
@@ -159,6 +163,10 @@ def test_packed_stores_read_aggregate_export_and_import(stored, tmp_path):
                 assert zf.read(f"points/{p.hash}.npz") == store.raw
     imported = import_sweep(str(tmp_path / "packed.zip"), tmp_path / "elsewhere" / "results") / "points"
     assert [n for n in _files(imported) if not n.startswith("packs/")] == []  # 32 points: packed
+    assert sorted(len(names) for _, names in packs.listing(imported)) == [16, 16]  # two packs of even sizes
+    for p in sweep.points:
+        with PointStore(point_path(imported, p.hash)) as a, PointStore(point_path(points_dir, p.hash)) as b:
+            assert a.raw == b.raw
     assert complete_points(imported, (p.hash for p in sweep.points)) == {p.hash for p in sweep.points}
     for p in sweep.points[:3]:
         with PointStore(point_path(imported, p.hash)) as a, PointStore(point_path(points_dir, p.hash)) as b:
