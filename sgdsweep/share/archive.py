@@ -450,9 +450,12 @@ def _extract(zf: zipfile.ZipFile, manifest: dict[str, Any], staging: Path, src: 
             fh.writelines(member_blocks(zf, name, entry, src))
     extract_points(zf, manifest, staging / "points", src)
     points = manifest["points"]
-    size = math.ceil(len(points) / math.ceil(len(points) / IMPORT_PACK_POINTS)) if points else 1  # even packs
-    for first in range(0, len(points), size):
-        pack_points(staging / "points", f"imported-{first // size}", points[first:first + size])
+    count = math.ceil(len(points) / IMPORT_PACK_POINTS)
+    first = 0
+    for i in range(count):  # sizes differing by one at most
+        size = len(points) // count + (i < len(points) % count)
+        pack_points(staging / "points", f"imported-{i}", points[first:first + size])
+        first += size
 
 
 def merge_exports(sources: list[str], dest: str) -> dict[str, Any]:

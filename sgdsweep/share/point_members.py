@@ -31,6 +31,10 @@ from sgdsweep.store.points import POINT_SUFFIX, PointStore
 
 #: The schema version whose point stores are Zarr groups (``points/<hash>.zarr/<key>``).
 ZARR_GROUPS_SCHEMA = "sgdsweep-export/1"
+#: Deepest nesting of lists and mappings in a point store's attributes (sgdsweep writes about 5
+#: levels). JSON parses deeper ones only as far as the stack allows, so a run, parsing at another
+#: depth, could find a store that verify read unreadable, and simulate its point again.
+MAX_ATTRS_DEPTH = 32
 
 
 def zarr_groups(manifest: dict[str, Any]) -> bool:
@@ -42,6 +46,18 @@ def zarr_groups(manifest: dict[str, Any]) -> bool:
 def member_name(point_hash: str) -> str:
     """The member holding point ``point_hash``'s store in an export of schema 2: ``points/<hash>.npz``."""
     return f"points/{point_hash}{POINT_SUFFIX}"
+
+
+def _too_deep(value: Any, limit: int = MAX_ATTRS_DEPTH) -> bool:
+    """Whether lists and mappings nest in ``value`` deeper than ``limit`` levels."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > limit:
+                return True
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return False
 
 
 def _swapped(src: str | Path, name: str, point_hash: str, why: str) -> ShareError:
@@ -116,7 +132,10 @@ def _group_attrs(zf: zipfile.ZipFile, point_hash: str, src: str | Path) -> dict[
                                 use_consolidated=False)
         if group.metadata.zarr_format != 3:  # as bounds checks it, before this
             raise ValueError(f"zarr_format {group.metadata.zarr_format}, not 3")
-        return group.attrs.asdict()
+        attrs = group.attrs.asdict()
+        if _too_deep(attrs):
+            raise ValueError(f"its attributes nest deeper than {MAX_ATTRS_DEPTH} levels")
+        return attrs
     except (zarr.errors.NodeNotFoundError, KeyError, TypeError, *READ_ERRORS) as exc:
         raise ShareError(f"{src}: member {name!r} is not a Zarr group's metadata ({exc}); a damaged "
                          "or crafted file, do not use it") from None
@@ -147,6 +166,9 @@ def point_store(zf: zipfile.ZipFile, manifest: dict[str, Any], point_hash: str, 
         store = PointStore(name, raw=raw, fix=_CRAFTED)
         try:
             store.check_arrays()
+            if _too_deep([store.attrs, *(attrs for _, attrs in store.arrays.values())]):
+                raise StoreError(f"point store {name} has attributes nested deeper than {MAX_ATTRS_DEPTH} levels "
+                                 f"(sgdsweep writes about 5); {_CRAFTED}")
         except StoreError:
             store.close()
             raise
@@ -159,13 +181,15 @@ def point_store(zf: zipfile.ZipFile, manifest: dict[str, Any], point_hash: str, 
     return store
 
 
-def check_points(zf: zipfile.ZipFile, manifest: dict[str, Any], src: str | Path) -> dict[str, dict[str, Any]]:
+def check_points(zf: zipfile.ZipFile, manifest: dict[str, Any], src: str | Path,
+                 keep: bool = False) -> dict[str, dict[str, Any]]:
     """Check that the store under each point's name is that point's: in schema 2, read whole as
     sgdsweep reads its own (:func:`point_store`); in schema 1, from its group's attributes.
 
     Returns:
-        Point hash → its store's attributes (identity, parameters, summary), which is all a
-        replay of the sweep's rounds reads of it (:mod:`sgdsweep.share.rounds`).
+        With ``keep``, point hash → its store's attributes (identity, parameters, summary), all
+        that a replay of the sweep's rounds reads of it (:mod:`sgdsweep.share.rounds`); else
+        empty (each store's attributes are dropped after its check).
 
     Raises:
         ShareError: naming the member and what is wrong.
@@ -180,7 +204,8 @@ def check_points(zf: zipfile.ZipFile, manifest: dict[str, Any], src: str | Path)
         else:
             with point_store(zf, manifest, h, src) as store:
                 attrs = store.attrs
-        found[h] = attrs
+        if keep:
+            found[h] = attrs
     return found
 
 

@@ -78,9 +78,10 @@ def check_rounds(zf: zipfile.ZipFile, manifest: dict[str, Any], attrs: dict[str,
                 write_point(point_path(root / "points", h), {}, attrs[h])
         try:
             sweep = build_sweep({**{k: v for k, v in config.items() if k != "execution"}, "results_dir": tmp})
-        except (ConfigError, StoreError) as exc:
-            raise ShareError(f"{src}: its rounds cannot be replayed from its own contents ({exc}); a damaged "
-                             "or crafted file, do not use it") from None
+        except (ConfigError, StoreError, KeyError, TypeError, AttributeError, ValueError) as exc:
+            # a store's summary not what sgdsweep writes: the rounds read it as they find it
+            raise ShareError(f"{src}: its rounds cannot be replayed from its own contents ({type(exc).__name__}: "
+                             f"{exc}); a damaged or crafted file, do not use it") from None
     info = sweep.rounds or {}
     current = [p.hash for p in sweep.points]
     reached = set(current)

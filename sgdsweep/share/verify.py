@@ -157,7 +157,7 @@ def check_contents(source: Path | zipfile.ZipFile, manifest: dict[str, Any],
     checks one, and that the store under each point's name is that point's
     (:func:`sgdsweep.share.point_members.check_points`).
 
-    Returns: point hash → its store's attributes.
+    Returns: for a sweep with rounds, point hash → its store's attributes; else empty.
 
     Raises:
         ShareError: naming the file, the member and what is wrong.
@@ -174,8 +174,8 @@ def check_contents(source: Path | zipfile.ZipFile, manifest: dict[str, Any],
         except (StoreError, zarr.errors.NodeNotFoundError) as exc:
             raise ShareError(f"{src}: its ensemble (the zip's root group) is refused: {exc}. The file was "
                              "changed after export, or exported from a damaged sweep: do not use it") from None
-    with opened_zip(source) as zf:
-        return check_points(zf, manifest, src)
+    with opened_zip(source) as zf:  # the attributes only where the rounds are replayed from them
+        return check_points(zf, manifest, src, keep="precision" in manifest["config"] or "search" in manifest["config"])
 
 
 def _name_problem(name: str) -> str | None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import io
 import math
+import sys
 
 import numpy as np
 
@@ -36,7 +37,7 @@ _HEADERS: dict[bytes, tuple[np.dtype, tuple[int, ...], bool]] = {}  # header byt
 
 def _header_end(raw: bytes) -> int:
     """Where the data of the ``.npy`` bytes ``raw`` begin (format 1.0 or 2.0), or 0."""
-    if len(raw) < PREFIX_BYTES or raw[:6] != b"\x93NUMPY":
+    if len(raw) < PREFIX_BYTES or raw[:6] != b"\x93NUMPY" or raw[7] != 0:
         return 0
     if raw[6] == 1:
         return 10 + int.from_bytes(raw[8:10], "little")
@@ -99,8 +100,10 @@ def check_member(raw: bytes, size: int, kinds: str = NUMERIC) -> tuple[np.dtype,
 
     Raises: ValueError saying what is wrong."""
     dtype, shape, _, end = header(raw)
-    if not _plain(dtype, kinds):
+    if not _plain(dtype, kinds) or dtype.itemsize == 0:
         raise ValueError(f"its data type is {dtype}, not one sgdsweep writes there")
+    if any(s < 0 for s in shape) or math.prod(max(s, 1) for s in shape) * dtype.itemsize > sys.maxsize:
+        raise ValueError(f"its header declares shape {shape}, which no array has")
     need = end + math.prod(shape) * dtype.itemsize
     if size != need:
         raise ValueError(f"it holds {size} bytes, but its header declares shape {shape} of {dtype}: {need} bytes")
@@ -116,7 +119,7 @@ def read_npy(raw: bytes) -> np.ndarray:
         dtype, shape, fortran, end = header(raw)
     except ValueError:
         dtype = None
-    if dtype is not None and not dtype.hasobject:
+    if dtype is not None and not dtype.hasobject and dtype.itemsize > 0 and min(shape, default=0) >= 0:
         count = math.prod(shape)
         if len(raw) - end == count * dtype.itemsize:
             flat = np.frombuffer(raw, dtype=dtype, count=count, offset=end)

@@ -399,11 +399,12 @@ class PointStore:
         return StoreError(f"point store {self.path} {problem}; {self.fix}")
 
     def check_arrays(self) -> None:
-        """Check every array member from its ``.npy`` header and size, reading none of its data
+        """Check every array member from its ``.npy`` header and size, before its data is parsed
         (:func:`sgdsweep.store.npy.check_member`): a data type of numbers or booleans (a table's
-        columns too: no object array, so nothing pickled), and exactly the bytes its shape
-        declares. Opening a store checks its metadata only; a reader of its arrays would find
-        such a member when it reads it, after NumPy allocated what the header declares.
+        columns too: no object array, so nothing pickled), a shape an array can have and exactly
+        the bytes it declares; then its CRC-32, read to its end in blocks. Opening a store checks
+        its metadata only; a reader of its arrays would find such a member when it reads it,
+        after NumPy allocated what the header declares.
 
         Raises: StoreError naming the store and the member."""
         assert self._zip is not None
@@ -417,7 +418,9 @@ class PointStore:
                     if end > MAX_HEADER_BYTES:
                         raise ValueError(f"its header declares {end} bytes")
                     check_member(head + member.read(end - len(head)), info.file_size)
-            except ValueError as exc:
+                    while member.read(1 << 20):  # to its end, where zipfile checks its CRC-32
+                        pass
+            except (ValueError, RuntimeError, NotImplementedError, EOFError, OSError, zipfile.BadZipFile) as exc:
                 raise self._refused(f"is not a store sgdsweep wrote (member {info.filename!r}: {exc})") from None
 
     def _member(self, name: str) -> np.ndarray:

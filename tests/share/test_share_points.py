@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import test_share_bounds
 from conftest import cli, make_finished_sweep
 from legacy_layouts import as_schema1
 from test_share import _forged, _import_refused, _store_with
@@ -22,6 +23,8 @@ from sgdsweep.share.archive import ShareError, export_sweep, import_sweep, merge
 from sgdsweep.store.points import CHECKSUM_MARKER, PointStore, point_path
 
 MiB = 1 << 20
+#: A finished precision sweep's export, the fixture of the bounds tests.
+precise = test_share_bounds.precise
 
 
 @pytest.fixture(scope="module")
@@ -303,3 +306,191 @@ def test_precision_export_in_both_schemas_verifies_and_imports(tmp_path, monkeyp
             PointStore(point_path(target / "points", h)).check_identity(h)
         if f == "p2.zip":
             assert {reads[f"points/{h}.npz"] for h in m["points"]} == {5}  # verify 2, import 3
+
+
+def _raw(dest: Path, h: str) -> bytes:
+    with zipfile.ZipFile(dest) as zf:
+        return zf.read(f"points/{h}.npz")
+
+
+def _members(raw: bytes) -> dict[str, bytes]:
+    with zipfile.ZipFile(io.BytesIO(raw)) as z:
+        return {i.filename: z.read(i) for i in z.infolist()}
+
+
+def _resigned(data: bytes) -> bytes:
+    """``data`` (a point store whose comment ends in the CRC-32 digits) with its CRC-32 made to match."""
+    return data[:-8] + b"%08x" % zlib.crc32(data[:-8])
+
+
+def _meta(raw: bytes) -> dict:
+    return json.loads(np.lib.format.read_array(io.BytesIO(_members(raw)["sgdsweep_meta.npy"]))[()])
+
+
+def _with_meta_text(raw: bytes, text: str, replace: dict[str, bytes] | None = None) -> bytes:
+    """The store ``raw`` with its metadata member's JSON text ``text`` (and members ``replace``), re-signed."""
+    members = _members(raw)
+    members["sgdsweep_meta.npy"] = _npy(np.array(text.encode()))
+    members.update(replace or {})
+    return _npz(members)
+
+
+
+def _peak(path: Path) -> int:
+    return _verify_peak(path)
+
+
+def test_verify_holds_one_point_store_attributes_at_a_time(exported, tmp_path):
+    """Verify holds one store's parsed attributes at a time (JSON such as ``[[], [], ...]`` parses
+    to ~16 times its size, and a store's metadata may hold 16 MiB): 4 stores of 1 MB attributes
+    each cost verify less than twice what one does."""
+    _, dest, manifest = exported
+    junk = [[] for _ in range(250_000)]  # ~1 MB of JSON, ~16 MB parsed
+
+    def forged(which, name):
+        return _forged(dest, tmp_path / name,
+                       replace={f"points/{h}.npz": _store_with(_raw(dest, h), {"junk": junk}) for h in which})
+
+    none, one, every = (forged(w, n) for w, n in [((), "none.zip"), (manifest["points"][:1], "one.zip"),
+                                                 (manifest["points"], "all.zip")])
+    verify(none)  # warm up (imports, caches)
+    base, single, all_ = _peak(none), _peak(one), _peak(every)
+    assert all_ - base < 2 * (single - base), (
+        f"verify peak {all_ / MiB:.0f} MiB with junk attributes on 4 stores vs {single / MiB:.0f} MiB on one "
+        f"(baseline {base / MiB:.0f} MiB): every store's attributes are held at once")
+
+
+@pytest.mark.parametrize("case", ["no summary", "summary not a dict", "summary value a string"])
+def test_a_precision_store_with_a_crafted_summary_is_refused_not_a_crash(precise, tmp_path, case):
+    """A re-signed precision export whose store lacks a summary, or holds one of the wrong type,
+    is refused (the rounds, replayed from the stores' attributes, cannot read it), never a
+    traceback."""
+    _, dest, manifest = precise
+    h = manifest["points"][0]
+    raw = _raw(dest, h)
+    meta = _meta(raw)
+    attrs = meta["attributes"]
+    if case == "no summary":
+        attrs.pop("summary")
+    elif case == "summary not a dict":
+        attrs["summary"] = "x"
+    else:
+        attrs["summary"]["weight_var"] = "x"
+    bad = _forged(dest, tmp_path / "s.zip", replace={f"points/{h}.npz": _with_meta_text(raw, json.dumps(meta))})
+    with pytest.raises(ShareError):
+        verify(bad)
+
+
+def test_a_precision_store_whose_summary_misses_its_target_is_refused(precise, tmp_path):
+    """A store's summary edited so that its target is unmet (the rounds read the attributes verify
+    read) is refused as a point the import would simulate."""
+    finished, dest, _ = precise
+    h = next(h for h, p in finished.rounds["points"].items() if p["status"] == "met")
+    summary = dict(_meta(_raw(dest, h))["attributes"]["summary"])
+    summary["weight_var_se"] = abs(summary["weight_var"])  # 100 % relative SE
+    bad = _forged(dest, tmp_path / "unmet.zip",
+                  replace={f"points/{h}.npz": _store_with(_raw(dest, h), {"summary": summary})})
+    with pytest.raises(ShareError, match="which a run of the import would simulate"):
+        verify(bad)
+
+
+def test_an_export_store_with_an_array_no_reader_reads_is_refused(exported, tmp_path):
+    """An array of shape (-2, -3) over 48 bytes, which no reader reads, is refused by verify."""
+    _, dest, manifest = exported
+    h = manifest["points"][0]
+    raw = _raw(dest, h)
+    member = _npy_header("<f8", (-2, -3)) + np.arange(6.0).tobytes()
+    bad = _forged(dest, tmp_path / "neg.zip",
+                  replace={f"points/{h}.npz": _store_with(raw, replace={"weight_cov.npy": member})})
+    with pytest.raises(ShareError):
+        verify(bad)
+
+
+def _zip_entry(raw: bytes, name: str, central: bool) -> int:
+    """Offset of member ``name``'s central (or local) header in the zip ``raw``."""
+    with zipfile.ZipFile(io.BytesIO(raw)) as z:
+        info = z.getinfo(name)
+    if not central:
+        return info.header_offset
+    i = raw.find(b"PK\x01\x02")
+    while raw[i + 46:i + 46 + int.from_bytes(raw[i + 28:i + 30], "little")] != name.encode():
+        i = raw.find(b"PK\x01\x02", i + 4)
+    return i
+
+
+def _data_offset(raw: bytes, name: str) -> int:
+    i = _zip_entry(raw, name, central=False)
+    return i + 30 + int.from_bytes(raw[i + 26:i + 28], "little") + int.from_bytes(raw[i + 28:i + 30], "little")
+
+
+def _tampered(raw: bytes, case: str) -> bytes:
+    b = bytearray(raw)
+    name = "weight_cov.npy"
+    if case == "encrypted flag":
+        b[_zip_entry(raw, name, central=True) + 8] |= 1
+    elif case == "local name differs":
+        b[_zip_entry(raw, name, central=False) + 30] ^= 0x20
+    else:  # its data's last byte changed: its member CRC-32 fails
+        with zipfile.ZipFile(io.BytesIO(raw)) as z:
+            size = z.getinfo(name).file_size
+        b[_data_offset(raw, name) + size - 1] ^= 1
+    return _resigned(bytes(b))
+
+
+@pytest.mark.parametrize("case", ["encrypted flag", "local name differs", "member CRC-32 fails"])
+def test_a_store_member_zipfile_cannot_open_is_refused_not_a_crash(exported, tmp_path, case):
+    """A member flagged encrypted, one whose local header names another file, or one failing its
+    own CRC-32 is refused (ShareError, exit 2), never a traceback."""
+    _, dest, manifest = exported
+    h = manifest["points"][0]
+    bad = _forged(dest, tmp_path / "z.zip", replace={f"points/{h}.npz": _tampered(_raw(dest, h), case)})
+    with pytest.raises(ShareError):
+        verify(bad)
+
+
+def test_a_large_store_member_failing_its_crc_is_refused(exported, tmp_path):
+    """A large member whose own CRC-32 fails, the store's whole-file CRC-32 re-signed as a forger
+    would, is refused: every member is read to its end, where zipfile checks its CRC-32."""
+    _, dest, manifest = exported
+    h = manifest["points"][0]
+    raw = _raw(dest, h)
+    meta = _meta(raw)
+    meta["arrays"]["big"] = {"dims": ["x"], "attrs": {}}
+    members = {**_members(raw), "sgdsweep_meta.npy": _npy(np.array(json.dumps(meta).encode())),
+               "big.npy": _npy(np.zeros(1 << 17))}
+    store = bytearray(_npz(members))
+    with zipfile.ZipFile(io.BytesIO(bytes(store))) as z:
+        size = z.getinfo("big.npy").file_size
+    store[_data_offset(bytes(store), "big.npy") + size - 1] ^= 1
+    store = _resigned(bytes(store))
+    with PointStore("x", raw=store) as s, pytest.raises(Exception, match="Bad CRC-32"):
+        s.read("big")
+    bad = _forged(dest, tmp_path / "crc.zip", replace={f"points/{h}.npz": store})
+    with pytest.raises(ShareError):
+        verify(bad)
+
+
+def test_attributes_nested_deeper_than_sgdsweep_writes_are_refused(exported, tmp_path):
+    """Attributes nested 40 lists deep are refused: JSON parses deep nesting only as far as the
+    stack allows, so a run, reading at another depth, could find a store verify accepted
+    unreadable and simulate its point again."""
+    _, dest, manifest = exported
+    h = manifest["points"][0]
+    raw = _raw(dest, h)
+    meta = _meta(raw)
+    meta["attributes"]["deep"] = json.loads("[" * 40 + "0" + "]" * 40)
+    bad = _forged(dest, tmp_path / "deep.zip", replace={f"points/{h}.npz": _with_meta_text(raw, json.dumps(meta))})
+    _import_refused(bad, tmp_path, "has attributes nested deeper than 32 levels")
+
+
+def test_import_packs_its_points_in_files_of_even_sizes(exported, tmp_path, monkeypatch):
+    """An import hands its points to the packer in runs of sizes differing by one at most, each
+    at most IMPORT_PACK_POINTS, every point once, in order."""
+    from sgdsweep.share import archive
+
+    _, dest, manifest = exported
+    runs: list[list[str]] = []
+    monkeypatch.setattr(archive, "pack_points", lambda directory, label, hashes: runs.append(list(hashes)))
+    monkeypatch.setattr(archive, "IMPORT_PACK_POINTS", 3)
+    import_sweep(dest, tmp_path / "R")
+    assert [len(r) for r in runs] == [2, 2] and [h for r in runs for h in r] == manifest["points"]
