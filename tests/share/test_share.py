@@ -16,7 +16,6 @@ import pytest
 import xarray as xr
 import zarr
 from conftest import cli, make_finished_sweep, run_cli, run_snakemake
-from legacy_layouts import as_schema1
 
 from sgdsweep.errors import UsageError
 from sgdsweep.share.archive import ShareError, export_sweep, import_sweep, merge_exports, verify
@@ -340,89 +339,6 @@ def test_forged_manifest_and_config_are_refused(exported, tmp_path, case, change
     _import_refused(_forged(dest, tmp_path / f"{case}.zip", change), tmp_path, message)
 
 
-def _store_with(raw: bytes, attributes=None, replace=None, compressed: str | None = None) -> bytes:
-    """The ``.npz`` point store ``raw`` rebuilt as a forger would: its attributes updated with
-    ``attributes``, members ``replace`` (name → bytes) rewritten, member ``compressed`` deflated,
-    its CRC-32 comment made to match."""
-    import zlib
-
-    from sgdsweep.store.points import CHECKSUM_MARKER
-
-    with zipfile.ZipFile(io.BytesIO(raw)) as zin:
-        members = {i.filename: zin.read(i) for i in zin.infolist()}
-    meta = json.loads(np.lib.format.read_array(io.BytesIO(members["sgdsweep_meta.npy"]))[()])
-    meta["attributes"].update(attributes or {})
-    buf = io.BytesIO()
-    np.lib.format.write_array(buf, np.array(json.dumps(meta).encode()))
-    members.update({"sgdsweep_meta.npy": buf.getvalue(), **(replace or {})})
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w") as zout:
-        for name, data in members.items():
-            zout.writestr(name, data, zipfile.ZIP_DEFLATED if name == compressed else zipfile.ZIP_STORED)
-        zout.comment = CHECKSUM_MARKER + b"0" * 8
-    data = out.getvalue()
-    return data[:-8] + b"%08x" % zlib.crc32(data[:-8])
-
-
-def test_incomplete_point_store_is_refused(exported, tmp_path):
-    """A point's store not marked complete, re-signed: verify reads every store as a run reads its
-    own, so verify and import refuse it (exit 2) and nothing is written."""
-    _, dest, manifest = exported
-    name = f"points/{manifest['points'][0]}.npz"
-    with zipfile.ZipFile(dest) as zf:
-        raw = zf.read(name)
-    bad = _forged(dest, tmp_path / "incomplete.zip", replace={name: _store_with(raw, {"sgdsweep_complete": False})})
-    _import_refused(bad, tmp_path, rf"member '{name}', the store of point \w+, is refused: point store .* is "
-                                   "incomplete; the export was crafted")
-
-
-def test_incomplete_point_group_of_schema_1_is_refused_on_import(exported, tmp_path):
-    """In an export of schema 1 (point stores as Zarr groups), a group not marked complete is
-    refused by the import, which reads the stores; nothing is written."""
-    _, dest, manifest = exported
-    old = as_schema1(dest, tmp_path / "schema1.zip")
-    name = f"points/{manifest['points'][0]}.zarr/zarr.json"
-    with zipfile.ZipFile(old) as zf:
-        meta = zf.read(name)
-    assert b'"sgdsweep_complete": true' in meta
-    bad = _forged(old, tmp_path / "incomplete.zip",
-                  replace={name: meta.replace(b'"sgdsweep_complete": true', b'"sgdsweep_complete": false')})
-    verify(bad)  # a consistent file: only the import, which reads the stores, can tell
-    work = tmp_path / "work"
-    work.mkdir()
-    proc = cli("import", str(bad), "--results-dir", "R", cwd=work)
-    assert proc.returncode == 2 and "is not marked complete" in proc.stderr, proc.stderr
-    assert list((work / "R").iterdir()) == []
-
-
-def test_a_point_store_with_a_compressed_member_is_refused_before_it_is_inflated(exported, tmp_path):
-    """sgdsweep stores a point's members uncompressed, so a deflated one is crafted: a 16 MiB
-    array of zeros deflates to 16 kB. Verify and import refuse it (exit 2) without inflating it,
-    and nothing is written."""
-    import tracemalloc
-
-    _, dest, manifest = exported
-    name = f"points/{manifest['points'][1]}.npz"
-    with zipfile.ZipFile(dest) as zf:
-        raw = zf.read(name)
-    with zipfile.ZipFile(io.BytesIO(raw)) as zin:
-        member = next(n for n in zin.namelist() if n != "sgdsweep_meta.npy")
-    zeros = io.BytesIO()
-    np.lib.format.write_array(zeros, np.zeros(2 << 20))
-    bomb = _store_with(raw, replace={member: zeros.getvalue()}, compressed=member)
-    assert len(bomb) < 100_000
-    bad = _forged(dest, tmp_path / "bomb.zip", replace={name: bomb})
-    tracemalloc.start()
-    try:
-        with pytest.raises(ShareError, match=rf"member '{member}' is compressed or its sizes differ"):
-            verify(bad)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    assert peak < 8 << 20, peak
-    _import_refused(bad, tmp_path, "is compressed or its sizes differ; sgdsweep stores every member uncompressed")
-
-
 def _non_utf8_name(src: Path, dest: Path) -> Path:
     """``src`` forged with a member whose name is flagged UTF-8 but is not (bytes patched in)."""
     _forged(src, dest, add=[("bad\u00e9x", b"x")])
@@ -542,63 +458,6 @@ def test_import_drops_execution_and_names_its_own_directory(exported, tmp_path, 
     assert sweep.config["execution"]["host"] == "127.0.0.1" and sweep.config["execution"]["scheduler"] is None
     assert sweep.config["execution"]["cluster"] == "local" and sweep.config["execution"]["workers"] == "auto"
     assert sweep.directory.resolve() == target.resolve()
-
-
-def _swapped(src: Path, dest: Path, a: str, b: str) -> Path:
-    """A copy of the export ``src`` with the point stores of points ``a`` and ``b`` swapped (each
-    member of one under the other's name: ``points/<hash>.npz``, or each key of a schema-1 Zarr
-    group ``points/<hash>.zarr/<key>``), its manifest and checksum made to match."""
-    with zipfile.ZipFile(src) as zf:
-        stores = {n: zf.read(n) for n in zf.namelist() if n.startswith("points/")}
-    replace = {}
-    for x, y in ((a, b), (b, a)):
-        for name in stores:
-            for form in ("points/{}.npz", "points/{}.zarr/"):
-                twin = name.replace(form.format(x), form.format(y), 1)
-                if name.startswith(form.format(x)) and twin in stores:
-                    replace[name] = stores[twin]
-    return _forged(src, dest, replace=replace)
-
-
-@pytest.mark.parametrize("schema", [2, 1])
-def test_swapped_point_stores_are_refused(exported, tmp_path, schema):
-    """Two points' stores swapped in an export, its manifest rewritten to match, would verify,
-    import and run with each point's hash labelling the other's results: verify and import refuse
-    it (exit 2) naming the member and whose results it holds, and the import writes nothing; in
-    an export of the earlier schema 1 too."""
-    _, dest, manifest = exported
-    if schema == 1:
-        dest = as_schema1(dest, tmp_path / "schema1.zip")
-    a, b = manifest["points"][:2]
-    bad = _swapped(dest, tmp_path / "swapped.zip", a, b)
-    name = f"points/{a}.npz" if schema == 2 else f"points/{a}.zarr/zarr.json"
-    message = (rf"member '{name}': the point store under point {a}'s name is not that "
-               rf"point's \(it holds the results of point {b}\)")
-    _import_refused(bad, tmp_path, message)
-    proc = cli("verify", str(bad))
-    assert proc.returncode == 2 and re.search(message, proc.stderr), proc.stderr
-
-
-def test_an_export_of_schema_1_imports_the_same_point_stores(exported, tmp_path):
-    """An export written before point stores were one member each (schema 1: Zarr groups)
-    verifies and imports to point stores holding what an import of the current schema holds,
-    array for array and attribute for attribute, and its sweep re-runs without simulating."""
-    sweep_dir, dest, manifest = exported
-    old = as_schema1(dest, tmp_path / "schema1.zip")
-    assert verify(old)["schema_version"] == "sgdsweep-export/1"
-    new_target, old_target = import_sweep(dest, tmp_path / "new"), import_sweep(old, tmp_path / "old")
-    for h in manifest["points"]:
-        with (PointStore(point_path(new_target / "points", h)) as a,
-              PointStore(point_path(old_target / "points", h)) as b):
-            assert a.raw == _point_bytes(sweep_dir, h)
-            assert a.attrs == b.attrs and a.arrays == b.arrays
-            for array in a.arrays:
-                np.testing.assert_array_equal(a.read(array), b.read(array), strict=True)
-
-
-def _point_bytes(sweep_dir: Path, h: str) -> bytes:
-    with PointStore(point_path(sweep_dir / "points", h)) as store:
-        return store.raw
 
 
 def test_export_refuses_a_missing_ensemble_chunk_and_a_misnamed_point_store(exported, tmp_path):

@@ -1,125 +1,37 @@
-"""An export's point stores (schema 2: one ``points/<hash>.npz`` member each): checked as a run
-checks its own stores and more (every array from its header), held once in memory, any store a
-run reads exportable; schemas 1 and 2 apart, merged and replayed alike."""
+"""An export's point stores (schema 2: one ``points/<hash>.npz`` member each): any store a run
+reads exportable, held once in memory; schemas 1 and 2 kept apart, merged, imported and replayed
+alike; stores swapped between points refused; an import's packs."""
 
 from __future__ import annotations
 
 import io
 import json
 import re
-import tracemalloc
 import zipfile
 import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
+import test_share
 import test_share_bounds
 from conftest import cli, make_finished_sweep
 from legacy_layouts import as_schema1
-from test_share import _forged, _import_refused, _store_with
+from store_forgery import (
+    MiB,
+    npz,
+    point_member,
+    verify_peak,
+    with_big_array,
+)
+from test_share import _forged, _import_refused
 
 from sgdsweep.share.archive import ShareError, export_sweep, import_sweep, merge_exports, verify
 from sgdsweep.store.points import CHECKSUM_MARKER, PointStore, point_path
 
-MiB = 1 << 20
-#: A finished precision sweep's export, the fixture of the bounds tests.
+#: A finished tiny sweep's export, and a finished precision sweep's: the fixtures of the other share tests.
+exported = test_share.exported
 precise = test_share_bounds.precise
-
-
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    root = tmp_path_factory.mktemp("adv")
-    sweep_dir = make_finished_sweep(root)
-    dest = root / "tiny.zip"
-    manifest = export_sweep(sweep_dir, str(dest))
-    return sweep_dir, dest, manifest
-
-
-def _point(dest: Path, manifest: dict, i: int = 0) -> tuple[str, bytes, dict[str, bytes]]:
-    name = f"points/{manifest['points'][i]}.npz"
-    with zipfile.ZipFile(dest) as zf:
-        raw = zf.read(name)
-    with zipfile.ZipFile(io.BytesIO(raw)) as z:
-        members = {info.filename: z.read(info) for info in z.infolist()}
-    return name, raw, members
-
-
-def _verify_peak(path: Path, refused: str | None = None) -> int:
-    """Peak bytes Python allocates verifying ``path``; with ``refused``, verify must refuse it so."""
-    tracemalloc.start()
-    try:
-        if refused is None:
-            verify(path)
-        else:
-            with pytest.raises(ShareError, match=refused):
-                verify(path)
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-
-
-def _npy(array: np.ndarray, allow_pickle: bool = False) -> bytes:
-    buf = io.BytesIO()
-    np.lib.format.write_array(buf, array, allow_pickle=allow_pickle)
-    return buf.getvalue()
-
-
-def _npy_header(descr: str, shape: tuple) -> bytes:
-    """A .npy (1.0) header declaring ``descr`` and ``shape``, with no data after it."""
-    text = f"{{'descr': {descr!r}, 'fortran_order': False, 'shape': {shape!r}, }}".encode()
-    text += b" " * (64 - (10 + len(text) + 1) % 64) + b"\n"
-    return b"\x93NUMPY\x01\x00" + len(text).to_bytes(2, "little") + text
-
-
-def _npz(members: dict[str, bytes]) -> bytes:
-    """A point store of ``members`` (stored), its CRC-32 comment made to match (as a forger would)."""
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w") as z:
-        for name, data in members.items():
-            z.writestr(name, data)
-        z.comment = CHECKSUM_MARKER + b"0" * 8
-    data = out.getvalue()
-    return data[:-8] + b"%08x" % zlib.crc32(data[:-8])
-
-
-def _with_big_array(members: dict[str, bytes], nbytes: int) -> dict[str, bytes]:
-    """``members`` plus a valid float64 array ``big`` of ``nbytes`` bytes, described in the metadata."""
-    meta = json.loads(np.lib.format.read_array(io.BytesIO(members["sgdsweep_meta.npy"]))[()])
-    meta["arrays"]["big"] = {"dims": ["x"], "attrs": {}}
-    return {**members, "sgdsweep_meta.npy": _npy(np.array(json.dumps(meta).encode())),
-            "big.npy": _npy(np.zeros(nbytes // 8))}
-
-
-@pytest.mark.parametrize("case", ["pickled object array", "not an npy file", "zero-length member",
-                                  "shape beyond its data"])
-def test_point_store_arrays_sgdsweep_never_writes_are_refused(exported, tmp_path, case):
-    """Every array member of an export's point store is checked from its ``.npy`` header and size
-    before anything is imported: a pickled object array, bytes that are not ``.npy``, an empty
-    member, a header declaring 2 GiB over 128 bytes of data are refused naming the member (exit 2),
-    and nothing is written. Opening a store reads its metadata only, so without this check they
-    would be placed as point stores and found by their first reader."""
-    _, dest, manifest = exported
-    name, raw, members = _point(dest, manifest)
-    array = next(n for n in members if n != "sgdsweep_meta.npy")
-    data = {"pickled object array": _npy(np.array([{"a": 1}], dtype=object), allow_pickle=True),
-            "not an npy file": b"this is not a .npy member",
-            "zero-length member": b"",
-            "shape beyond its data": _npy_header("<f8", (1 << 28,))}[case]  # 2 GiB declared, 128 bytes held
-    bad = _forged(dest, tmp_path / "bad.zip", replace={name: _store_with(raw, replace={array: data})})
-    _import_refused(bad, tmp_path, re.escape(f"member '{name}', the store of point ") + ".*is not a store sgdsweep "
-                    + re.escape(f"wrote (member '{array}': "))
-
-
-def test_an_array_header_declaring_gigabytes_is_refused_without_allocating_them(exported, tmp_path):
-    """A 2 GiB shape declared over 128 bytes of data: verify refuses it from the header (NumPy
-    would allocate the declared shape before reading), holding far less than the file's size."""
-    _, dest, manifest = exported
-    name, raw, members = _point(dest, manifest)
-    array = next(n for n in members if n != "sgdsweep_meta.npy")
-    bad = _forged(dest, tmp_path / "bad.zip",
-                  replace={name: _store_with(raw, replace={array: _npy_header("<f8", (1 << 28,))})})
-    assert _verify_peak(bad, refused="its header declares shape") < 64 * MiB
 
 
 def test_a_point_store_larger_than_other_members_may_be_is_exported(exported, tmp_path, monkeypatch):
@@ -137,7 +49,7 @@ def test_a_point_store_larger_than_other_members_may_be_is_exported(exported, tm
     path = point_path(sweep / "points", h)
     with zipfile.ZipFile(path) as z:
         members = {i.filename: z.read(i) for i in z.infolist()}
-    path.write_bytes(_npz(_with_big_array(members, 4 * MiB)))  # valid, complete, its point's own
+    path.write_bytes(npz(with_big_array(members, 4 * MiB)))  # valid, complete, its point's own
     PointStore(path).check_identity(h)
     monkeypatch.setattr(verify_module, "MAX_MEMBER_BYTES", 3 * MiB)  # stands for 1 GiB
     dest = tmp_path / "out.zip"
@@ -166,33 +78,11 @@ def test_verify_holds_one_copy_of_a_point_store(exported, tmp_path):
     """No member is held whole in memory but a point's store, one at a time, and that once: a
     48 MiB store is verified within 1.5 times its size."""
     _, dest, manifest = exported
-    name, _, members = _point(dest, manifest)
+    name, _, members = point_member(dest, manifest)
     size = 48 * MiB
-    bad = _forged(dest, tmp_path / "big.zip", replace={name: _npz(_with_big_array(members, size))})
-    peak = _verify_peak(bad)
+    bad = _forged(dest, tmp_path / "big.zip", replace={name: npz(with_big_array(members, size))})
+    peak = verify_peak(bad)
     assert peak < 1.5 * size, f"verify peak {peak / MiB:.0f} MiB for a {size / MiB:.0f} MiB point store"
-
-
-def test_metadata_header_declaring_gigabytes_is_refused_without_allocating_them(exported, tmp_path):
-    """A store whose metadata member (100 bytes of data) declares float64 shape (2**28,) is
-    refused from its header, before NumPy would allocate the 2 GiB it declares."""
-    _, dest, manifest = exported
-    name, _, members = _point(dest, manifest)
-    members["sgdsweep_meta.npy"] = _npy_header("<f8", (1 << 28,)) + b"x" * 100
-    bad = _forged(dest, tmp_path / "meta.zip", replace={name: _npz(members)})
-    peak = _verify_peak(bad, refused=re.escape(f"member '{name}'"))
-    assert peak < 64 * MiB, f"verify of a {bad.stat().st_size} byte file allocated {peak / MiB:.0f} MiB"
-
-
-def test_refused_point_store_message_gives_an_export_readers_fix(exported, tmp_path):
-    """A refused store of an export tells its reader what to do with a file received from someone
-    else (not to use it), not what to do with a sweep's own store (rerun the workflow)."""
-    _, dest, manifest = exported
-    name, _, members = _point(dest, manifest)
-    bad = _forged(dest, tmp_path / "zero.zip", replace={name: _npz({n: b"" for n in members})})
-    proc = cli("verify", str(bad))
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert "rerun the workflow" not in proc.stderr and "do not use it" in proc.stderr, proc.stderr
 
 
 def test_a_member_name_of_many_parts_is_refused_before_its_parts_are_walked(tmp_path):
@@ -211,7 +101,7 @@ def test_crafted_layouts_are_refused(exported, tmp_path, case):
     """Point members of one schema in a file of the other, a store with a member twice, another
     point's store, a store of empty members: refused naming the member (exit 2)."""
     _, dest, manifest = exported
-    name, raw, members = _point(dest, manifest)
+    name, raw, members = point_member(dest, manifest)
     h = manifest["points"][0]
     v1 = as_schema1(dest, tmp_path / "v1.zip")
 
@@ -237,10 +127,10 @@ def test_crafted_layouts_are_refused(exported, tmp_path, case):
         d = out.getvalue()
         bad = _forged(dest, tmp_path / "c.zip", replace={name: d[:-8] + b"%08x" % zlib.crc32(d[:-8])})
     elif case == "another point's store":
-        _, other, _ = _point(dest, manifest, 1)
+        _, other, _ = point_member(dest, manifest, 1)
         bad = _forged(dest, tmp_path / "c.zip", replace={name: other})
     else:
-        bad = _forged(dest, tmp_path / "c.zip", replace={name: _npz({n: b"" for n in members})})
+        bad = _forged(dest, tmp_path / "c.zip", replace={name: npz({n: b"" for n in members})})
     with pytest.raises(ShareError, match="member 'points/"):
         verify(bad)
     proc = cli("verify", str(bad))
@@ -308,181 +198,6 @@ def test_precision_export_in_both_schemas_verifies_and_imports(tmp_path, monkeyp
             assert {reads[f"points/{h}.npz"] for h in m["points"]} == {5}  # verify 2, import 3
 
 
-def _raw(dest: Path, h: str) -> bytes:
-    with zipfile.ZipFile(dest) as zf:
-        return zf.read(f"points/{h}.npz")
-
-
-def _members(raw: bytes) -> dict[str, bytes]:
-    with zipfile.ZipFile(io.BytesIO(raw)) as z:
-        return {i.filename: z.read(i) for i in z.infolist()}
-
-
-def _resigned(data: bytes) -> bytes:
-    """``data`` (a point store whose comment ends in the CRC-32 digits) with its CRC-32 made to match."""
-    return data[:-8] + b"%08x" % zlib.crc32(data[:-8])
-
-
-def _meta(raw: bytes) -> dict:
-    return json.loads(np.lib.format.read_array(io.BytesIO(_members(raw)["sgdsweep_meta.npy"]))[()])
-
-
-def _with_meta_text(raw: bytes, text: str, replace: dict[str, bytes] | None = None) -> bytes:
-    """The store ``raw`` with its metadata member's JSON text ``text`` (and members ``replace``), re-signed."""
-    members = _members(raw)
-    members["sgdsweep_meta.npy"] = _npy(np.array(text.encode()))
-    members.update(replace or {})
-    return _npz(members)
-
-
-
-def _peak(path: Path) -> int:
-    return _verify_peak(path)
-
-
-def test_verify_holds_one_point_store_attributes_at_a_time(exported, tmp_path):
-    """Verify holds one store's parsed attributes at a time (JSON such as ``[[], [], ...]`` parses
-    to ~16 times its size, and a store's metadata may hold 16 MiB): 4 stores of 1 MB attributes
-    each cost verify less than twice what one does."""
-    _, dest, manifest = exported
-    junk = [[] for _ in range(250_000)]  # ~1 MB of JSON, ~16 MB parsed
-
-    def forged(which, name):
-        return _forged(dest, tmp_path / name,
-                       replace={f"points/{h}.npz": _store_with(_raw(dest, h), {"junk": junk}) for h in which})
-
-    none, one, every = (forged(w, n) for w, n in [((), "none.zip"), (manifest["points"][:1], "one.zip"),
-                                                 (manifest["points"], "all.zip")])
-    verify(none)  # warm up (imports, caches)
-    base, single, all_ = _peak(none), _peak(one), _peak(every)
-    assert all_ - base < 2 * (single - base), (
-        f"verify peak {all_ / MiB:.0f} MiB with junk attributes on 4 stores vs {single / MiB:.0f} MiB on one "
-        f"(baseline {base / MiB:.0f} MiB): every store's attributes are held at once")
-
-
-@pytest.mark.parametrize("case", ["no summary", "summary not a dict", "summary value a string"])
-def test_a_precision_store_with_a_crafted_summary_is_refused_not_a_crash(precise, tmp_path, case):
-    """A re-signed precision export whose store lacks a summary, or holds one of the wrong type,
-    is refused (the rounds, replayed from the stores' attributes, cannot read it), never a
-    traceback."""
-    _, dest, manifest = precise
-    h = manifest["points"][0]
-    raw = _raw(dest, h)
-    meta = _meta(raw)
-    attrs = meta["attributes"]
-    if case == "no summary":
-        attrs.pop("summary")
-    elif case == "summary not a dict":
-        attrs["summary"] = "x"
-    else:
-        attrs["summary"]["weight_var"] = "x"
-    bad = _forged(dest, tmp_path / "s.zip", replace={f"points/{h}.npz": _with_meta_text(raw, json.dumps(meta))})
-    with pytest.raises(ShareError):
-        verify(bad)
-
-
-def test_a_precision_store_whose_summary_misses_its_target_is_refused(precise, tmp_path):
-    """A store's summary edited so that its target is unmet (the rounds read the attributes verify
-    read) is refused as a point the import would simulate."""
-    finished, dest, _ = precise
-    h = next(h for h, p in finished.rounds["points"].items() if p["status"] == "met")
-    summary = dict(_meta(_raw(dest, h))["attributes"]["summary"])
-    summary["weight_var_se"] = abs(summary["weight_var"])  # 100 % relative SE
-    bad = _forged(dest, tmp_path / "unmet.zip",
-                  replace={f"points/{h}.npz": _store_with(_raw(dest, h), {"summary": summary})})
-    with pytest.raises(ShareError, match="which a run of the import would simulate"):
-        verify(bad)
-
-
-def test_an_export_store_with_an_array_no_reader_reads_is_refused(exported, tmp_path):
-    """An array of shape (-2, -3) over 48 bytes, which no reader reads, is refused by verify."""
-    _, dest, manifest = exported
-    h = manifest["points"][0]
-    raw = _raw(dest, h)
-    member = _npy_header("<f8", (-2, -3)) + np.arange(6.0).tobytes()
-    bad = _forged(dest, tmp_path / "neg.zip",
-                  replace={f"points/{h}.npz": _store_with(raw, replace={"weight_cov.npy": member})})
-    with pytest.raises(ShareError):
-        verify(bad)
-
-
-def _zip_entry(raw: bytes, name: str, central: bool) -> int:
-    """Offset of member ``name``'s central (or local) header in the zip ``raw``."""
-    with zipfile.ZipFile(io.BytesIO(raw)) as z:
-        info = z.getinfo(name)
-    if not central:
-        return info.header_offset
-    i = raw.find(b"PK\x01\x02")
-    while raw[i + 46:i + 46 + int.from_bytes(raw[i + 28:i + 30], "little")] != name.encode():
-        i = raw.find(b"PK\x01\x02", i + 4)
-    return i
-
-
-def _data_offset(raw: bytes, name: str) -> int:
-    i = _zip_entry(raw, name, central=False)
-    return i + 30 + int.from_bytes(raw[i + 26:i + 28], "little") + int.from_bytes(raw[i + 28:i + 30], "little")
-
-
-def _tampered(raw: bytes, case: str) -> bytes:
-    b = bytearray(raw)
-    name = "weight_cov.npy"
-    if case == "encrypted flag":
-        b[_zip_entry(raw, name, central=True) + 8] |= 1
-    elif case == "local name differs":
-        b[_zip_entry(raw, name, central=False) + 30] ^= 0x20
-    else:  # its data's last byte changed: its member CRC-32 fails
-        with zipfile.ZipFile(io.BytesIO(raw)) as z:
-            size = z.getinfo(name).file_size
-        b[_data_offset(raw, name) + size - 1] ^= 1
-    return _resigned(bytes(b))
-
-
-@pytest.mark.parametrize("case", ["encrypted flag", "local name differs", "member CRC-32 fails"])
-def test_a_store_member_zipfile_cannot_open_is_refused_not_a_crash(exported, tmp_path, case):
-    """A member flagged encrypted, one whose local header names another file, or one failing its
-    own CRC-32 is refused (ShareError, exit 2), never a traceback."""
-    _, dest, manifest = exported
-    h = manifest["points"][0]
-    bad = _forged(dest, tmp_path / "z.zip", replace={f"points/{h}.npz": _tampered(_raw(dest, h), case)})
-    with pytest.raises(ShareError):
-        verify(bad)
-
-
-def test_a_large_store_member_failing_its_crc_is_refused(exported, tmp_path):
-    """A large member whose own CRC-32 fails, the store's whole-file CRC-32 re-signed as a forger
-    would, is refused: every member is read to its end, where zipfile checks its CRC-32."""
-    _, dest, manifest = exported
-    h = manifest["points"][0]
-    raw = _raw(dest, h)
-    meta = _meta(raw)
-    meta["arrays"]["big"] = {"dims": ["x"], "attrs": {}}
-    members = {**_members(raw), "sgdsweep_meta.npy": _npy(np.array(json.dumps(meta).encode())),
-               "big.npy": _npy(np.zeros(1 << 17))}
-    store = bytearray(_npz(members))
-    with zipfile.ZipFile(io.BytesIO(bytes(store))) as z:
-        size = z.getinfo("big.npy").file_size
-    store[_data_offset(bytes(store), "big.npy") + size - 1] ^= 1
-    store = _resigned(bytes(store))
-    with PointStore("x", raw=store) as s, pytest.raises(Exception, match="Bad CRC-32"):
-        s.read("big")
-    bad = _forged(dest, tmp_path / "crc.zip", replace={f"points/{h}.npz": store})
-    with pytest.raises(ShareError):
-        verify(bad)
-
-
-def test_attributes_nested_deeper_than_sgdsweep_writes_are_refused(exported, tmp_path):
-    """Attributes nested 40 lists deep are refused: JSON parses deep nesting only as far as the
-    stack allows, so a run, reading at another depth, could find a store verify accepted
-    unreadable and simulate its point again."""
-    _, dest, manifest = exported
-    h = manifest["points"][0]
-    raw = _raw(dest, h)
-    meta = _meta(raw)
-    meta["attributes"]["deep"] = json.loads("[" * 40 + "0" + "]" * 40)
-    bad = _forged(dest, tmp_path / "deep.zip", replace={f"points/{h}.npz": _with_meta_text(raw, json.dumps(meta))})
-    _import_refused(bad, tmp_path, "has attributes nested deeper than 32 levels")
-
-
 def test_import_packs_its_points_in_files_of_even_sizes(exported, tmp_path, monkeypatch):
     """An import hands its points to the packer in runs of sizes differing by one at most, each
     at most IMPORT_PACK_POINTS, every point once, in order."""
@@ -494,3 +209,79 @@ def test_import_packs_its_points_in_files_of_even_sizes(exported, tmp_path, monk
     monkeypatch.setattr(archive, "IMPORT_PACK_POINTS", 3)
     import_sweep(dest, tmp_path / "R")
     assert [len(r) for r in runs] == [2, 2] and [h for r in runs for h in r] == manifest["points"]
+
+
+def test_incomplete_point_group_of_schema_1_is_refused_on_import(exported, tmp_path):
+    """In an export of schema 1 (point stores as Zarr groups), a group not marked complete is
+    refused by the import, which reads the stores; nothing is written."""
+    _, dest, manifest = exported
+    old = as_schema1(dest, tmp_path / "schema1.zip")
+    name = f"points/{manifest['points'][0]}.zarr/zarr.json"
+    with zipfile.ZipFile(old) as zf:
+        meta = zf.read(name)
+    assert b'"sgdsweep_complete": true' in meta
+    bad = _forged(old, tmp_path / "incomplete.zip",
+                  replace={name: meta.replace(b'"sgdsweep_complete": true', b'"sgdsweep_complete": false')})
+    verify(bad)  # a consistent file: only the import, which reads the stores, can tell
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = cli("import", str(bad), "--results-dir", "R", cwd=work)
+    assert proc.returncode == 2 and "is not marked complete" in proc.stderr, proc.stderr
+    assert list((work / "R").iterdir()) == []
+
+
+def _swapped(src: Path, dest: Path, a: str, b: str) -> Path:
+    """A copy of the export ``src`` with the point stores of points ``a`` and ``b`` swapped (each
+    member of one under the other's name: ``points/<hash>.npz``, or each key of a schema-1 Zarr
+    group ``points/<hash>.zarr/<key>``), its manifest and checksum made to match."""
+    with zipfile.ZipFile(src) as zf:
+        stores = {n: zf.read(n) for n in zf.namelist() if n.startswith("points/")}
+    replace = {}
+    for x, y in ((a, b), (b, a)):
+        for name in stores:
+            for form in ("points/{}.npz", "points/{}.zarr/"):
+                twin = name.replace(form.format(x), form.format(y), 1)
+                if name.startswith(form.format(x)) and twin in stores:
+                    replace[name] = stores[twin]
+    return _forged(src, dest, replace=replace)
+
+
+@pytest.mark.parametrize("schema", [2, 1])
+def test_swapped_point_stores_are_refused(exported, tmp_path, schema):
+    """Two points' stores swapped in an export, its manifest rewritten to match, would verify,
+    import and run with each point's hash labelling the other's results: verify and import refuse
+    it (exit 2) naming the member and whose results it holds, and the import writes nothing; in
+    an export of the earlier schema 1 too."""
+    _, dest, manifest = exported
+    if schema == 1:
+        dest = as_schema1(dest, tmp_path / "schema1.zip")
+    a, b = manifest["points"][:2]
+    bad = _swapped(dest, tmp_path / "swapped.zip", a, b)
+    name = f"points/{a}.npz" if schema == 2 else f"points/{a}.zarr/zarr.json"
+    message = (rf"member '{name}': the point store under point {a}'s name is not that "
+               rf"point's \(it holds the results of point {b}\)")
+    _import_refused(bad, tmp_path, message)
+    proc = cli("verify", str(bad))
+    assert proc.returncode == 2 and re.search(message, proc.stderr), proc.stderr
+
+
+def test_an_export_of_schema_1_imports_the_same_point_stores(exported, tmp_path):
+    """An export written before point stores were one member each (schema 1: Zarr groups)
+    verifies and imports to point stores holding what an import of the current schema holds,
+    array for array and attribute for attribute, and its sweep re-runs without simulating."""
+    sweep_dir, dest, manifest = exported
+    old = as_schema1(dest, tmp_path / "schema1.zip")
+    assert verify(old)["schema_version"] == "sgdsweep-export/1"
+    new_target, old_target = import_sweep(dest, tmp_path / "new"), import_sweep(old, tmp_path / "old")
+    for h in manifest["points"]:
+        with (PointStore(point_path(new_target / "points", h)) as a,
+              PointStore(point_path(old_target / "points", h)) as b):
+            assert a.raw == _point_bytes(sweep_dir, h)
+            assert a.attrs == b.attrs and a.arrays == b.arrays
+            for array in a.arrays:
+                np.testing.assert_array_equal(a.read(array), b.read(array), strict=True)
+
+
+def _point_bytes(sweep_dir: Path, h: str) -> bytes:
+    with PointStore(point_path(sweep_dir / "points", h)) as store:
+        return store.raw
