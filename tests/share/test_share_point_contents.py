@@ -250,7 +250,6 @@ def test_a_point_store_with_a_compressed_member_is_refused_before_it_is_inflated
     """sgdsweep stores a point's members uncompressed, so a deflated one is crafted: a 16 MiB
     array of zeros deflates to 16 kB. Verify and import refuse it (exit 2) without inflating it,
     and nothing is written."""
-    import tracemalloc
 
     _, dest, manifest = exported
     name = f"points/{manifest['points'][1]}.npz"
@@ -263,12 +262,6 @@ def test_a_point_store_with_a_compressed_member_is_refused_before_it_is_inflated
     bomb = store_with(raw, replace={member: zeros.getvalue()}, compressed=member)
     assert len(bomb) < 100_000
     bad = _forged(dest, tmp_path / "bomb.zip", replace={name: bomb})
-    tracemalloc.start()
-    try:
-        with pytest.raises(ShareError, match=rf"member '{member}' is compressed or its sizes differ"):
-            verify(bad)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    peak = verify_peak(bad, refused=rf"member '{member}' is compressed or its sizes differ")
     assert peak < 8 << 20, peak
     _import_refused(bad, tmp_path, "is compressed or its sizes differ; sgdsweep stores every member uncompressed")
