@@ -145,9 +145,23 @@ def write_yaml(path: Path, data: Any) -> Path:
     return path
 
 
+def quiet_dask_environ() -> dict[str, str]:
+    """Dask's environment variables (``DASK_DISTRIBUTED__…``) of the settings sgdsweep's local
+    clusters start with (``sgdsweep.run.cluster.QUIET_DASK``), for Dask processes started here."""
+    from sgdsweep.run.cluster import QUIET_DASK
+
+    def flat(tree: dict, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], Any]]:
+        for key, value in tree.items():
+            yield from flat(value, (*path, key)) if isinstance(value, dict) else [((*path, key), value)]
+
+    return {"DASK_" + "__".join(k.upper().replace("-", "_") for k in keys): str(value)
+            for keys, value in flat(QUIET_DASK, ())}
+
+
 class _SharedCluster:
     """A real ``dask scheduler`` and one ``dask worker`` process (2 worker processes of one
-    thread) on 127.0.0.1, started on first use and stopped when the test run ends: the workflow
+    thread) on 127.0.0.1, with the Dask settings of sgdsweep's own local clusters
+    (:func:`quiet_dask_environ`), started on first use and stopped when the test run ends: the workflow
     tests that are not about a cluster's lifetime run their shard jobs on it through
     ``SGDSWEEP_SCHEDULER`` (case 1 of :mod:`sgdsweep.run.cluster`) instead of starting a cluster
     in each job. The tests of the run's own cluster pass ``cluster="own"``."""
@@ -168,7 +182,8 @@ class _SharedCluster:
         self.dir = Path(tempfile.mkdtemp(prefix="sgdsweep-test-cluster-"))
         sched_file = self.dir / "scheduler.json"
         bindir = Path(sys.executable).parent
-        env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        env = {**quiet_dask_environ(), **os.environ,
+               "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
         env.pop(STREAM_VERSION_ENV, None)  # subprocesses keep the default streams
         self.procs.append(subprocess.Popen(
             [str(bindir / "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0",

@@ -4,6 +4,7 @@ scheduler named by the user."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -14,6 +15,7 @@ import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
+import dask
 import pytest
 from conftest import (
     REPO,
@@ -72,6 +74,21 @@ def _start_environ(texts: dict[str, str]) -> list[dict[str, str]]:
 
 #: Read in a worker (``client.run(START_ENVIRON.read_text)``): the environment its process started with.
 START_ENVIRON = Path("/proc/self/environ")
+
+
+#: The Dask settings of :data:`cluster.QUIET_DASK`, by a short name.
+BOOKKEEPING = {"profile": "distributed.worker.profile.enabled",
+               "system-monitor": "distributed.admin.system-monitor.interval",
+               "tick": "distributed.admin.tick.interval"}
+
+
+def _bookkeeping(client) -> tuple[dict, dict]:
+    """The settings of :data:`BOOKKEEPING` in ``client``'s one worker and in its scheduler."""
+    worker, scheduler = {}, {}
+    for name, key in BOOKKEEPING.items():
+        (worker[name],) = client.run(functools.partial(dask.config.get, key)).values()
+        scheduler[name] = client.run_on_scheduler(functools.partial(dask.config.get, key))
+    return worker, scheduler
 
 
 def _running(pid: int) -> bool:
@@ -177,7 +194,10 @@ def test_a_cluster_that_fails_to_start_reports_its_own_error(tmp_path, monkeypat
 def test_a_shard_job_connects_through_the_scheduler_file_and_the_owner_stops_the_cluster(tmp_path, monkeypatch):
     """The real cluster process: the job connects with Dask's scheduler file, its workers start
     with sgdsweep's malloc settings (Dask's pre-spawn environment), and stopping it removes its
-    files and its worker processes."""
+    files and its worker processes. Scheduler and workers keep Dask's bookkeeping quiet
+    (``cluster.QUIET_DASK``), but for what the user's own Dask config sets (here the event-loop
+    check's interval, through Dask's environment variable)."""
+    monkeypatch.setenv("DASK_DISTRIBUTED__ADMIN__TICK__INTERVAL", "500ms")
     proc = cluster.start_run_cluster(tmp_path, 1)
     try:
         monkeypatch.delenv(cluster.SCHEDULER_ENV, raising=False)
@@ -185,7 +205,11 @@ def test_a_shard_job_connects_through_the_scheduler_file_and_the_owner_stops_the
         with cluster.dask_client({}) as client:
             seen = client.run(START_ENVIRON.read_text)
             (worker_pid,) = client.run(os.getpid).values()
+            worker_config, scheduler_config = _bookkeeping(client)
         assert _start_environ(seen) == [cluster.WORKER_ENVIRON]
+        quiet = {"profile": False, "system-monitor": "2s", "tick": "500ms"}
+        assert worker_config == quiet
+        assert scheduler_config == quiet
         address = json.loads((tmp_path / cluster.SCHEDULER_FILE).read_text())["address"]
         assert address.startswith("tcp://127.0.0.1:")
     finally:
