@@ -125,7 +125,8 @@ def describe_point(gp: Mapping[str, Any]) -> str:
 
 
 def make_point(model, raw_params: Mapping[str, Any], where: str, footprints: dict[str, Footprint],
-               problems: dict[str, Any] | None = None, curvatures: dict[str, np.ndarray] | None = None) -> Point:
+               problems: dict[str, Any] | None = None, curvatures: dict[str, np.ndarray] | None = None,
+               coerced: bool = False) -> Point:
     """The :class:`Point` of ``raw_params`` (the config's base parameters with one grid point's
     axes): values coerced, the model's checks passed, ``init: auto`` and the burn-in resolved;
     the footprint of a new data set is added to ``footprints``; the point's shard is its data set
@@ -133,12 +134,13 @@ def make_point(model, raw_params: Mapping[str, Any], where: str, footprints: dic
     model's data parameters → problem), when given, keeps every problem built for a sweep: the
     models' own caches hold a few, and a sweep of more data sets than that would rebuild one
     per point. ``curvatures``, when given, gets a new data set's Hessian eigenvalues at its
-    minimum (what burn-in counts relaxation times on, :mod:`sgdsweep.sweep.burn_in`).
+    minimum (what burn-in counts relaxation times on, :mod:`sgdsweep.sweep.burn_in`). ``coerced``:
+    every value of ``raw_params`` is already of its key's type (:func:`sgdsweep.sweep.grid.coerce`).
 
     Raises:
         ConfigError: naming the key and ``where``.
     """
-    params = {k: gridmod.coerce(k, v) for k, v in raw_params.items()}
+    params = dict(raw_params) if coerced else {k: gridmod.coerce(k, v) for k, v in raw_params.items()}
     _check_dynamics(params, model, where)
     problem = _checked_problem(model, params, where, problems)
     if params["init"] == "auto":  # hash the concrete start, so 'auto' and its meaning hash alike
@@ -238,6 +240,7 @@ def build_sweep(raw: Mapping[str, Any], rounds: bool = True) -> Sweep:
     base.setdefault("noise", allowed_noise(model, options)[0])
     if "search" in cfg:  # an edge search decides from each replica's Lyapunov exponent (sgdsweep.sweep.search)
         base[LYAPUNOV] = True
+    base = {k: gridmod.coerce(k, v) for k, v in base.items()}  # once; the grid's values are coerced by expand
     route = device_router(cfg["execution"])  # each point's backend (execution.device); CPU points unchanged
     points: list[Point] = []
     seen: dict[str, int] = {}
@@ -254,7 +257,7 @@ def build_sweep(raw: Mapping[str, Any], rounds: bool = True) -> Sweep:
             if axis not in gp:
                 raise ConfigError(f"grid.{axis}", None, "a value or a list of values",
                                   f"Every {kind} sweep sets '{axis}'; add it to grid (or to every point).")
-        point = make_point(model, route({**base, **gp}, where), where, footprints, problems, curvatures)
+        point = make_point(model, route({**base, **gp}, where), where, footprints, problems, curvatures, coerced=True)
         if point.hash in seen:
             raise ConfigError("points" if i >= len(expanded) - len(cfg.get("points", [])) else "grid",
                               dict(gp), "distinct points",
