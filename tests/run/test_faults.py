@@ -21,6 +21,7 @@ from conftest import (
     REPO,
     SHARED_CLUSTER,
     checksummed_zip,
+    cli,
     cluster_daemons,
     immutable,
     npy,
@@ -83,12 +84,22 @@ def _assert_same_results(a: xr.Dataset, b: xr.Dataset) -> None:
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    """The slow sweep's ensemble, run once without interruption."""
+    """The slow sweep's ensemble, simulated without interruption in this process, one point per
+    call as the workflow's tasks are, and aggregated as the workflow's aggregate job does (a
+    point's store is the same bytes in any process and batch:
+    :func:`test_point_stores_are_bitwise_identical_across_processes_and_batching`)."""
+    from sgdsweep.run.execute import make_batches, simulate_task
+    from sgdsweep.store.aggregate import build_ensemble, write_ensemble
+    from sgdsweep.sweep.config import build_sweep
+    from sgdsweep.sweep.plan import write_plan
+
     work = tmp_path_factory.mktemp("ref")
-    cfg = write_yaml(work / "slow.yaml", tiny_config(sweep="slow", **SLOW))
-    proc = run_snakemake(work, cfg, targets=("ensemble",))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return _ensemble(work / "results" / "slow")
+    sweep = build_sweep(tiny_config(sweep="slow", results_dir=str(work / "results"), **SLOW))
+    files = write_plan(sweep)
+    for batch in make_batches([p.spec() for p in sweep.points], SLOW["execution"]["points_per_task"]):
+        simulate_task(batch, str(files.points_dir))
+    write_ensemble(build_ensemble(json.loads(files.sweep_spec.read_text())), files.ensemble)
+    return _ensemble(files.root)
 
 
 def test_kill_9_mid_sweep_then_resume(tmp_path, reference):
@@ -104,7 +115,8 @@ def test_kill_9_mid_sweep_then_resume(tmp_path, reference):
     plain = run_snakemake(tmp_path, cfg)
     assert plain.returncode != 0 and "Directory cannot be locked" in plain.stdout + plain.stderr
     # sgdsweep run holds the sweep's lock, so it passes --nolock --rerun-incomplete: no manual step
-    rerun = run_cli("run", str(cfg), "--cores", "2", cwd=tmp_path)
+    # (the point stores and the ensemble: the workflow's `ensemble` target)
+    rerun = run_cli("run", str(cfg), "--cores", "2", "--", "ensemble", cwd=tmp_path)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     after = _stores(sweep)
     assert len(after) == 8
@@ -188,7 +200,7 @@ def test_corrupted_point_store_is_recomputed(tmp_path):
         path.write_bytes(b"PK partial")
     past = time.time() - point_store.STALE_TEMPORARY_SECONDS - 60
     os.utime(orphan, (past, past))
-    plan = run_cli("plan", str(cfg), cwd=tmp_path)
+    plan = cli("plan", str(cfg), cwd=tmp_path)
     assert plan.returncode == 0 and "4 to simulate (3 corrupt, 1 misnamed)" in plan.stdout, plan.stdout
     proc = run_snakemake(tmp_path, cfg, targets=("ensemble",))
     assert proc.returncode == 0, proc.stderr[-3000:]
