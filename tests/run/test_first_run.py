@@ -19,6 +19,7 @@ from conftest import (
     cli,
     cluster_daemons,
     immutable,
+    make_finished_sweep,
     run_cli,
     run_snakemake,
     tiny_config,
@@ -204,7 +205,7 @@ def test_a_killed_front_end_is_named_and_a_killed_snakemake_is_reported(tmp_path
     assert "sgdsweep: error: Snakemake was killed by signal 9; run the same command again to resume" in out
     deadline = time.monotonic() + 120
     assert cluster_daemons(tmp_path) == 0  # sgdsweep run stopped its cluster before it exited
-    resumed = run_cli("run", str(cfg), "--cores", "2", cwd=tmp_path)
+    resumed = run_cli("run", str(cfg), "--cores", "2", "--", "ensemble", cwd=tmp_path)  # stores, ensemble
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "points: 8 of 8 stored" in resumed.stderr
 
@@ -239,7 +240,7 @@ def test_ctrl_c_stops_the_run_and_its_cluster_and_the_next_run_resumes(tmp_path)
     assert cluster_daemons(tmp_path) == 0
     assert sorted(p.name for p in (sweep / ".cluster").iterdir()) == ["daemon.log"]  # its log only
     stored = len(list((sweep / "points").glob("*.npz")))
-    resumed = run_cli("run", str(cfg), "--cores", "2", cwd=tmp_path)
+    resumed = run_cli("run", str(cfg), "--cores", "2", "--", "ensemble", cwd=tmp_path)  # stores, ensemble
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"points: 8 of 8 stored, {8 - stored} simulated in this run" in resumed.stderr
 
@@ -247,10 +248,10 @@ def test_ctrl_c_stops_the_run_and_its_cluster_and_the_next_run_resumes(tmp_path)
 @pytest.mark.workflow
 def test_a_sweep_inside_or_around_another_sweeps_directory_is_refused(tmp_path):
     """A sweep whose directory lies inside another's (its results would be deleted by the outer
-    sweep's next run) or holds one is a config error before anything is written."""
-    cfg = write_yaml(tmp_path / "t.yaml", tiny_config())
-    assert run_cli("run", str(cfg), "--cores", "2", cwd=tmp_path).returncode == 0
-    outer = tmp_path / "results" / "tiny"
+    sweep's next run) or holds one is a config error before anything is written. (The outer sweep
+    is made in this process: a sweep's directory is known by its plan, sgdsweep.core.paths.nested_sweep.)"""
+    outer = make_finished_sweep(tmp_path)
+    assert outer == tmp_path / "results" / "tiny"
     before = sorted(p.relative_to(outer) for p in outer.rglob("*"))
     cases = {"inside": tiny_config(sweep="ensemble.zarr", results_dir=str(outer)),
              "in its points": tiny_config(sweep="points", results_dir=str(outer)),
@@ -269,6 +270,11 @@ def test_a_sweep_inside_or_around_another_sweeps_directory_is_refused(tmp_path):
     assert after == before, (set(after) ^ set(before))  # nothing written there
     beside = write_yaml(tmp_path / "beside.yaml", tiny_config(sweep="other"))
     assert cli("validate", str(beside), cwd=tmp_path).returncode == 0
+    taken = tmp_path / "taken"  # a sweep's directory known by the lock file a run leaves, plan or not
+    taken.mkdir()
+    (taken / ".sgdsweep.lock").write_text("{}")
+    out = cli("validate", str(write_yaml(tmp_path / "in_taken.yaml", tiny_config(results_dir=str(taken)))))
+    assert out.returncode == 2 and f", {taken}: a run of the outer" in out.stderr, out.stderr
 
 
 @pytest.mark.parametrize("where, address", [("env", "tcp://127.0.0.1:99999"), ("env", "tcp://[::1"),
