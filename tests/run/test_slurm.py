@@ -166,10 +166,11 @@ def _ensemble(sweep_dir: Path) -> xr.Dataset:
 
 def _local_run(work: Path) -> Path:
     """:data:`SWEEP` run in ``work`` by ``sgdsweep run`` on this host alone (no SLURM: one local
-    Dask cluster for all the shards); returns the sweep's directory."""
+    Dask cluster for all the shards; the point stores and the ensemble: the workflow's `ensemble`
+    target); returns the sweep's directory."""
     work.mkdir()
-    proc = run_cli("run", str(write_yaml(work / "t.yaml", SWEEP)), "--cores", "2", cwd=work, timeout=900,
-                   cluster="own")
+    proc = run_cli("run", str(write_yaml(work / "t.yaml", SWEEP)), "--cores", "2", "--", "ensemble", cwd=work,
+                   timeout=900, cluster="own")
     assert proc.returncode == 0, proc.stderr[-4000:]
     return work / "results" / SWEEP["sweep"]
 
@@ -210,7 +211,7 @@ def test_dask_workers_as_slurm_jobs(tmp_path, slurm):
     cfg = tiny_config(sweep="slurm_dask", execution={"cluster": "slurm", "slurm": {"jobs": 1, "cores": 2,
                                                                                   "memory": "1GB"}})
     path = write_yaml(tmp_path / "t.yaml", cfg)
-    proc = run_snakemake(tmp_path, path, timeout=900, cluster="own")
+    proc = run_snakemake(tmp_path, path, targets=("ensemble",), timeout=900, cluster="own")  # stores, ensemble
     assert proc.returncode == 0, proc.stderr[-4000:]
     sweep = tmp_path / "results" / "slurm_dask"
     assert xr.open_zarr(sweep / "ensemble.zarr").sizes["point"] == 4
