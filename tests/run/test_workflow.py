@@ -7,11 +7,8 @@ that reruns are incremental (nothing / only new points / only the fit).
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import subprocess
-import sys
 import time
 from html.parser import HTMLParser
 from pathlib import Path
@@ -19,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xarray as xr
-from conftest import REPO, cluster_daemons, run_cli, run_snakemake, tiny_config, write_yaml
+from conftest import SHARED_CLUSTER, cluster_daemons, run_cli, run_snakemake, tiny_config, write_yaml
 
 pytestmark = pytest.mark.workflow
 
@@ -266,17 +263,28 @@ def test_every_entry_point_sees_every_change_the_other_made(tmp_path):
 def test_receipts_of_another_copy_of_the_sweep_do_not_break_a_run(first_run, tmp_path):
     """Shard receipts copied from another copy of the same sweep (other results, no stores) make
     the first run recompute, not fail: every job that parses the workflow computes the same plan
-    (a shard's records of other versions are pruned by its own job, not when the run starts)."""
+    (a shard's records of other versions are pruned by its own job, not when the run starts).
+    The run is given an existing scheduler (``SGDSWEEP_SCHEDULER``): its simulate tasks run there
+    and no local cluster is started."""
+    from distributed import Client, get_task_stream
+
     work, _, _, _ = first_run
     results = tmp_path / "results"
     (results / "tiny" / "shards").mkdir(parents=True)
     for receipt in (work / "results" / "tiny" / "shards").glob("*.json"):
         shutil.copyfile(receipt, results / "tiny" / "shards" / receipt.name)
     cfg = write_yaml(tmp_path / "t.yaml", tiny_config(results_dir=str(results)))
-    proc = run_cli("run", str(cfg), "--cores", "2", cwd=tmp_path)
+    with Client(SHARED_CLUSTER.start(), timeout="30s") as client, get_task_stream(client) as stream:
+        proc = run_cli("run", str(cfg), "--cores", "2", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert len(_stores(results / "tiny")) == 4 and len(_simulated(results / "tiny")) == 4
-    assert len(list((results / "tiny" / "shards").glob("*.json"))) == 1  # the copied one pruned
+    assert xr.open_zarr(results / "tiny" / "ensemble.zarr").sizes["point"] == 4
+    receipts = list((results / "tiny" / "shards").glob("*.json"))
+    assert len(receipts) == 1  # the copied one pruned
+    assert not (results / "tiny" / ".cluster" / "daemon.log").exists()  # no local cluster was started
+    shard = json.loads(receipts[0].read_text())["shard"]
+    ran = [task["key"] for task in stream.data if str(task["key"]).startswith("simulate-")]
+    assert ran and all(key.startswith(f"simulate-{shard}-") for key in ran), ran  # on the given scheduler
 
 
 def test_invalid_config_fails_before_any_job(tmp_path):
@@ -293,51 +301,6 @@ def test_invalid_config_fails_before_any_job(tmp_path):
     proc = run_snakemake(tmp_path, repeated)
     assert proc.returncode != 0 and "found the key 'sweep' twice" in proc.stderr + proc.stdout
     assert not (tmp_path / "results").exists()
-
-
-@pytest.fixture
-def dask_cluster(tmp_path):
-    """A real `dask scheduler` and one `dask worker` process (2 worker processes) on 127.0.0.1."""
-    sched_file = tmp_path / "scheduler.json"
-    bindir = Path(sys.executable).parent
-    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    procs = [subprocess.Popen([str(bindir / "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0",
-                               "--dashboard-address", "127.0.0.1:0", "--scheduler-file", str(sched_file)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                              env=env)]
-    try:
-        deadline = time.monotonic() + 60
-        while not sched_file.exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        address = json.loads(sched_file.read_text())["address"]
-        procs.append(subprocess.Popen([str(bindir / "dask"), "worker", address, "--nworkers", "2",
-                                       "--nthreads", "1", "--host", "127.0.0.1", "--no-dashboard"],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                                      env=env))
-        from distributed import Client
-
-        with Client(address, timeout="30s") as client:
-            client.wait_for_workers(2, timeout=60)
-        yield address
-    finally:
-        for p in reversed(procs):
-            os.killpg(p.pid, 15)
-        for p in procs:
-            p.wait(timeout=30)
-
-
-def test_existing_scheduler_from_environment(tmp_path, dask_cluster):
-    from distributed import Client
-
-    path = write_yaml(tmp_path / "ext.yaml", tiny_config(sweep="ext", grid={"lr": [0.3], "batch_size": [2, 3]}))
-    proc = run_cli("run", str(path), "--cores", "2", cwd=tmp_path, env={"SGDSWEEP_SCHEDULER": dask_cluster})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    sweep = tmp_path / "results" / "ext"
-    assert xr.open_zarr(sweep / "ensemble.zarr").sizes["point"] == 2
-    assert not (sweep / ".cluster" / "daemon.log").exists()  # no local cluster was started
-    with Client(dask_cluster, timeout="30s") as client:
-        prefixes = client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.task_prefixes))
-    assert "simulate" in prefixes  # the tasks ran on the existing cluster
 
 
 def test_cli_run_starts_the_cluster_while_snakemake_starts(tmp_path):
