@@ -121,25 +121,38 @@ SNAKEMAKE_CHATTER = ("SNAKEMAKE", "Building DAG of jobs", "Using shell:", "Provi
 
 
 @pytest.mark.workflow
-def test_quiet_run_prints_the_summary_only(tmp_path):
-    """A run shows sgdsweep's own lines, not Snakemake's banner; -q only the summary; -v Snakemake's
-    output too."""
-    cfg = write_yaml(tmp_path / "t.yaml", tiny_config())
-    first = run_cli("run", str(cfg), "--cores", "2", cwd=tmp_path)
+def test_a_run_starts_its_cluster_as_snakemake_starts_and_prints_sgdsweep_lines_only(tmp_path):
+    """`sgdsweep run` boots the run's cluster as Snakemake starts; the shard job connects to that
+    one through its scheduler file (one dashboard, one cluster process), the run stops it, and
+    later runs with nothing to simulate start none. What it prints: sgdsweep's own lines, not
+    Snakemake's banner; -q only the summary; -v Snakemake's output too."""
+    import xarray as xr
+
+    cfg = write_yaml(tmp_path / "t.yaml", tiny_config(grid={"lr": [0.3], "batch_size": [2, 3]}))
+    first = run_cli("run", str(cfg), "--cores", "2", cwd=tmp_path, cluster="own")
     assert first.returncode == 0, first.stderr[-3000:]
     text = first.stdout + first.stderr
-    assert "sweep 'tiny': 4 points, 0 stored, 4 to simulate" in text and "points: 4 of 4 stored" in text
+    assert "sweep 'tiny': 2 points, 0 stored, 2 to simulate" in text and "points: 2 of 2 stored" in text
+    assert re.search(r"starting a local Dask cluster of \d+ workers", text), text[-3000:]
+    assert text.count("Dask dashboard: http://127.0.0.1:") == 1
     for chatter in SNAKEMAKE_CHATTER:
         assert chatter not in text, chatter
-    (tmp_path / "results" / "tiny" / "report.html").unlink()  # one job to run, quietly
-    quiet = run_cli("run", str(cfg), "--cores", "2", "-q", cwd=tmp_path)
+    sweep = tmp_path / "results" / "tiny"
+    assert (sweep / ".cluster" / "daemon.log").read_bytes().count(b"Traceback") == 0
+    assert xr.open_zarr(sweep / "ensemble.zarr").sizes["point"] == 2
+    assert sorted(p.name for p in (sweep / ".cluster").iterdir()) == ["daemon.log"]  # no scheduler file left
+    assert cluster_daemons(tmp_path) == 0
+    (sweep / "report.html").unlink()  # one job to run, quietly
+    quiet = run_cli("run", str(cfg), "--cores", "2", "-q", cwd=tmp_path, cluster="own")
     assert quiet.returncode == 0
     text = quiet.stdout + quiet.stderr
     assert text.startswith("sgdsweep: sweep 'tiny' finished"), text[:3000]  # nothing before the summary
-    assert "points: 4 of 4 stored, 0 simulated" in text and "report written to" not in text
-    verbose = run_cli("run", str(cfg), "--cores", "2", "-v", cwd=tmp_path)
+    assert "points: 2 of 2 stored, 0 simulated" in text and "report written to" not in text
+    verbose = run_cli("run", str(cfg), "--cores", "2", "-v", cwd=tmp_path, cluster="own")
     assert verbose.returncode == 0
     assert "Building DAG of jobs" in verbose.stderr and "Nothing to be done" in verbose.stderr
+    assert "starting a local Dask cluster" not in verbose.stdout + verbose.stderr
+    assert cluster_daemons(tmp_path) == 0
 
 
 def test_an_unwritable_working_directory_is_named(tmp_path):

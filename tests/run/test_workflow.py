@@ -303,27 +303,6 @@ def test_invalid_config_fails_before_any_job(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
-def test_cli_run_starts_the_cluster_while_snakemake_starts(tmp_path):
-    """`sgdsweep run` boots the run's cluster as Snakemake starts; the shard job connects to that
-    one through its scheduler file (one dashboard, one cluster process), the run stops it, and a
-    no-op rerun starts none."""
-    path = write_yaml(tmp_path / "early.yaml", tiny_config(sweep="early", grid={"lr": [0.3], "batch_size": [2, 3]}))
-    proc = run_cli("run", str(path), "--cores", "2", cwd=tmp_path, cluster="own")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    text = proc.stdout + proc.stderr
-    assert "sweep 'early': 2 points, 0 stored, 2 to simulate" in text, text[-3000:]
-    assert re.search(r"starting a local Dask cluster of \d+ workers", text), text[-3000:]
-    assert text.count("Dask dashboard: http://127.0.0.1:") == 1
-    sweep = tmp_path / "results" / "early"
-    assert (sweep / ".cluster" / "daemon.log").read_bytes().count(b"Traceback") == 0
-    assert xr.open_zarr(sweep / "ensemble.zarr").sizes["point"] == 2
-    assert sorted(p.name for p in (sweep / ".cluster").iterdir()) == ["daemon.log"]  # no scheduler file left
-    assert cluster_daemons(tmp_path) == 0
-    again = run_cli("run", str(path), "--cores", "2", "-v", cwd=tmp_path, cluster="own")
-    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr  # -v: Snakemake's output
-    assert "starting a local Dask cluster" not in again.stdout + again.stderr
-
-
 def test_bad_scheduler_environment_variable(tmp_path):
     path = write_yaml(tmp_path / "c.yaml", tiny_config(sweep="envbad"))
     proc = run_snakemake(tmp_path, path, env={"SGDSWEEP_SCHEDULER": "not-an-address"})
