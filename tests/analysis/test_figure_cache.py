@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
@@ -22,11 +23,9 @@ from sgdsweep.analysis.fit import fit_ensemble
 from sgdsweep.analysis.plotting import plt
 
 
-@pytest.fixture
-def drawn(monkeypatch):
-    """The names of the figures :func:`report._render` draws, per build (not those of figure
-    functions that find nothing to draw)."""
-    calls: list[list[str]] = []
+def _counting(calls: list[list[str]]):
+    """:func:`report._render`, appending to ``calls`` the names of the figures it draws, per
+    build (not those of figure functions that find nothing to draw)."""
     real = report._render
 
     def counting(todo, pool, svg=False):
@@ -34,7 +33,14 @@ def drawn(monkeypatch):
         calls.append([make.__name__ for (make, _), data in zip(todo, out) if data is not None])
         return out
 
-    monkeypatch.setattr(report, "_render", counting)
+    return counting
+
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """The names of the figures :func:`report._render` draws, per build (:func:`_counting`)."""
+    calls: list[list[str]] = []
+    monkeypatch.setattr(report, "_render", _counting(calls))
     return calls
 
 
@@ -57,12 +63,43 @@ def _entries(tmp_path):
     return sorted(p.name for p in (tmp_path / "cache").iterdir())
 
 
-def test_a_rebuilt_report_draws_only_the_figures_whose_inputs_changed(tmp_path, drawn):
+class Warm(NamedTuple):
+    """What the tests of a rebuilt report start from (:func:`warm`)."""
+
+    ds: Any  #: the synthetic ensemble
+    fits: dict[str, Any]  #: its fits (confidence 0.95, 100 bootstrap samples)
+    cache: Path  #: the cache the first report left: copied by each test (:func:`cache`), never changed
+    first: tuple  #: that first report's page and figure files (:func:`_cached`)
+    fresh: tuple  #: the page and figure files of a report built without a cache (:func:`_fresh`)
+    every: list[str]  #: the figures the first report drew (all of them: its cache was empty)
+
+
+@pytest.fixture(scope="module")
+def warm(tmp_path_factory) -> Warm:
+    """One ensemble, its fits, the report built from them with an empty cache and the one built
+    without a cache: built once for the module, as drawing every figure is what the tests here
+    cost."""
+    root = tmp_path_factory.mktemp("warm")
     ds = _ensemble(1.0)
     fits = fit_ensemble(ds, {"confidence": 0.95, "bootstrap": 100})
-    first = _cached(ds, fits, SPEC, tmp_path, "a", files=True)
-    assert first == _fresh(ds, fits, SPEC, tmp_path, "fresh", files=True)
-    every = drawn[0]
+    calls: list[list[str]] = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(report, "_render", _counting(calls))
+        first = _cached(ds, fits, SPEC, root, "a", files=True)
+    fresh = _fresh(ds, fits, SPEC, root, "fresh", files=True)
+    return Warm(ds, fits, root / "cache", first, fresh, calls[0])
+
+
+@pytest.fixture
+def cache(warm, tmp_path) -> Path:
+    """A copy of the warm cache at ``tmp_path / "cache"``, where :func:`_cached` builds with it."""
+    return Path(shutil.copytree(warm.cache, tmp_path / "cache", symlinks=True))
+
+
+def test_a_rebuilt_report_draws_only_the_figures_whose_inputs_changed(warm, cache, tmp_path, drawn):
+    ds, fits = warm.ds, warm.fits
+    assert warm.first == warm.fresh  # the first report, built with an empty cache
+    every = warm.every
     assert len(every) >= 5 and len(_entries(tmp_path)) == len(every)
 
     # a new title: no figure changes, none is drawn, and the page is a fresh build's
@@ -86,11 +123,9 @@ def test_a_rebuilt_report_draws_only_the_figures_whose_inputs_changed(tmp_path, 
     assert len(_entries(tmp_path)) == len(every)
 
 
-def test_a_damaged_entry_new_code_or_an_unusable_cache_draw_again(tmp_path, drawn, monkeypatch):
-    ds = _ensemble(1.0)
-    fits = fit_ensemble(ds, {"confidence": 0.95, "bootstrap": 100})
-    expected = _fresh(ds, fits, SPEC, tmp_path, "fresh")
-    _cached(ds, fits, SPEC, tmp_path, "a")
+def test_a_damaged_entry_new_code_or_an_unusable_cache_draw_again(warm, cache, tmp_path, drawn, monkeypatch):
+    ds, fits = warm.ds, warm.fits
+    expected = (warm.fresh[0], None)  # the page of a report built without a cache
     first, second = _entries(tmp_path)[:2]
     png = tmp_path / "cache" / first / "figure.png"
     png.write_bytes(png.read_bytes()[:-10] + b"0123456789")  # damaged: its SHA-256 no longer matches
@@ -130,16 +165,15 @@ def test_a_damaged_entry_new_code_or_an_unusable_cache_draw_again(tmp_path, draw
     assert _cached(ds, fits, SPEC, tmp_path, "e") == expected and drawn[0] and (tmp_path / "cache").is_file()
 
 
-def test_planted_entries_are_misses_that_never_block_and_a_shared_folder_keeps_what_is_not_the_caches(tmp_path):
-    ds = _ensemble(1.0)
-    fits = fit_ensemble(ds, {"confidence": 0.95, "bootstrap": 50})
-    folder = tmp_path / "cache"  # a folder given to --figure-cache that holds other things too
-    folder.mkdir()
+def test_planted_entries_are_misses_that_never_block_and_a_shared_folder_keeps_what_is_not_the_caches(
+        warm, cache, tmp_path):
+    ds, fits = warm.ds, warm.fits
+    folder = cache  # a folder given to --figure-cache that holds other things too
     (folder / ".bashrc").write_text("keep")
     (folder / ".git").mkdir()
     (folder / "notes.txt").write_text("keep")
-    expected = _fresh(ds, fits, SPEC, tmp_path, "fresh")
-    _cached(ds, fits, SPEC, tmp_path, "a")
+    expected = (warm.fresh[0], None)  # the page of a report built without a cache
+    _cached(ds, fits, SPEC, tmp_path, "a")  # with the folder's other things: every figure taken from the cache
     keys = [p.name for p in folder.iterdir() if len(p.name) == 64]
     assert len(keys) >= 3 and {".bashrc", ".git", "notes.txt"} <= {p.name for p in folder.iterdir()}
     fifo, zero, deep = (folder / k for k in keys[:3])
