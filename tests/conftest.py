@@ -150,12 +150,8 @@ def quiet_dask_environ() -> dict[str, str]:
     clusters start with (``sgdsweep.run.cluster.QUIET_DASK``), for Dask processes started here."""
     from sgdsweep.run.cluster import QUIET_DASK
 
-    def flat(tree: dict, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], Any]]:
-        for key, value in tree.items():
-            yield from flat(value, (*path, key)) if isinstance(value, dict) else [((*path, key), value)]
-
-    return {"DASK_" + "__".join(k.upper().replace("-", "_") for k in keys): str(value)
-            for keys, value in flat(QUIET_DASK, ())}
+    return {"DASK_" + "__".join(part.upper().replace("-", "_") for part in key.split(".")): str(value)
+            for key, value in QUIET_DASK.items()}
 
 
 class _SharedCluster:

@@ -72,14 +72,15 @@ WORKER_ENVIRON = {"MALLOC_MMAP_THRESHOLD_": str(32 * 1024 * 1024),
 #: What the workers of local clusters import as they start: the simulation code and its kernels.
 WORKER_PRELOAD = ["sgdsweep.sim.warmup"]
 #: Dask's own bookkeeping in local clusters, done less often than Dask's defaults do it
-#: (``dask.config`` keys): each worker's statistical profiler (every thread's stack sampled every
-#: 10 ms, for the dashboard's profile page) off, the event-loop health check every second instead
-#: of every 20 ms, the system monitor (CPU, memory and network of each process, for the
+#: (``dask.config`` keys): the workers' statistical profiler (their task threads' stacks sampled
+#: every 10 ms, for the dashboard's profile page) off, the event-loop health check every second
+#: instead of every 20 ms, the system monitor (CPU, memory and network of each process, for the
 #: dashboard) every 2 s instead of 0.5 s. With Dask's defaults an idle scheduler and two workers
-#: spend about 6 CPU-seconds a minute on these (``benchmarks/cluster_overhead.py``). Set as Dask
-#: defaults (``dask.config.update_defaults``): a value the user's Dask config sets wins.
-QUIET_DASK = {"distributed": {"worker": {"profile": {"enabled": False}},
-                              "admin": {"tick": {"interval": "1s"}, "system-monitor": {"interval": "2s"}}}}
+#: spend about 5 CPU-seconds a minute on these, with these about 2
+#: (``benchmarks/cluster_overhead.py``). :func:`quiet_dask` applies them where nothing else has
+#: set the key.
+QUIET_DASK = {"distributed.worker.profile.enabled": False, "distributed.admin.tick.interval": "1s",
+              "distributed.admin.system-monitor.interval": "2s"}
 #: What the run's cluster does while it has no worker, for the waiting job's progress lines.
 _COMPILING = ("compiling or loading the simulation kernels, then starting its workers (the first run of an "
               "installation compiles them: 1-3 min on a busy 2-core machine; later runs load them from numba's "
@@ -88,11 +89,28 @@ _COMPILING = ("compiling or loading the simulation kernels, then starting its wo
 log = logging.getLogger("sgdsweep.run.cluster")
 
 
+def quiet_dask() -> dict[str, Any]:
+    """Set, in this process's Dask config, each key of :data:`QUIET_DASK` that the user's Dask
+    config (its YAML files and ``DASK_*`` variables, ``dask.config.collect``) does not set and that
+    still holds Dask's default (a program may have set it); returns what it set. A Nanny passes
+    this process's config to the worker it starts."""
+    import dask
+
+    user = dask.config.collect()
+    defaults = dask.config.merge(*dask.config.defaults)
+    unset = object()
+    updates = {key: value for key, value in QUIET_DASK.items()
+               if dask.config.get(key, default=unset, config=user) is unset
+               and dask.config.get(key, default=unset) == dask.config.get(key, default=unset, config=defaults)}
+    dask.config.set(updates)
+    return updates
+
+
 def local_cluster(workers: int, host: str = "127.0.0.1", gpus: int = 0, **kwargs: Any) -> Any:
     """A started ``distributed.LocalCluster`` of ``workers`` one-thread worker processes bound to
     ``host``, whose workers preload :data:`WORKER_PRELOAD` and start with :data:`WORKER_ENVIRON`,
-    scheduler and workers with :data:`QUIET_DASK` (this process's Dask defaults afterwards);
-    ``kwargs`` go to ``LocalCluster`` (and replace these defaults). With ``gpus``, ``workers`` CPU
+    scheduler and workers with :data:`QUIET_DASK` (:func:`quiet_dask`; this process's config
+    afterwards); ``kwargs`` go to ``LocalCluster`` (and replace these defaults). With ``gpus``, ``workers`` CPU
     workers and one worker per GPU advertising the Dask resource ``GPU``
     (:func:`sgdsweep.run.gpus.gpu_local_cluster`; ``kwargs`` then may hold ``scheduler_kwargs``).
 
@@ -111,7 +129,7 @@ def local_cluster(workers: int, host: str = "127.0.0.1", gpus: int = 0, **kwargs
                "scheduler_port": 0, "dashboard_address": f"{host}:0", "silence_logs": logging.WARNING,
                "preload": WORKER_PRELOAD, **kwargs}
     os.environ.update(WORKER_ENVIRON)
-    dask.config.update_defaults(QUIET_DASK)  # a Nanny passes this process's config to its worker
+    quiet_dask()
     with dask.config.set({f"distributed.nanny.pre-spawn-environ.{k}": v for k, v in WORKER_ENVIRON.items()}):
         if gpus:
             return gpu_local_cluster(workers, gpus, host, kwargs.get("scheduler_kwargs"),

@@ -195,9 +195,11 @@ def test_a_shard_job_connects_through_the_scheduler_file_and_the_owner_stops_the
     """The real cluster process: the job connects with Dask's scheduler file, its workers start
     with sgdsweep's malloc settings (Dask's pre-spawn environment), and stopping it removes its
     files and its worker processes. Scheduler and workers keep Dask's bookkeeping quiet
-    (``cluster.QUIET_DASK``), but for what the user's own Dask config sets (here the event-loop
-    check's interval, through Dask's environment variable)."""
+    (``cluster.QUIET_DASK``), but for what the user's own Dask config sets through Dask's
+    environment variables: here the event-loop check's interval, and the profiler switched on,
+    which is Dask's default."""
     monkeypatch.setenv("DASK_DISTRIBUTED__ADMIN__TICK__INTERVAL", "500ms")
+    monkeypatch.setenv("DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED", "True")
     proc = cluster.start_run_cluster(tmp_path, 1)
     try:
         monkeypatch.delenv(cluster.SCHEDULER_ENV, raising=False)
@@ -207,7 +209,7 @@ def test_a_shard_job_connects_through_the_scheduler_file_and_the_owner_stops_the
             (worker_pid,) = client.run(os.getpid).values()
             worker_config, scheduler_config = _bookkeeping(client)
         assert _start_environ(seen) == [cluster.WORKER_ENVIRON]
-        quiet = {"profile": False, "system-monitor": "2s", "tick": "500ms"}
+        quiet = {"profile": True, "system-monitor": "2s", "tick": "500ms"}
         assert worker_config == quiet
         assert scheduler_config == quiet
         address = json.loads((tmp_path / cluster.SCHEDULER_FILE).read_text())["address"]
@@ -220,6 +222,24 @@ def test_a_shard_job_connects_through_the_scheduler_file_and_the_owner_stops_the
     while _running(worker_pid):
         assert time.monotonic() < deadline, "a worker outlived its cluster"
         time.sleep(0.1)
+
+
+def test_quiet_dask_leaves_what_the_user_or_a_program_set(monkeypatch):
+    """``quiet_dask`` sets a key of ``QUIET_DASK`` only where it holds Dask's default and the
+    user's Dask config does not name it, even with Dask's default value."""
+    defaults = dask.config.merge(*dask.config.defaults)
+    with dask.config.set({key: dask.config.get(key, config=defaults) for key in cluster.QUIET_DASK}):
+        for name in ("DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED", "DASK_DISTRIBUTED__ADMIN__TICK__INTERVAL",
+                     "DASK_DISTRIBUTED__ADMIN__SYSTEM_MONITOR__INTERVAL"):
+            monkeypatch.delenv(name, raising=False)
+        assert cluster.quiet_dask() == cluster.QUIET_DASK
+        assert {key: dask.config.get(key) for key in cluster.QUIET_DASK} == cluster.QUIET_DASK
+    with dask.config.set({key: dask.config.get(key, config=defaults) for key in cluster.QUIET_DASK}):
+        monkeypatch.setenv("DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED", "True")  # the user's, = Dask's default
+        dask.config.set({"distributed.admin.tick.interval": "300ms"})  # a program's
+        assert cluster.quiet_dask() == {"distributed.admin.system-monitor.interval": "2s"}
+        assert dask.config.get("distributed.worker.profile.enabled") is True
+        assert dask.config.get("distributed.admin.tick.interval") == "300ms"
 
 
 def test_a_cluster_process_whose_owner_is_gone_stops_and_says_so(tmp_path, monkeypatch):
