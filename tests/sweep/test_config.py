@@ -307,6 +307,19 @@ def test_float_spellings_in_yaml_are_one_value(tmp_path):
         load_sweep(path)
 
 
+def test_number_spellings_outside_the_grid_are_one_value(tmp_path):
+    """Integers written as floats and floats written as integers in ``seed``, ``model`` and
+    ``dynamics`` (not swept) give the same points as their plain spellings."""
+    plain = tiny_config(results_dir=str(tmp_path), seed=3, model={"label_noise": 1.0},
+                        dynamics={"steps": 3000, "replicas": 8, "burn_in": 500})
+    spelled = tiny_config(results_dir=str(tmp_path), seed=3.0, model={"label_noise": 1},
+                          dynamics={"steps": 3000.0, "replicas": 8.0, "burn_in": 500.0})
+    points, others = build_sweep(plain).points, build_sweep(spelled).points
+    assert [p.hash for p in points] == [p.hash for p in others]
+    assert [(p.params["steps"], p.params["label_noise"]) for p in others] == [(3000, 1.0)] * len(points)
+    assert all(isinstance(p.params[k], int) for p in others for k in ("steps", "replicas", "seed"))
+
+
 @pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[2] / "config" / "models").glob("*.yaml")),
                          ids=lambda p: p.stem)
 def test_model_example_configs_are_valid(path):
