@@ -10,8 +10,10 @@ shorter than ``steps``). No model is named here: what differs between models is 
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import math
-from collections.abc import Mapping
+from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,7 @@ from sgdsweep.sweep import grid as gridmod
 from sgdsweep.sweep import lead as report_lead
 from sgdsweep.sweep import limits
 from sgdsweep.sweep.cost import Footprint, footprint
+from sgdsweep.sweep.device import BACKEND_KEY
 from sgdsweep.sweep.device import router as device_router
 from sgdsweep.sweep.schema import check_tree, load_schema, read_yaml, validate_and_fill
 
@@ -61,6 +64,12 @@ class Point:
     #: key of the point's stored lanes (:mod:`sgdsweep.store.lanes`) when a later round may
     #: extend it by more replicas (``precision:``), else None
     lanes: str | None = None
+
+    def in_shard(self, shard: str) -> Point:
+        """This point in shard ``shard``: ``dataclasses.replace(self, shard=shard)``, without its
+        inspection of the fields at each call (a sweep makes one per point). A new field goes here too."""
+        return Point(hash=self.hash, params=self.params, burn_in=self.burn_in, shard=shard, data_set=self.data_set,
+                     lanes=self.lanes)
 
     def spec(self) -> dict[str, Any]:
         """JSON-ready description, as passed to simulation tasks."""
@@ -126,7 +135,8 @@ def describe_point(gp: Mapping[str, Any]) -> str:
 
 def make_point(model, raw_params: Mapping[str, Any], where: str, footprints: dict[str, Footprint],
                problems: dict[str, Any] | None = None, curvatures: dict[str, np.ndarray] | None = None,
-               coerced: bool = False) -> Point:
+               coerced: bool = False, data_sets: dict[Hashable, tuple[Any, str]] | None = None,
+               data_key: Hashable = None) -> Point:
     """The :class:`Point` of ``raw_params`` (the config's base parameters with one grid point's
     axes): values coerced, the model's checks passed, ``init: auto`` and the burn-in resolved;
     the footprint of a new data set is added to ``footprints``; the point's shard is its data set
@@ -136,17 +146,33 @@ def make_point(model, raw_params: Mapping[str, Any], where: str, footprints: dic
     per point. ``curvatures``, when given, gets a new data set's Hessian eigenvalues at its
     minimum (what burn-in counts relaxation times on, :mod:`sgdsweep.sweep.burn_in`). ``coerced``:
     every value of ``raw_params`` is already of its key's type (:func:`sgdsweep.sweep.grid.coerce`).
+    ``data_sets``, when given with ``data_key``, keeps each data set's problem and
+    :attr:`Point.data_set` under its key, so that a data set's parameters are checked and encoded
+    once, not per point: the caller's ``data_key`` must be equal for two points exactly when their
+    parameters outside :data:`IN_SHARD_KEYS` are (:func:`build_sweep`: the grid point's other axes
+    and the backend; the base parameters are the same object for all).
 
     Raises:
         ConfigError: naming the key and ``where``.
     """
     params = dict(raw_params) if coerced else {k: gridmod.coerce(k, v) for k, v in raw_params.items()}
     _check_dynamics(params, model, where)
-    problem = _checked_problem(model, params, where, problems)
+    cached = data_sets is not None and data_key is not None
+    known = data_sets.get(data_key) if cached else None  # type: ignore[union-attr]
+    if known is None:
+        problem = _checked_problem(model, params, where, problems)
+    else:
+        model.check_point(params, where)  # may depend on the point's own lr, batch_size, …
+        problem = known[0]
     if params["init"] == "auto":  # hash the concrete start, so 'auto' and its meaning hash alike
         params["init"] = problem.auto_init
     burn = _resolve_burn_in(params, problem, where)
-    data_set = content_hash({k: v for k, v in params.items() if k not in IN_SHARD_KEYS})
+    if known is None:
+        data_set = content_hash({k: v for k, v in params.items() if k not in IN_SHARD_KEYS})
+        if cached:
+            data_sets[data_key] = (problem, data_set)  # type: ignore[index]
+    else:
+        data_set = known[1]
     if data_set not in footprints:
         footprints[data_set] = footprint(problem, params)
     if curvatures is not None and data_set not in curvatures:
@@ -204,6 +230,25 @@ def build_sweep(raw: Mapping[str, Any], rounds: bool = True) -> Sweep:
     Raises:
         ConfigError: naming the key, the value given and what is allowed.
     """
+    with _cyclic_gc_paused():
+        return _build_sweep(raw, rounds)
+
+
+@contextlib.contextmanager
+def _cyclic_gc_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector paused while a sweep is built. Its points hold no
+    reference cycles (reference counting frees them), but each full collection walks every object
+    made so far, and a sweep of 10⁶ points makes millions of them: a fifth of the build's time."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _build_sweep(raw: Mapping[str, Any], rounds: bool) -> Sweep:
     if not isinstance(raw, Mapping):
         raise ConfigError("<config>", raw, "a YAML mapping of keys to values")
     if not raw:
@@ -247,6 +292,7 @@ def build_sweep(raw: Mapping[str, Any], rounds: bool = True) -> Sweep:
     footprints: dict[str, Footprint] = {}
     problems: dict[str, Any] = {}
     curvatures: dict[str, np.ndarray] = {}
+    data_sets: dict[Hashable, tuple[Any, str]] = {}
     for i, gp in enumerate(expanded):
         where = describe_point(gp)
         for axis in gp:
@@ -257,7 +303,14 @@ def build_sweep(raw: Mapping[str, Any], rounds: bool = True) -> Sweep:
             if axis not in gp:
                 raise ConfigError(f"grid.{axis}", None, "a value or a list of values",
                                   f"Every {kind} sweep sets '{axis}'; add it to grid (or to every point).")
-        point = make_point(model, route({**base, **gp}, where), where, footprints, problems, curvatures, coerced=True)
+        params = route({**base, **gp}, where)
+        data_key: Hashable = (tuple((k, v) for k, v in gp.items() if k not in IN_SHARD_KEYS), params.get(BACKEND_KEY))
+        try:
+            hash(data_key)
+        except TypeError:  # a value that is no key: the point's data set is found the slow way
+            data_key = None
+        point = make_point(model, params, where, footprints, problems, curvatures, coerced=True,
+                           data_sets=data_sets, data_key=data_key)
         if point.hash in seen:
             raise ConfigError("points" if i >= len(expanded) - len(cfg.get("points", [])) else "grid",
                               dict(gp), "distinct points",

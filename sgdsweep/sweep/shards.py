@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
 
 from sgdsweep.sweep.config import Point, Sweep
 
@@ -50,12 +49,12 @@ def assign_shards(sweep: Sweep) -> Sweep:
     """``sweep`` with each point's shard set by work (module docstring)."""
     target = int(sweep.config["execution"].get("shard_work", DEFAULT_SHARD_WORK))
     if target <= 0:
-        points: Any = tuple(dataclasses.replace(p, shard=p.data_set) for p in sweep.points)
+        ids = {p.data_set: p.data_set for p in sweep.points}
     else:
         work: dict[str, int] = {}
         for p in sweep.points:
             work[p.data_set] = work.get(p.data_set, 0) + point_work(p)
         k = shard_count_exponent(work, target)
         ids = {d: shard_id(d, k) for d in work}
-        points = tuple(dataclasses.replace(p, shard=ids[p.data_set]) for p in sweep.points)
+    points = tuple(p.in_shard(ids[p.data_set]) for p in sweep.points)
     return dataclasses.replace(sweep, points=points, _shards={})

@@ -390,3 +390,40 @@ def test_shared_parts_of_a_config_mapping_are_refused_before_any_walk(tmp_path):
     lr = [0.1, 0.2]
     with pytest.raises(ConfigError, match=r"points\[1\].*the same dict as points\[0\]"):
         build_sweep(tiny_config(points=[{"lr": lr}] * 2))
+
+
+def test_each_points_data_set_and_start_are_its_own():
+    """A sweep's data sets are kept, while it is built, under the grid point's axes outside the
+    data set's in-shard keys: each point's data set must still be the hash of its own parameters
+    outside them, and its ``init: auto`` start its own problem's (fails if that key missed an axis,
+    or let two data sets share a problem)."""
+    from sgdsweep.core.identity import content_hash
+    from sgdsweep.models import get_model
+    from sgdsweep.sweep.config import IN_SHARD_KEYS
+
+    cfg = tiny_config(grid={"lr": [0.05, 0.1], "batch_size": [2, 4], "samples_per_param": [4, 8],
+                            "label_noise": [0.1, 0.5], "n_inputs": [3, 4]},
+                      dynamics={"init": "auto"},
+                      points=[{"lr": 0.07, "batch_size": 2, "samples_per_param": 6, "label_noise": 0.1, "n_inputs": 3},
+                              {"n_inputs": 3, "label_noise": 0.1, "samples_per_param": 6, "batch_size": 4, "lr": 0.07}])
+    cfg["model"].pop("label_noise", None)
+    cfg["model"].pop("n_inputs", None)
+    sweep = build_sweep(cfg)
+    model = get_model("linear")
+    for p in sweep.points:
+        assert p.hash == content_hash(p.params)
+        assert p.data_set == content_hash({k: v for k, v in p.params.items() if k not in IN_SHARD_KEYS})
+        assert p.params["init"] == model.make_problem(model.data_params(p.params)).auto_init
+    assert len({p.data_set for p in sweep.points}) == 2 * 2 * 2 + 1
+    assert len(sweep.points) == 32 + 2
+
+
+def test_a_point_moved_to_another_shard_keeps_every_other_field():
+    """``Point.in_shard`` names each field (for speed): a field it forgets fails here."""
+    import dataclasses
+
+    from sgdsweep.sweep.config import Point
+
+    values = {f.name: f"value of {f.name}" for f in dataclasses.fields(Point)}
+    point = Point(**values)
+    assert point.in_shard("another") == dataclasses.replace(point, shard="another")
