@@ -10,7 +10,8 @@ Cases (linear regression N = 10, 1,000 steps, 200 burn-in, 16 replicas, as ``pip
 - ``no-op``: the previous case's command again;
 - ``1e4``: 100 lr × 10 momentum × 10 batch_size, one data set;
 - ``plan 1e5`` / ``plan 1e6``: ``sgdsweep validate`` and ``sgdsweep plan`` of a 10⁵-point config and of a
-  10⁶-point one (refused, above the documented limit of points per sweep).
+  10⁶-point one (the limit of points per sweep): 100 lr × 10 momentum × 100 or 1,000
+  samples_per_param.
 
 Each end-to-end case is ``sgdsweep run CONFIG --cores N`` in a fresh results directory (but the
 incremental ones, which reuse the previous case's); its ratio is to the same points simulated in

@@ -51,6 +51,11 @@ PROCESS_BYTES = 256 * 2**20
 #: Snakemake, the cluster process (Dask's scheduler) and the job at work (the shard job that
 #: submits the tasks, or the report's); ~1.0 GiB measured on a tiny sweep (``benchmarks/workers_memory.py``).
 RUN_BYTES = 2**30
+#: Resident memory per point of those processes: ``sgdsweep run`` and Snakemake each hold the
+#: sweep, and Snakemake its specs' text too. Measured between 10⁵ and 10⁶ points
+#: (``benchmarks/scale.py``'s plan config): ``sgdsweep validate`` 1.5 KiB per point, ``snakemake -n``
+#: 2.3 KiB; 4 KiB rounds their sum up.
+RUN_BYTES_PER_POINT = 4 * 2**10
 #: Fraction of the physical memory that ``execution.max_memory: auto`` allows.
 AUTO_FRACTION = 0.8
 #: Lanes and seconds of one timing run of :func:`measure_rate`.
@@ -218,7 +223,8 @@ def estimate_memory(sweep: Sweep, task_list: list[Task]) -> MemoryEstimate:
     """The :class:`MemoryEstimate` of running ``task_list``: its largest tasks at once, every
     worker process that holds the memory (all the workers of a local cluster or of one SLURM job,
     busy or not; one worker of an external scheduler) and, for a local cluster, the run's own
-    processes (:data:`RUN_BYTES`). Measured on a tiny sweep at 1, 2 and 24 local workers, the
+    processes (:data:`RUN_BYTES`, and :data:`RUN_BYTES_PER_POINT` for each of the sweep's points).
+    Measured on a tiny sweep at 1, 2 and 24 local workers, the
     estimate is within a factor of 2 of the run's peak (the resident memory of its whole
     process tree; ``benchmarks/workers_memory.py``)."""
     from sgdsweep.sweep.execution import uses_local_cluster
@@ -227,7 +233,7 @@ def estimate_memory(sweep: Sweep, task_list: list[Task]) -> MemoryEstimate:
     limit, source = memory_limit(execution)
     slots, why = tasks_at_once(execution)
     biggest = sorted(task_list, key=lambda t: t.memory, reverse=True)[:slots]
-    run = RUN_BYTES if uses_local_cluster(execution) else 0
+    run = RUN_BYTES + RUN_BYTES_PER_POINT * len(sweep.points) if uses_local_cluster(execution) else 0
     total = sum(t.memory for t in biggest) + slots * PROCESS_BYTES + run
     return MemoryEstimate(total, len(biggest), why, biggest[0] if biggest else None, limit, source, slots, run)
 

@@ -24,10 +24,12 @@ from typing import Any
 
 from sgdsweep.errors import ConfigError
 
-#: Points per sweep (grid product plus explicit points).
-MAX_POINTS = 100_000
-#: Items in any one list of a config (an axis's values, the explicit points).
-MAX_LIST_ITEMS = MAX_POINTS
+#: Points per sweep (grid product plus explicit points): what ``validate`` and ``plan`` handle in
+#: about a minute and 2 GB (``benchmarks/scale.py``, its plan cases).
+MAX_POINTS = 1_000_000
+#: Items in any one list of a config (an axis's values, the explicit points): a sweep of more
+#: points than this is a product of shorter lists.
+MAX_LIST_ITEMS = 100_000
 #: Levels of lists in lists or mappings in mappings (the deepest key of a valid config, such as
 #: ``precision.observables.weight_var.rel_se``, is at level 4).
 MAX_DEPTH = 32
@@ -71,7 +73,8 @@ def string_error(key: str, length: int) -> ConfigError:
 def list_error(key: str, where: str) -> ConfigError:
     """A list longer than :data:`MAX_LIST_ITEMS` at ``key``."""
     return ConfigError(key, f"a list of more than {MAX_LIST_ITEMS} items",
-                       f"lists of at most {MAX_LIST_ITEMS} items (a sweep has at most {MAX_POINTS} points)",
+                       f"lists of at most {MAX_LIST_ITEMS} items (a sweep has at most {MAX_POINTS} points, "
+                       "a product of shorter lists beyond that)",
                        f"{where}Split the sweep into several, or use fewer values.")
 
 
@@ -84,7 +87,7 @@ def nodes_error(where: str) -> ConfigError:
 
 def file_size_error(path: str, size: int) -> ConfigError:
     return ConfigError("<config file>", path, f"a YAML file of at most {MAX_FILE_BYTES // 2**20} MiB",
-                       f"It has {size} bytes; a sweep of {MAX_POINTS} explicit points takes about 6 MB.")
+                       f"It has {size} bytes; {MAX_LIST_ITEMS} explicit points take about 6 MB.")
 
 
 def _length(value: Any) -> int:

@@ -10,7 +10,7 @@ from conftest import cli, tiny_config
 from sgdsweep.errors import ConfigError
 from sgdsweep.sweep import limits
 from sgdsweep.sweep.config import build_sweep
-from sgdsweep.sweep.cost import PROCESS_BYTES, RUN_BYTES, estimate_memory, memory_limit, tasks
+from sgdsweep.sweep.cost import PROCESS_BYTES, RUN_BYTES, RUN_BYTES_PER_POINT, estimate_memory, memory_limit, tasks
 from sgdsweep.sweep.schema import read_yaml
 
 
@@ -53,10 +53,10 @@ def test_a_results_dir_no_file_system_holds_is_refused(tmp_path, results_dir, pa
     _refused(tmp_path, GRID + f'results_dir: "{results_dir}"\n', *parts, command="plan")
 
 
-def test_a_million_point_grid_is_refused_from_its_lengths_with_its_cost(tmp_path):
+def test_a_grid_beyond_a_million_points_is_refused_from_its_lengths_with_its_cost(tmp_path):
     values = ", ".join(str(i / 1001) for i in range(1000))
-    _refused(tmp_path, f"grid: {{lr: 0.1, samples_per_param: 10, batch_size: [{', '.join(map(str, range(1, 1001)))}],"
-             f" momentum: [{values}]}}\n", "config key 'grid'", "1000000 points (batch_size 1000 × momentum 1000)",
+    _refused(tmp_path, f"grid: {{lr: 0.1, samples_per_param: 10, batch_size: [{', '.join(map(str, range(1, 1002)))}],"
+             f" momentum: [{values}]}}\n", "config key 'grid'", "1001000 points (batch_size 1001 × momentum 1000)",
              f"at most {limits.MAX_POINTS} points", "1.3e+12 replica-steps")
 
 
@@ -111,13 +111,14 @@ def test_slurm_memory_in_slurms_own_syntax_is_the_limit():
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_the_memory_estimate_counts_every_worker_and_the_runs_own_processes(workers):
-    """Four points in two tasks: every worker's process counts, busy or not, and the run's own."""
+    """Four points in two tasks: every worker's process counts, busy or not, and the run's own,
+    which hold the sweep's points."""
     sweep = build_sweep(tiny_config(execution={"workers": workers, "points_per_task": 1}))
     task_list = tasks(sweep)
     est = estimate_memory(sweep, task_list)
     biggest = sorted((t.memory for t in task_list), reverse=True)[:workers]
     assert est.processes == workers
-    assert est.total == sum(biggest) + workers * PROCESS_BYTES + RUN_BYTES
+    assert est.total == sum(biggest) + workers * PROCESS_BYTES + RUN_BYTES + len(sweep.points) * RUN_BYTES_PER_POINT
     slurm = build_sweep(tiny_config(execution={"cluster": "slurm", "slurm": {"cores": 3, "memory": "8G"}}))
     est = estimate_memory(slurm, tasks(slurm))
     assert (est.processes, est.run_bytes) == (3, 0)  # a job's workers; the run's processes stay home
