@@ -158,14 +158,18 @@ def test_two_runs_at_once_second_refuses(tmp_path):
     first = _start(tmp_path, cfg)
     lock = sweep / ".sgdsweep.lock"
     _wait_for(lambda: lock.exists() and '"snakemake_pid"' in lock.read_text(), what="the first run to start")
-    # refused by Snakemake itself: its lock, or, while a job of the first run is in flight, that
-    # job's output marked incomplete (Snakemake checks that first)
-    second = run_snakemake(tmp_path, cfg)
-    said = second.stdout + second.stderr
-    assert second.returncode != 0 and ("Directory cannot be locked" in said or "Incomplete files" in said), said
-    cli = run_cli("run", str(cfg), "--cores", "1", cwd=tmp_path)  # refused by the sweep's lock
-    assert cli.returncode == 3
-    assert "another sgdsweep workflow is running" in cli.stderr and f"pid {first.pid} on " in cli.stderr
+    os.kill(first.pid, signal.SIGSTOP)  # the first run held still: it cannot finish before the others ask
+    try:
+        # refused by Snakemake itself: its lock, or, while a job of the first run is in flight, that
+        # job's output marked incomplete (Snakemake checks that first)
+        second = run_snakemake(tmp_path, cfg)
+        said = second.stdout + second.stderr
+        assert second.returncode != 0 and ("Directory cannot be locked" in said or "Incomplete files" in said), said
+        cli = run_cli("run", str(cfg), "--cores", "1", cwd=tmp_path)  # refused by the sweep's lock
+        assert cli.returncode == 3
+        assert "another sgdsweep workflow is running" in cli.stderr and f"pid {first.pid} on " in cli.stderr
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
     out, _ = first.communicate(timeout=300)
     assert first.returncode == 0, out[-3000:]  # the first run was not disturbed
     assert len(_stores(sweep)) == 8

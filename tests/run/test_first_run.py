@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -104,12 +105,21 @@ def test_a_second_run_is_refused_before_it_starts_a_cluster(tmp_path):
         assert time.monotonic() < deadline and first.poll() is None, "the first run's cluster did not start"
         time.sleep(0.1)
     before = json.loads(state.read_text())
-    second = run_cli("run", str(cfg), "--cores", "2", cwd=tmp_path)
-    assert second.returncode == 3, second.stderr[-2000:]
-    assert "another sgdsweep workflow is running" in second.stderr
-    assert "starting a local Dask cluster" not in second.stderr
-    assert json.loads(state.read_text()) == before  # the first run's cluster is untouched
-    assert cluster_daemons(tmp_path) == 1
+    lock = sweep / ".sgdsweep.lock"
+    while '"snakemake_pid"' not in (lock.read_text() if lock.exists() else ""):
+        assert time.monotonic() < deadline and first.poll() is None, "the first run's Snakemake did not start"
+        time.sleep(0.1)
+    snakemake = json.loads(lock.read_text())["snakemake_pid"]
+    os.kill(snakemake, signal.SIGSTOP)  # the first run held still: it cannot finish before the second asks
+    try:
+        second = run_cli("run", str(cfg), "--cores", "2", cwd=tmp_path)
+        assert second.returncode == 3, second.stderr[-2000:]
+        assert "another sgdsweep workflow is running" in second.stderr
+        assert "starting a local Dask cluster" not in second.stderr
+        assert json.loads(state.read_text()) == before  # the first run's cluster is untouched
+        assert cluster_daemons(tmp_path) == 1
+    finally:
+        os.kill(snakemake, signal.SIGCONT)
     out, _ = first.communicate(timeout=600)
     assert first.returncode == 0, out[-3000:]
     assert cluster_daemons(tmp_path) == 0
@@ -177,8 +187,6 @@ def test_a_killed_front_end_is_named_and_a_killed_snakemake_is_reported(tmp_path
     refusal names that process and how to stop it. kill -9 of Snakemake makes ``sgdsweep run``
     say so and exit 1, and the next run resumes."""
     import shutil
-    import signal
-
     cfg = write_yaml(tmp_path / "slow.yaml", tiny_config(sweep="slow", **SLOW))
     state = tmp_path / "results" / "slow" / ".cluster" / "scheduler.json"
     lock = tmp_path / "results" / "slow" / ".sgdsweep.lock"
@@ -231,8 +239,6 @@ def test_ctrl_c_stops_the_run_and_its_cluster_and_the_next_run_resumes(tmp_path)
     """Ctrl-C (SIGINT to the terminal's foreground process group) stops Snakemake and its jobs;
     ``sgdsweep run`` stops the cluster it owns, says how to resume, and the same command resumes
     without any manual unlock."""
-    import signal
-
     cfg = write_yaml(tmp_path / "slow.yaml", tiny_config(sweep="slow", **SLOW))
     sweep = tmp_path / "results" / "slow"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
