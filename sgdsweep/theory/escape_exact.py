@@ -246,6 +246,16 @@ def _rows(chain: Chain2D, points: np.ndarray, nodes_uv: np.ndarray,
                                    shape=(len(points), len(nodes_uv)))
 
 
+def _trapped_nodes(k: scipy.sparse.csr_matrix) -> int:
+    """How many nodes the chain cannot leave in one step as the grid resolves its kernel: rows of
+    ``k`` whose one entry is the node itself at probability 1 in floating point (the kernel is
+    far narrower than a cell there, and the chance of escaping underflows). Each is a zero row of
+    I − K, which makes the system singular."""
+    a = (scipy.sparse.identity(k.shape[0], format="csr") - k).tocsr()
+    a.eliminate_zeros()
+    return int(np.count_nonzero(np.diff(a.indptr) == 0))
+
+
 def solve_2d(chain: Chain2D, box: tuple[float, float, float], n_u: int, n_v: int) -> float:
     """τ(start) of ``chain`` on the box ``u ∈ [u_lo, 0]``, ``v ∈ [v_lo, v_hi]`` (``box`` =
     (u_lo, v_lo, v_hi)) with ``n_u × n_v`` cells, nodes at the cell centres."""
@@ -255,6 +265,11 @@ def solve_2d(chain: Chain2D, box: tuple[float, float, float], n_u: int, n_v: int
     v = v_lo + (np.arange(n_v) + 0.5) * hv
     uv = np.stack(np.meshgrid(u, v, indexing="ij"), -1).reshape(-1, 2)
     k = _rows(chain, chain.from_uv(uv), uv)
+    trapped = _trapped_nodes(k)
+    if trapped:  # I − K has zero rows: singular, and LAPACK or SuperLU would be handed it
+        raise ResolutionError(f"the chain on a {n_u} × {n_v} grid cannot leave {trapped} of its nodes (its step "
+                              "kernel there is far narrower than a cell, so each keeps all its probability; the "
+                              "linear system is singular): no escape time on this grid")
     if k.nnz > DENSE_FILL * len(uv) ** 2:  # a wide kernel: LU of the dense matrix is faster
         a = -k.toarray()
         a[np.diag_indices_from(a)] += 1.0
@@ -282,6 +297,11 @@ def box_2d(chain: Chain2D, hessian: np.ndarray, width: float = 9.0) -> tuple[flo
 
     c0 = chain.cov(chain.start[None, :])[0] / chain.step**2
     sigma = stationary_covariance(hessian, c0, chain.step, 0.0)
+    if not np.all(np.isfinite(sigma)):
+        top = float(np.linalg.eigvalsh(hessian)[-1])
+        raise ValueError(f"the step λ = {chain.step:g} is unstable at the start's minimum (λ times the "
+                         f"Hessian's largest eigenvalue there, {top:.4g}, is {chain.step * top:.3g}, at least 2): "
+                         "the chain leaves at once, with no basin to escape from")
     rot = np.stack([chain.normal, chain.tangent])
     s_uv = np.sqrt(np.diag(rot @ sigma @ rot.T))
     k_uv = np.sqrt(np.diag(rot @ chain.cov(chain.origin[None, :])[0] @ rot.T))

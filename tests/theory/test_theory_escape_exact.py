@@ -192,6 +192,24 @@ def test_thesis_kernel_far_outside_the_box_keeps_the_escape_time():
     assert 7150 < fine < 7180 and abs(fine - res.steps) / fine < 0.01, (fine, res)
 
 
+def test_a_kernel_far_narrower_than_the_cells_is_refused_before_any_solve(capfd):
+    """At λ = 1e-4 (matched noise, S = 1) the step kernel near the spurious minimum is far narrower
+    than the grid's cells: those nodes keep all their probability, and I − K has zero rows. The
+    solver says so and hands no LU the singular system (SuperLU and OpenBLAS printed "On entry to
+    DGEMV parameter number 2 had an illegal value" on it); a step unstable at the minimum is named
+    as such, not as a float conversion."""
+    problem = _thesis()
+    chain = escape_exact.thesis_chain(problem, 1e-4, 1, "matched")
+    with pytest.raises(escape_exact.ResolutionError, match="cannot leave"):
+        escape_exact.chain_escape(chain, escape_exact.box_2d(chain, problem.hessian(problem.w_min)))
+    out, err = capfd.readouterr()
+    assert "illegal value" not in out + err, out + err
+    base = {"lr": 1e-2, "batch_size": 1, "momentum": 0.0, "method": "sgd", "dt_over_lr": 1.0, "noise": "minibatch"}
+    column, res, note = problem.exact_escape(base)
+    assert column == "matched" and res is None, note
+    assert "unstable at the start's minimum" in note and "is 2.91, at least 2" in note, note
+
+
 def test_exact_escape_labels_columns_and_refuses_momentum():
     problem = _thesis()
     base = {"lr": 3.5e-3, "batch_size": 1, "momentum": 0.0, "method": "sgd", "dt_over_lr": 1.0}
