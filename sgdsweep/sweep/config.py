@@ -149,8 +149,7 @@ def make_point(model, raw_params: Mapping[str, Any], where: str, footprints: dic
     ``data_sets``, when given with ``data_key``, keeps each data set's problem and
     :attr:`Point.data_set` under its key, so that a data set's parameters are checked and encoded
     once, not per point: the caller's ``data_key`` must be equal for two points exactly when their
-    parameters outside :data:`IN_SHARD_KEYS` are (:func:`build_sweep`: the grid point's other axes
-    and the backend; the base parameters are the same object for all).
+    parameters outside :data:`IN_SHARD_KEYS` are (:func:`_data_key`).
 
     Raises:
         ConfigError: naming the key and ``where``.
@@ -230,25 +229,6 @@ def build_sweep(raw: Mapping[str, Any], rounds: bool = True) -> Sweep:
     Raises:
         ConfigError: naming the key, the value given and what is allowed.
     """
-    with _cyclic_gc_paused():
-        return _build_sweep(raw, rounds)
-
-
-@contextlib.contextmanager
-def _cyclic_gc_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector paused while a sweep is built. Its points hold no
-    reference cycles (reference counting frees them), but each full collection walks every object
-    made so far, and a sweep of 10⁶ points makes millions of them: a fifth of the build's time."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
-def _build_sweep(raw: Mapping[str, Any], rounds: bool) -> Sweep:
     if not isinstance(raw, Mapping):
         raise ConfigError("<config>", raw, "a YAML mapping of keys to values")
     if not raw:
@@ -293,30 +273,19 @@ def _build_sweep(raw: Mapping[str, Any], rounds: bool) -> Sweep:
     problems: dict[str, Any] = {}
     curvatures: dict[str, np.ndarray] = {}
     data_sets: dict[Hashable, tuple[Any, str]] = {}
-    for i, gp in enumerate(expanded):
-        where = describe_point(gp)
-        for axis in gp:
-            if axis in gridmod.AXES and axis not in model.AXES:
-                raise ConfigError(f"grid.{axis}", gp[axis], f"an axis of model.kind {kind}: " + ", ".join(model.AXES),
-                                  f"'{axis}' applies to another model; remove it.")
-        for axis in required:
-            if axis not in gp:
-                raise ConfigError(f"grid.{axis}", None, "a value or a list of values",
-                                  f"Every {kind} sweep sets '{axis}'; add it to grid (or to every point).")
-        params = route({**base, **gp}, where)
-        data_key: Hashable = (tuple((k, v) for k, v in gp.items() if k not in IN_SHARD_KEYS), params.get(BACKEND_KEY))
-        try:
-            hash(data_key)
-        except TypeError:  # a value that is no key: the point's data set is found the slow way
-            data_key = None
-        point = make_point(model, params, where, footprints, problems, curvatures, coerced=True,
-                           data_sets=data_sets, data_key=data_key)
-        if point.hash in seen:
-            raise ConfigError("points" if i >= len(expanded) - len(cfg.get("points", [])) else "grid",
-                              dict(gp), "distinct points",
-                              f"{where} appears twice in the sweep; remove the duplicate.")
-        seen[point.hash] = i
-        points.append(point)
+    with _cyclic_gc_paused():  # the points and their dicts: millions of objects at 10⁶ points
+        for i, gp in enumerate(expanded):
+            where = describe_point(gp)
+            _check_axes(gp, model, kind, required)
+            params = route({**base, **gp}, where)
+            point = make_point(model, params, where, footprints, problems, curvatures, coerced=True,
+                               data_sets=data_sets, data_key=_data_key(gp, params))
+            if point.hash in seen:
+                raise ConfigError("points" if i >= len(expanded) - len(cfg.get("points", [])) else "grid",
+                                  dict(gp), "distinct points",
+                                  f"{where} appears twice in the sweep; remove the duplicate.")
+            seen[point.hash] = i
+            points.append(point)
 
     report_lead.check(cfg, kind, base["observe"], {"momentum": {p.params.get("momentum", 0.0) for p in points}})
     coords = tuple(a for a in gridmod.AXES if a in model.AXES) + tuple(
@@ -328,7 +297,50 @@ def _build_sweep(raw: Mapping[str, Any], rounds: bool) -> Sweep:
         sweep = resolve_rounds(sweep)
     from sgdsweep.sweep.shards import assign_shards
 
-    return assign_shards(sweep)
+    with _cyclic_gc_paused():
+        return assign_shards(sweep)
+
+
+@contextlib.contextmanager
+def _cyclic_gc_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector paused while a sweep's points are made. They hold no
+    reference cycles (reference counting frees them), but each full collection walks every object
+    made so far, and a sweep of 10⁶ points makes millions of them: a fifth of the build's time."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _check_axes(gp: Mapping[str, Any], model, kind: str, required: tuple[str, ...]) -> None:
+    """Raise :class:`ConfigError` if the grid point ``gp`` sets an axis of another model, or
+    lacks one of the ``required`` axes."""
+    for axis in gp:
+        if axis in gridmod.AXES and axis not in model.AXES:
+            raise ConfigError(f"grid.{axis}", gp[axis], f"an axis of model.kind {kind}: " + ", ".join(model.AXES),
+                              f"'{axis}' applies to another model; remove it.")
+    for axis in required:
+        if axis not in gp:
+            raise ConfigError(f"grid.{axis}", None, "a value or a list of values",
+                              f"Every {kind} sweep sets '{axis}'; add it to grid (or to every point).")
+
+
+def _data_key(gp: Mapping[str, Any], params: Mapping[str, Any]) -> Hashable:
+    """The key under which :func:`make_point` keeps the data set of the point ``params`` made from
+    the grid point ``gp`` and the sweep's base parameters: ``gp``'s values outside
+    :data:`IN_SHARD_KEYS`, each with its type and floats by their ``repr`` (so that values that
+    compare equal but are different parameters, 0.0 and -0.0, 1 and 1.0, have different keys),
+    and the backend; None where a value is not hashable."""
+    key = (tuple((k, type(v), repr(v) if type(v) is float else v) for k, v in gp.items() if k not in IN_SHARD_KEYS),
+           params.get(BACKEND_KEY))
+    try:
+        hash(key)
+    except TypeError:  # the point's data set is found the slow way
+        return None
+    return key
 
 
 def _model_options(section: Mapping[str, Any], model, kind: str, raw_grid: Mapping[str, Any]) -> dict[str, Any]:

@@ -32,11 +32,12 @@ INT_KEYS = frozenset({"batch_size", "hidden_width", "n_inputs", "steps", "replic
 
 def coerce(key: str, value: Any) -> Any:
     """One type per key, so that equal values are equal (and hash alike): ``lr: 1`` is 0.1's
-    kind (float), ``batch_size: 4.0`` is 4."""
+    kind (float), ``batch_size: 4.0`` is 4, and a float key's -0.0 is 0.0 (canonical JSON, and so
+    a point's hash, would tell them apart)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return value
     if key in FLOAT_KEYS:
-        return float(value)
+        return float(value) + 0.0  # -0.0 + 0.0 is 0.0; every other float unchanged
     if key in INT_KEYS and float(value).is_integer():
         return int(value)
     return value
