@@ -253,6 +253,17 @@ def check_memory(sweep: Sweep, hashes: Iterable[str] | None = None) -> MemoryEst
     est = estimate_memory(sweep, tasks(sweep, hashes))
     if est.fits or est.largest is None:
         return est
+    per_point = est.run_bytes - RUN_BYTES if est.run_bytes else 0
+    if est.total - per_point <= est.limit:  # the sweep's size, not its tasks, is what does not fit
+        n = len(sweep.points)
+        raise ConfigError(
+            "points" if sweep.config.get("points") else "grid", f"{n} points",
+            f"a sweep whose run fits in execution.max_memory = {format_bytes(est.limit)} ({est.source})",
+            f"Its estimated memory is {format_bytes(est.total)}, of which {format_bytes(per_point)} is the "
+            f"{n} points held by the run's own processes ({format_bytes(RUN_BYTES_PER_POINT)} per point: "
+            "sgdsweep run and Snakemake each hold the sweep). Split the sweep into several (each its own "
+            "sweep name), use fewer workers (execution.workers), or raise execution.max_memory if the "
+            "machine has the memory")
     t = est.largest
     fp = sweep.footprints[t.data_set]
     replicas = t.first.params["replicas"]

@@ -144,7 +144,8 @@ def _largest(section: Mapping[str, Any], grid: Mapping[str, Any], key: str, defa
 def check_sizes(raw: Mapping[str, Any]) -> None:
     """Raise :class:`ConfigError` if the raw config ``raw`` (a mapping, not yet validated) asks
     for more than the limits: more than :data:`MAX_POINTS` points (counted by
-    :func:`count_points`, with the replica-steps they would cost), a model size above
+    :func:`count_points`, with the replica-steps they would cost), a grid list or explicit points
+    of more than :data:`MAX_LIST_ITEMS` items, a model size above
     :data:`MAX_MODEL_SIZE` or a data set above :data:`MAX_DATA_VALUES`. Costs the length of the
     config's lists, never their product."""
     from sgdsweep.models import get_model
@@ -164,6 +165,11 @@ def check_sizes(raw: Mapping[str, Any]) -> None:
                           else "grid", f"{n} points ({how})", f"a sweep of at most {MAX_POINTS} points",
                           f"The sweep's points were counted from its lists' lengths, before expanding them.{cost} "
                           "Use fewer values per axis, or split the sweep into several (each its own sweep name).")
+    for key, values in grid.items():  # what read_yaml refuses in a file, here for a mapping too
+        if isinstance(values, list) and len(values) > MAX_LIST_ITEMS:
+            raise list_error(f"grid.{key}", "")
+    if isinstance(raw.get("points"), list) and len(raw["points"]) > MAX_LIST_ITEMS:
+        raise list_error("points", "")
     model = raw.get("model") if isinstance(raw.get("model"), Mapping) else {}
     kind = model.get("kind", schema["properties"]["model"]["properties"]["kind"]["default"])
     try:

@@ -418,6 +418,20 @@ def test_each_points_data_set_and_start_are_its_own():
     assert len(sweep.points) == 32 + 2
 
 
+def test_minus_zero_is_zero():
+    """-0.0 and 0.0 of a float key are one value, as 1 and 1.0 are: one point, one data set. Their
+    canonical JSON told them apart while planning's problem caches (by ==) did not."""
+    grid = {"lr": [0.2], "batch_size": 2, "samples_per_param": 10}
+    minus = build_sweep(tiny_config(grid={**grid, "momentum": -0.0}, model={"label_noise": -0.0}))
+    plus = build_sweep(tiny_config(grid={**grid, "momentum": 0.0}, model={"label_noise": 0.0}))
+    assert [(p.hash, p.data_set) for p in minus.points] == [(p.hash, p.data_set) for p in plus.points]
+    zipped = tiny_config(grid={**grid, "label_noise": [0.0, -0.0, 0.0], "momentum": [0.5, 0.0, 0.0],
+                               "zip": [["label_noise", "momentum"]]})
+    zipped["model"].pop("label_noise")
+    with pytest.raises(ConfigError, match="appears twice"):
+        build_sweep(zipped)
+
+
 def test_a_point_moved_to_another_shard_keeps_every_other_field():
     """``Point.in_shard`` names each field (for speed): a field it forgets fails here."""
     import dataclasses

@@ -65,6 +65,29 @@ def test_a_million_value_axis_is_refused_before_validation():
         build_sweep(tiny_config(grid={"lr": [1e-6 * (i + 1) for i in range(10**6)]}))
 
 
+def test_a_list_beyond_the_limit_is_refused_from_a_mapping_too():
+    """A sweep given as a mapping (the Python API, an imported export's config) has the YAML file's
+    limit of items per list: a sweep of more points than one list holds is a product of lists."""
+    with pytest.raises(ConfigError, match=r"'grid\.lr'.*more than 100000 items"):
+        build_sweep(tiny_config(grid={"lr": [1e-6 * (i + 1) for i in range(100_001)], "batch_size": 2}))
+    points = [{"lr": 1e-6 * (i + 1), "batch_size": 2} for i in range(100_001)]
+    with pytest.raises(ConfigError, match=r"'points'.*more than 100000 items"):
+        build_sweep(tiny_config(grid={"samples_per_param": 10}, points=points))
+
+
+def test_a_sweep_too_large_for_the_runs_own_memory_names_its_points(monkeypatch):
+    """The run's own processes hold every point: a sweep that fits but for them is refused by its
+    size, not by its replicas."""
+    from sgdsweep.sweep import cost
+
+    sweep = build_sweep(tiny_config(execution={"workers": 1, "points_per_task": 1}))
+    need = estimate_memory(sweep, tasks(sweep)).total
+    monkeypatch.setattr(cost, "RUN_BYTES_PER_POINT", 2**30)
+    with pytest.raises(ConfigError, match=r"'grid'.*4 points.*of which 4 GiB is the 4 points.*Split the sweep"):
+        cost.check_memory(build_sweep(tiny_config(execution={"workers": 1, "points_per_task": 1,
+                                                             "max_memory": need + 2**30})))
+
+
 def test_zip_groups_and_explicit_points_count_once():
     n, how = limits.count_points({"lr": [1, 2, 3], "batch_size": [1, 2, 3], "momentum": [0, 0.5],
                                   "zip": [["lr", "batch_size"]]}, [{"lr": 1}] * 4)
