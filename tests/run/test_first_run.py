@@ -91,6 +91,18 @@ SLOW = {"grid": {"lr": [0.2, 0.25, 0.3, 0.35], "batch_size": [2, 4]},
         "dynamics": {"steps": 60000, "replicas": 8}, "execution": {"workers": 1, "points_per_task": 1}}
 
 
+def _snakemake_pid(lock: Path, run: subprocess.Popen, timeout: float = 300.0) -> int:
+    """The pid of the Snakemake of ``run`` (an `sgdsweep run`), from the sweep's lock once Snakemake
+    has written it there; read again while the record is being rewritten."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return int(json.loads(lock.read_text())["snakemake_pid"])
+        except (FileNotFoundError, ValueError, KeyError):
+            assert time.monotonic() < deadline and run.poll() is None, "the run's Snakemake did not start"
+            time.sleep(0.1)
+
+
 @pytest.mark.workflow
 def test_a_second_run_is_refused_before_it_starts_a_cluster(tmp_path):
     cfg = write_yaml(tmp_path / "slow.yaml", tiny_config(sweep="slow", **SLOW))
@@ -105,11 +117,7 @@ def test_a_second_run_is_refused_before_it_starts_a_cluster(tmp_path):
         assert time.monotonic() < deadline and first.poll() is None, "the first run's cluster did not start"
         time.sleep(0.1)
     before = json.loads(state.read_text())
-    lock = sweep / ".sgdsweep.lock"
-    while '"snakemake_pid"' not in (lock.read_text() if lock.exists() else ""):
-        assert time.monotonic() < deadline and first.poll() is None, "the first run's Snakemake did not start"
-        time.sleep(0.1)
-    snakemake = json.loads(lock.read_text())["snakemake_pid"]
+    snakemake = _snakemake_pid(sweep / ".sgdsweep.lock", first)
     os.kill(snakemake, signal.SIGSTOP)  # the first run held still: it cannot finish before the second asks
     try:
         second = run_cli("run", str(cfg), "--cores", "2", cwd=tmp_path)
@@ -206,7 +214,7 @@ def test_a_killed_front_end_is_named_and_a_killed_snakemake_is_reported(tmp_path
         return proc
 
     front = start()
-    snakemake = json.loads(lock.read_text())["snakemake_pid"]
+    snakemake = _snakemake_pid(lock, front)
     # Snakemake held still: its cluster stops once the front end is gone, its shard job then
     # fails, and a Snakemake left running could exit before the next run looks at the lock
     os.kill(snakemake, signal.SIGSTOP)
@@ -222,7 +230,7 @@ def test_a_killed_front_end_is_named_and_a_killed_snakemake_is_reported(tmp_path
         time.sleep(0.2)
 
     second = start()
-    os.kill(json.loads(lock.read_text())["snakemake_pid"], signal.SIGKILL)
+    os.kill(_snakemake_pid(lock, second), signal.SIGKILL)
     second.wait(timeout=300)
     out = (tmp_path / "run.log").read_text()
     assert second.returncode == 1, out[-2000:]
