@@ -1,5 +1,5 @@
 """Planning at scale: wall time and peak memory of ``sgdsweep validate`` and ``sgdsweep plan`` on
-sweeps of 10³, 10⁴ and 10⁵ points (the cap of ``sgdsweep.sweep.limits``).
+sweeps of 10³, 10⁴, 10⁵ and 10⁶ points (the cap of ``sgdsweep.sweep.limits``).
 
 Each config is a grid of lr × batch_size × samples_per_param on the linear model (N = 4, burn-in
 set, so that every lr is valid); each command runs in its own subprocess, its wall time taken
@@ -7,7 +7,7 @@ around it and its peak resident memory from ``resource.getrusage(RUSAGE_CHILDREN
 child so far: the sizes run in increasing order, so each row's figure is its own). ``plan`` runs
 with ``-s`` (the counts) and in full (one line per point and the cost), into ``/dev/null``.
 
-    python benchmarks/scale_plan.py [--sizes 1000 10000 100000] [--profile N]
+    python benchmarks/scale_plan.py [--sizes 1000 10000 100000 1000000] [--profile N]
 
 ``--profile N`` runs the N-point validate under cProfile and prints its top functions instead.
 """
@@ -27,7 +27,7 @@ from pathlib import Path
 import yaml
 
 #: Grid shapes (lr, batch_size, samples_per_param) of each size.
-SHAPES = {1000: (10, 10, 10), 10000: (100, 10, 10), 100000: (100, 10, 100)}
+SHAPES = {1000: (10, 10, 10), 10000: (100, 10, 10), 100000: (100, 10, 100), 1000000: (100, 10, 1000)}
 
 
 def config(points: int, root: Path) -> Path:
