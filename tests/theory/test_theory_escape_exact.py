@@ -212,7 +212,7 @@ def test_a_kernel_far_narrower_than_the_cells_is_refused_before_any_solve(capfd)
 
 def test_exact_escape_labels_columns_and_refuses_momentum():
     problem = _thesis()
-    base = {"lr": 3.5e-3, "batch_size": 1, "momentum": 0.0, "method": "sgd", "dt_over_lr": 1.0}
+    base = {"lr": 2.5e-3, "batch_size": 1, "momentum": 0.0, "method": "sgd", "dt_over_lr": 1.0}
     column, res, note = problem.exact_escape({**base, "noise": "minibatch"})
     assert column == "matched" and res is not None and note.startswith("approximation")
     column, res, note = problem.exact_escape({**base, "noise": "gaussian_matched", "momentum": 0.5})
