@@ -330,12 +330,11 @@ def _check_axes(gp: Mapping[str, Any], model, kind: str, required: tuple[str, ..
 
 def _data_key(gp: Mapping[str, Any], params: Mapping[str, Any]) -> Hashable:
     """The key under which :func:`make_point` keeps the data set of the point ``params`` made from
-    the grid point ``gp`` and the sweep's base parameters: ``gp``'s values outside
-    :data:`IN_SHARD_KEYS`, each with its type and floats by their ``repr`` (so that values that
-    compare equal but are different parameters, 0.0 and -0.0, 1 and 1.0, have different keys),
-    and the backend; None where a value is not hashable."""
-    key = (tuple((k, type(v), repr(v) if type(v) is float else v) for k, v in gp.items() if k not in IN_SHARD_KEYS),
-           params.get(BACKEND_KEY))
+    the grid point ``gp`` and the sweep's base parameters: ``gp``'s items outside
+    :data:`IN_SHARD_KEYS`, and the backend; None where a value is not hashable. ``gp``'s values
+    are coerced (:func:`sgdsweep.sweep.grid.coerce`: one type per key, -0.0 is 0.0), so equal
+    values are the same parameter."""
+    key = (tuple((k, v) for k, v in gp.items() if k not in IN_SHARD_KEYS), params.get(BACKEND_KEY))
     try:
         hash(key)
     except TypeError:  # the point's data set is found the slow way
