@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from sgdsweep.core.identity import LYAPUNOV, canonical_json, content_hash
+from sgdsweep.core.identity import LYAPUNOV, HashTemplate, canonical_json, content_hash
 from sgdsweep.core.noise_types import SAMPLING_NOISE, SDE_NOISE, describe
 from sgdsweep.core.paths import nested_sweep, sweep_dir
 from sgdsweep.errors import ConfigError
@@ -135,7 +135,7 @@ def describe_point(gp: Mapping[str, Any]) -> str:
 
 def make_point(model, raw_params: Mapping[str, Any], where: str, footprints: dict[str, Footprint],
                problems: dict[str, Any] | None = None, curvatures: dict[str, np.ndarray] | None = None,
-               coerced: bool = False, data_sets: dict[Hashable, tuple[Any, str]] | None = None,
+               coerced: bool = False, data_sets: dict[Hashable, tuple[Any, str, HashTemplate]] | None = None,
                data_key: Hashable = None) -> Point:
     """The :class:`Point` of ``raw_params`` (the config's base parameters with one grid point's
     axes): values coerced, the model's checks passed, ``init: auto`` and the burn-in resolved;
@@ -146,9 +146,10 @@ def make_point(model, raw_params: Mapping[str, Any], where: str, footprints: dic
     per point. ``curvatures``, when given, gets a new data set's Hessian eigenvalues at its
     minimum (what burn-in counts relaxation times on, :mod:`sgdsweep.sweep.burn_in`). ``coerced``:
     every value of ``raw_params`` is already of its key's type (:func:`sgdsweep.sweep.grid.coerce`).
-    ``data_sets``, when given with ``data_key``, keeps each data set's problem and
-    :attr:`Point.data_set` under its key, so that a data set's parameters are checked and encoded
-    once, not per point: the caller's ``data_key`` must be equal for two points exactly when their
+    ``data_sets``, when given with ``data_key``, keeps each data set's problem, its
+    :attr:`Point.data_set` and the :class:`~sgdsweep.core.identity.HashTemplate` of its points'
+    hashes under its key, so that a data set's parameters are checked and encoded once, not per
+    point: the caller's ``data_key`` must be equal for two points exactly when their
     parameters outside :data:`IN_SHARD_KEYS` are (:func:`_data_key`).
 
     Raises:
@@ -168,15 +169,16 @@ def make_point(model, raw_params: Mapping[str, Any], where: str, footprints: dic
     burn = _resolve_burn_in(params, problem, where)
     if known is None:
         data_set = content_hash({k: v for k, v in params.items() if k not in IN_SHARD_KEYS})
+        point_hash = content_hash(params)
         if cached:
-            data_sets[data_key] = (problem, data_set)  # type: ignore[index]
+            data_sets[data_key] = (problem, data_set, HashTemplate(params, IN_SHARD_KEYS))  # type: ignore[index]
     else:
-        data_set = known[1]
+        data_set, point_hash = known[1], known[2].hash(params)
     if data_set not in footprints:
         footprints[data_set] = footprint(problem, params)
     if curvatures is not None and data_set not in curvatures:
         curvatures[data_set] = np.asarray(problem.curvatures(), dtype=float)
-    return Point(hash=content_hash(params), params=params, burn_in=burn, shard=data_set, data_set=data_set)
+    return Point(hash=point_hash, params=params, burn_in=burn, shard=data_set, data_set=data_set)
 
 
 def _resolve_burn_in(params: Mapping[str, Any], problem, where: str) -> int:
@@ -272,7 +274,7 @@ def build_sweep(raw: Mapping[str, Any], rounds: bool = True) -> Sweep:
     footprints: dict[str, Footprint] = {}
     problems: dict[str, Any] = {}
     curvatures: dict[str, np.ndarray] = {}
-    data_sets: dict[Hashable, tuple[Any, str]] = {}
+    data_sets: dict[Hashable, tuple[Any, str, HashTemplate]] = {}
     with _cyclic_gc_paused():  # the points and their dicts: millions of objects at 10⁶ points
         for i, gp in enumerate(expanded):
             where = describe_point(gp)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import random
 
+import numpy as np
 import pytest
 from conftest import STREAM_VERSION_ENV, tiny_config
 
-from sgdsweep.core.identity import canonical_json, content_hash
+from sgdsweep.core.identity import HashTemplate, canonical_json, content_hash
 from sgdsweep.sweep.config import build_sweep
 
 
@@ -24,6 +26,32 @@ def test_different_values_change_the_hash():
     assert content_hash(base) != content_hash({"lr": 0.1000001, "batch_size": 4})
     assert content_hash(base) != content_hash({"lr": 0.1, "batch_size": 5})
     assert content_hash(base) != content_hash({"lr": 0.1, "batch_size": 4, "momentum": 0.0})
+
+
+def test_a_hash_template_gives_content_hash_for_every_value():
+    """A data set's template writes each point's numbers into the once-encoded JSON of the rest: the
+    digest must be content_hash's for every number json writes, every key's place, and anything
+    else (booleans, NumPy scalars, strings, a missing or an extra key) through content_hash
+    itself; a non-finite float is refused alike (fails if a number is written otherwise than
+    json writes it, or into the wrong place)."""
+    varying = ("lr", "batch_size", "momentum", "replicas", "not_there")
+    base = {"model": "linear", "seed": 0, "observe": {"noise_lags": [1, 2], "escape": False, "note": "a\x00b"},
+            "init": "zero", "z": None, "lr": 0.05, "batch_size": 4, "momentum": 0.0, "replicas": 16}
+    template = HashTemplate(base, varying)
+    assert template.parts is not None and template.keys == ("batch_size", "lr", "momentum", "replicas")
+    values = [0.0, -0.0, 1e-05, 1e16, 1e-300, 5e-324, 1.7976931348623157e308, 0.1, 1 / 3, 12345.678, 1, 0, -1,
+              10**30, True, np.float64(0.5), np.int64(3), "x", None]
+    rng = random.Random(7)
+    for _ in range(3000):
+        point = {**base, **{k: rng.choice(values) if rng.random() < 0.5
+                            else rng.uniform(-1e3, 1e3) * 10.0 ** rng.randint(-30, 30) for k in varying[:4]}}
+        assert template.hash(point) == content_hash(point), point
+    extra, renamed = {**base, "steps": 10}, {**{k: v for k, v in base.items() if k != "lr"}, "rate": 0.05}
+    assert template.hash(extra) == content_hash(extra) and template.hash(renamed) == content_hash(renamed)
+    with pytest.raises(ValueError, match="non-finite"):
+        template.hash({**base, "lr": float("nan")})
+    holds_marker = HashTemplate({**base, "init": "\x000\x00"}, varying)  # a value that is a marker itself
+    assert holds_marker.parts is None and holds_marker.hash(base) == content_hash(base)
 
 
 def test_non_finite_values_are_refused():
