@@ -92,14 +92,14 @@ class HashTemplate:
     them (``int.__repr__``, ``float.__repr__``).
 
     :meth:`hash` equals :func:`content_hash` for every mapping with the template's keys and, outside
-    ``varying``, its values; the caller promises the values. A mapping with another number of keys,
-    or with a varying value that is not a plain ``int`` or finite ``float``, is hashed by
+    ``varying``, its values; the caller promises the values. A mapping with other keys, or with a
+    varying value that is not a plain ``int`` or finite ``float``, is hashed by
     :func:`content_hash` itself.
     """
 
     def __init__(self, params: Mapping[str, Any], varying: Iterable[str]) -> None:
-        keys = [k for k in varying if k in params]
-        self.size = len(params)
+        keys = [k for k in dict.fromkeys(varying) if k in params]
+        self.names = frozenset(params)
         markers = {k: json.dumps(f"\x00{i}\x00") for i, k in enumerate(keys)}
         text = canonical_json({"params": {**params, **{k: json.loads(m) for k, m in markers.items()}},
                                "simulation_version": SIMULATION_VERSION})
@@ -116,7 +116,7 @@ class HashTemplate:
 
     def hash(self, params: Mapping[str, Any], length: int = HASH_LENGTH) -> str:
         """:func:`content_hash` of ``params``."""
-        if self.parts is None or len(params) != self.size:
+        if self.parts is None or params.keys() != self.names:
             return content_hash(params, length)
         out = [self.parts[0]]
         for key, part in zip(self.keys, self.parts[1:]):

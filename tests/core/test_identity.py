@@ -48,6 +48,10 @@ def test_a_hash_template_gives_content_hash_for_every_value():
         assert template.hash(point) == content_hash(point), point
     extra, renamed = {**base, "steps": 10}, {**{k: v for k, v in base.items() if k != "lr"}, "rate": 0.05}
     assert template.hash(extra) == content_hash(extra) and template.hash(renamed) == content_hash(renamed)
+    swapped = {**{k: v for k, v in base.items() if k != "z"}, "y": None}  # as many keys, one of them another
+    assert template.hash(swapped) == content_hash(swapped)
+    twice = HashTemplate(base, ("lr", "lr", "replicas"))  # a key named twice is one key
+    assert twice.hash({**base, "lr": 0.3}) == content_hash({**base, "lr": 0.3})
     with pytest.raises(ValueError, match="non-finite"):
         template.hash({**base, "lr": float("nan")})
     holds_marker = HashTemplate({**base, "init": "\x000\x00"}, varying)  # a value that is a marker itself
