@@ -246,14 +246,12 @@ def _rows(chain: Chain2D, points: np.ndarray, nodes_uv: np.ndarray,
                                    shape=(len(points), len(nodes_uv)))
 
 
-def _trapped_nodes(k: scipy.sparse.csr_matrix) -> int:
-    """How many nodes the chain cannot leave in one step as the grid resolves its kernel: rows of
-    ``k`` whose one entry is the node itself at probability 1 in floating point (the kernel is
-    far narrower than a cell there, and the chance of escaping underflows). Each is a zero row of
-    I − K, which makes the system singular."""
-    a = (scipy.sparse.identity(k.shape[0], format="csr") - k).tocsr()
-    a.eliminate_zeros()
-    return int(np.count_nonzero(np.diff(a.indptr) == 0))
+def _trapped_nodes(a: scipy.sparse.csc_matrix) -> int:
+    """How many nodes the chain cannot leave in one step as the grid resolves its kernel: zero rows
+    of ``a`` = I − K, nodes whose one kernel entry is themselves at probability 1 in floating point
+    (the kernel is far narrower than a cell there, and the chance of escaping underflows). Each
+    makes the system singular."""
+    return int(np.count_nonzero(np.bincount(a.indices[a.data != 0], minlength=a.shape[0]) == 0))
 
 
 def solve_2d(chain: Chain2D, box: tuple[float, float, float], n_u: int, n_v: int) -> float:
@@ -265,17 +263,15 @@ def solve_2d(chain: Chain2D, box: tuple[float, float, float], n_u: int, n_v: int
     v = v_lo + (np.arange(n_v) + 0.5) * hv
     uv = np.stack(np.meshgrid(u, v, indexing="ij"), -1).reshape(-1, 2)
     k = _rows(chain, chain.from_uv(uv), uv)
-    trapped = _trapped_nodes(k)
+    a = scipy.sparse.identity(len(uv), format="csc") - k.tocsc()
+    trapped = _trapped_nodes(a)
     if trapped:  # I − K has zero rows: singular, and LAPACK or SuperLU would be handed it
         raise ResolutionError(f"the chain on a {n_u} × {n_v} grid cannot leave {trapped} of its nodes (its step "
                               "kernel there is far narrower than a cell, so each keeps all its probability; the "
                               "linear system is singular): no escape time on this grid")
     if k.nnz > DENSE_FILL * len(uv) ** 2:  # a wide kernel: LU of the dense matrix is faster
-        a = -k.toarray()
-        a[np.diag_indices_from(a)] += 1.0
-        tau = np.linalg.solve(a, np.ones(len(uv)))
+        tau = np.linalg.solve(a.toarray(), np.ones(len(uv)))
     else:
-        a = scipy.sparse.identity(len(uv), format="csc") - k.tocsc()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", scipy.sparse.linalg.MatrixRankWarning)  # checked below
             try:
