@@ -37,6 +37,10 @@ third of the difference in 1-D, equal to it in 2-D. In 1-D the returned τ is Ri
 extrapolation ``τ_fine + Δ/3`` (at λ = 0.1 on a double well, 0.01 % from a solve refined to
 0.1 %, where τ_fine was 0.23 % low); in 2-D τ_fine is returned.
 
+**Precision.** A solve whose rounding could change τ by more than :data:`MAX_ROUNDING_ERROR`
+(:func:`_check_precision`: about τ > 2·10¹² updates, or nodes that nearly keep all their
+probability) raises :class:`ResolutionError` rather than return a number LU cannot vouch for.
+
 Momentum makes the chain 2-D per parameter (w and the velocity); it is not solved here (the
 caller records why).
 """
@@ -76,8 +80,34 @@ MAX_NODES_2D = 9000
 DENSE_FILL = 0.1
 
 
+#: Largest bound on the relative error of τ that rounding in the linear solve may cause
+#: (:func:`_check_precision`): a tenth of the default grid tolerance (1 %).
+MAX_ROUNDING_ERROR = 1e-3
+
+
 class ResolutionError(RuntimeError):
-    """The grid needed for the requested accuracy exceeds the node budget."""
+    """No escape time to the requested accuracy: the grid needed exceeds the node budget, or the
+    linear system cannot be solved to that accuracy in double precision."""
+
+
+def _check_precision(a_norm: float, tau: np.ndarray, tau_start: float, grid: str) -> None:
+    """Refuse a τ that rounding in the solve of ``(I − K) τ = 1`` may have spoiled.
+
+    I − K is an M-matrix (K ≥ 0, rows summing below 1), so its inverse is non-negative and
+    ``‖(I − K)⁻¹‖∞ = max τ``: the condition number is ``κ = ‖I − K‖∞ · max τ`` exactly. A
+    backward-stable solve then bounds the error of any node's τ by ``ε κ max τ``; relative to the
+    start's τ that is ``ε ‖I − K‖∞ (max τ)² / τ_start``. Above :data:`MAX_ROUNDING_ERROR` the
+    computed τ is refused: the chain leaves its basin too slowly (or some nodes nearly keep their
+    probability) for an exact value in double precision. ``a_norm`` is ‖I − K‖∞; ``tau`` the
+    nodes' τ; ``grid`` names the grid for the message."""
+    top = float(np.max(tau))
+    bound = np.finfo(float).eps * a_norm * top * top / tau_start
+    if not bound <= MAX_ROUNDING_ERROR:
+        raise ResolutionError(
+            f"on a {grid} grid the escape time from some nodes reaches {top:.3g} updates (from the start "
+            f"{tau_start:.3g}): rounding in double precision may change it by a relative {bound:.2g}, above "
+            f"{MAX_ROUNDING_ERROR:g} (the escape is too slow, or some nodes nearly keep all their probability): "
+            "no exact escape time")
 
 
 @dataclass(frozen=True)
@@ -141,7 +171,9 @@ def solve_1d(drift: Callable[[np.ndarray], np.ndarray], step: float, noise_std: 
     a = -k
     a[np.diag_indices_from(a)] += 1.0
     tau = np.linalg.solve(a, np.ones(cells))
-    return float(1.0 + row(np.array([float(start)]))[0] @ tau)
+    tau_start = float(1.0 + row(np.array([float(start)]))[0] @ tau)
+    _check_precision(float(np.abs(a).sum(axis=1).max()), tau, tau_start, f"{cells}-cell")
+    return tau_start
 
 
 def double_well(problem, step: float, noise_var: float, noise: str = "gaussian", start: float = 0.0,
@@ -282,7 +314,9 @@ def solve_2d(chain: Chain2D, box: tuple[float, float, float], n_u: int, n_v: int
         raise ResolutionError(f"the chain on a {n_u} × {n_v} grid cannot leave some nodes (its linear "
                               "system is singular): no escape time on this grid")
     k0 = _rows(chain, chain.start[None, :], uv)
-    return float(1.0 + (k0 @ tau)[0])
+    tau_start = float(1.0 + (k0 @ tau)[0])
+    _check_precision(float(abs(a).sum(axis=1).max()), tau, tau_start, f"{n_u} × {n_v}")
+    return tau_start
 
 
 def box_2d(chain: Chain2D, hessian: np.ndarray, width: float = 9.0) -> tuple[float, float, float]:

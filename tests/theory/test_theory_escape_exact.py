@@ -211,6 +211,37 @@ def test_a_kernel_far_narrower_than_the_cells_is_refused_before_any_solve(capfd)
     assert "unstable at the start's minimum" in note and re.search(r"is 2\.9\d*, at least 2", note), note
 
 
+def test_an_escape_time_that_rounding_could_spoil_is_refused():
+    """The solve's rounding error bound, ε‖I − K‖∞(max τ)²/τ_start (I − K is an M-matrix, so
+    ‖(I − K)⁻¹‖∞ = max τ), is checked against 10⁻³. On the thesis landscape (seed 1, start real,
+    S = 8, Gaussian noise, λ = 0.002305; barrier/T ≈ 2.7·10⁴, so the true τ is beyond any float)
+    the chain's system is singular to working precision and gave τ = 7.2·10¹³; it is refused. On
+    the double well the bound passes at T = 0.012 (τ ≈ 5.4·10¹⁰, within 3 % of Kramers) and
+    refuses at T = 0.009 (τ ≈ 4·10¹³)."""
+    problem = make_problem({"landscape": "thesis", "start": "real", "seed": 1})
+    params = {"lr": 0.002305, "batch_size": 8, "momentum": 0.0, "method": "sgd", "dt_over_lr": 1.0,
+              "noise": "gaussian"}
+    column, res, note = problem.exact_escape(params)
+    assert column == "exact" and res is None, res
+    assert "rounding in double precision" in note and "no exact escape time" in note, note
+    lr = 0.09
+    for temp, given in ((0.012, True), (0.009, False)):
+        noise_var = 2 * temp / lr  # the double well's T = λ·noise_var/2
+        well = _well(math.sqrt(noise_var * S))
+        if given:
+            tau = escape_exact.double_well(well, lr, noise_var).steps
+            assert 1e10 < tau < 1e12
+            assert abs(tau / kramers_steps(BARRIER, K_A, K_B, lr, noise_var) - 1) < 0.03
+        else:
+            with pytest.raises(escape_exact.ResolutionError, match=r"rounding .* by a relative 0\.0\d+, above 0\.001"):
+                escape_exact.double_well(well, lr, noise_var)
+    # the bound itself, with ‖I − K‖∞ = 2 and τ_start = top: 2ε·(max τ)²/top, 10⁻³ at max τ = top
+    top = 1e-3 / (2 * np.finfo(float).eps)
+    escape_exact._check_precision(2.0, np.array([top / 2, top * 0.999]), top, "test")
+    with pytest.raises(escape_exact.ResolutionError):
+        escape_exact._check_precision(2.0, np.array([top / 2, top * 1.01]), top, "test")
+
+
 def test_exact_escape_labels_columns_and_refuses_momentum():
     problem = _thesis()
     base = {"lr": 2.5e-3, "batch_size": 1, "momentum": 0.0, "method": "sgd", "dt_over_lr": 1.0}
