@@ -39,7 +39,8 @@ extrapolation ``τ_fine + Δ/3`` (at λ = 0.1 on a double well, 0.01 % from a so
 
 **Precision.** A solve whose rounding could change τ by more than :data:`MAX_ROUNDING_ERROR`
 (:func:`_check_precision`: about τ > 2·10¹² updates, or nodes that nearly keep all their
-probability) raises :class:`ResolutionError` rather than return a number LU cannot vouch for.
+probability), or that gives any τ below 1, raises :class:`ResolutionError` rather than return a
+number LU cannot vouch for.
 
 Momentum makes the chain 2-D per parameter (w and the velocity); it is not solved here (the
 caller records why).
@@ -98,16 +99,22 @@ def _check_precision(a_norm: float, tau: np.ndarray, tau_start: float, grid: str
     backward-stable solve then bounds the error of any node's τ by ``ε κ max τ``; relative to the
     start's τ that is ``ε ‖I − K‖∞ (max τ)² / τ_start``. Above :data:`MAX_ROUNDING_ERROR` the
     computed τ is refused: the chain leaves its basin too slowly (or some nodes nearly keep their
-    probability) for an exact value in double precision. ``a_norm`` is ‖I − K‖∞; ``tau`` the
-    nodes' τ; ``grid`` names the grid for the message."""
+    probability) for an exact value in double precision. So is any τ below 1, which the exact
+    solution never has (each τ counts at least the update that escapes): a solve of a system
+    singular to working precision can return one, even a negative one. ``a_norm`` is ‖I − K‖∞;
+    ``tau`` the nodes' τ; ``grid`` names the grid for the message."""
+    why = ("the chain escapes far more slowly than any run could measure, or some of its nodes nearly keep all "
+           "their probability: no exact escape time")
+    if not (tau_start >= 1.0 and np.all(tau >= 1.0)):
+        raise ResolutionError(f"on a {grid} grid the linear system is singular to working precision (its solve "
+                              f"gave escape times below one update, the least possible): {why}")
     top = float(np.max(tau))
     bound = np.finfo(float).eps * a_norm * top * top / tau_start
     if not bound <= MAX_ROUNDING_ERROR:
         raise ResolutionError(
-            f"on a {grid} grid the escape time from some nodes reaches {top:.3g} updates (from the start "
-            f"{tau_start:.3g}): rounding in double precision may change it by a relative {bound:.2g}, above "
-            f"{MAX_ROUNDING_ERROR:g} (the escape is too slow, or some nodes nearly keep all their probability): "
-            "no exact escape time")
+            f"on a {grid} grid the linear system is too close to singular for double precision (escape times "
+            f"of some nodes near {top:.1g} updates, where rounding could change the start's by a relative "
+            f"{bound:.2g}, above {MAX_ROUNDING_ERROR:g}): {why}")
 
 
 @dataclass(frozen=True)
@@ -252,7 +259,9 @@ def _rows(chain: Chain2D, points: np.ndarray, nodes_uv: np.ndarray,
     log space relative to the row's largest value, which keeps a kernel centred far outside the
     box (all densities below the smallest float) finite — its mass then goes to the nodes
     nearest its mean in the kernel's own metric. Entries below ``cutoff`` times the row's sum
-    are dropped.
+    are dropped and the rest rescaled to the probability of not escaping: the dropped mass stays
+    in the basin, on the kept nodes, rather than leaking as a spurious escape (which would cap τ
+    near 1/(dropped mass), about 10¹² updates).
     """
     mean = chain.to_uv(points - chain.step * chain.grad(points))
     rot = np.stack([chain.normal, chain.tangent])
@@ -271,9 +280,10 @@ def _rows(chain: Chain2D, points: np.ndarray, nodes_uv: np.ndarray,
         total = dens.sum(axis=1)
         for r in range(dens.shape[0]):
             keep = np.flatnonzero(dens[r] > cutoff * total[r])
+            kept = dens[r, keep]
             rows.append(np.full(keep.size, start + r))
             cols.append(keep)
-            vals.append(dens[r, keep] * (stay[start + r] / total[r]))
+            vals.append(kept * (stay[start + r] / kept.sum()))
     return scipy.sparse.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
                                    shape=(len(points), len(nodes_uv)))
 
