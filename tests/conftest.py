@@ -412,15 +412,27 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return max(1, min(os.cpu_count() or 1, MAX_TEST_PROCESSES))
 
 
+#: The files of ``slow`` tests in the order they run, last of all. pytest-xdist hands a process its
+#: next file while it still has two tests to run, so a file of one or two tests brings the next file
+#: to the same process: the cold start (one test, about a minute) takes the browser's file with it,
+#: and the SLURM file (about a minute and a half, mostly waiting for SLURM) comes last, alone on the
+#: other process. In the collected order the SLURM file followed the cold start on one process,
+#: and the run ended on it with the other process idle.
+SLOW_FILES = ("test_cold_start.py", "test_report_browser.py", "test_slurm.py")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The order of the run. Files with ``workflow`` tests (real Snakemake and Dask processes, the
     longest) first, so that a parallel run (pytest-xdist, one file per process at a time) does not
     end on one of them; the tests marked ``slow`` (a cold compile on a saturated machine, the real
     SLURM cluster, the browser; each in a file of its own) after all the others, so that a failure
-    elsewhere shows first. Otherwise in the collected order."""
+    elsewhere shows first, in the order of :data:`SLOW_FILES`. Otherwise in the collected order."""
     def marked(marker: str) -> set[Path]:
         return {item.path for item in items if item.get_closest_marker(marker) is not None}
 
+    def slow_rank(item: pytest.Item) -> int:
+        return SLOW_FILES.index(item.path.name) if item.path.name in SLOW_FILES else len(SLOW_FILES)
+
     slow, workflow = marked("slow"), marked("workflow")
-    items.sort(key=lambda item: (item.get_closest_marker("slow") is not None,
+    items.sort(key=lambda item: (item.get_closest_marker("slow") is not None, slow_rank(item),
                                  item.path in slow, item.path not in workflow))
