@@ -252,8 +252,14 @@ def test_ctrl_c_stops_the_run_and_its_cluster_and_the_next_run_resumes(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("SGDSWEEP_SCHEDULER_FILE", None)
     with open(tmp_path / "run.log", "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "sgdsweep", "run", str(cfg), "--cores", "2"], cwd=tmp_path,
-                                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        # as from a terminal, where Ctrl-C is not ignored (a test run started in the background of a
+        # non-interactive shell ignores SIGINT, and its processes would inherit that): the command is
+        # exec'ed with SIGINT's default action
+        argv = [sys.executable, "-m", "sgdsweep", "run", str(cfg), "--cores", "2"]
+        launch = ("import os, signal; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                  f"os.execv({sys.executable!r}, {argv!r})")
+        proc = subprocess.Popen([sys.executable, "-c", launch], cwd=tmp_path, env=env, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + 300
     while not any((sweep / "points").glob("*.npz")):
         assert time.monotonic() < deadline and proc.poll() is None, "no point was stored"
