@@ -99,9 +99,9 @@ def _check_precision(a_norm: float, tau: np.ndarray, tau_start: float, grid: str
     backward-stable solve then bounds the error of any node's τ by ``ε κ max τ``; relative to the
     start's τ that is ``ε ‖I − K‖∞ (max τ)² / τ_start``. Above :data:`MAX_ROUNDING_ERROR` the
     computed τ is refused: the chain leaves its basin too slowly (or some nodes nearly keep their
-    probability) for an exact value in double precision. So is any τ below 1, which the exact
-    solution never has (each τ counts at least the update that escapes): a solve of a system
-    singular to working precision can return one, even a negative one. ``a_norm`` is ‖I − K‖∞;
+    probability) for an exact value in double precision. So is any τ below 1 or not finite, which
+    the exact solution never has (each τ counts at least the update that escapes): a solve of a
+    system singular to working precision can return one, even a negative one. ``a_norm`` is ‖I − K‖∞;
     ``tau`` the nodes' τ; ``grid`` names the grid for the message."""
     why = ("the chain escapes far more slowly than any run could measure, or some of its nodes nearly keep all "
            "their probability: no exact escape time")
@@ -320,9 +320,6 @@ def solve_2d(chain: Chain2D, box: tuple[float, float, float], n_u: int, n_v: int
                 tau = scipy.sparse.linalg.spsolve(a, np.ones(len(uv)))
             except RuntimeError:  # SuperLU gives up on some wide kernels: LU of the dense matrix
                 tau = np.linalg.solve(a.toarray(), np.ones(len(uv)))
-    if not np.all(np.isfinite(tau)):
-        raise ResolutionError(f"the chain on a {n_u} × {n_v} grid cannot leave some nodes (its linear "
-                              "system is singular): no escape time on this grid")
     k0 = _rows(chain, chain.start[None, :], uv)
     tau_start = float(1.0 + (k0 @ tau)[0])
     _check_precision(float(abs(a).sum(axis=1).max()), tau, tau_start, f"{n_u} × {n_v}")
