@@ -94,8 +94,9 @@ class ResolutionError(RuntimeError):
 def _check_precision(a_norm: float, tau: np.ndarray, tau_start: float, grid: str) -> None:
     """Refuse a τ that rounding in the solve of ``(I − K) τ = 1`` may have spoiled.
 
-    I − K is an M-matrix (K ≥ 0, rows summing below 1), so its inverse is non-negative and
-    ``‖(I − K)⁻¹‖∞ = max τ``: the condition number is ``κ = ‖I − K‖∞ · max τ`` exactly. A
+    I − K is an M-matrix (K ≥ 0, rows summing to at most 1, up to rounding where the chance of
+    escaping rounds to 0), so its inverse is non-negative and ``‖(I − K)⁻¹‖∞ = max τ``: the
+    condition number is ``κ = ‖I − K‖∞ · max τ`` (to rounding). A
     backward-stable solve then bounds the error of any node's τ by ``ε κ max τ``; relative to the
     start's τ that is ``ε ‖I − K‖∞ (max τ)² / τ_start``. Above :data:`MAX_ROUNDING_ERROR` the
     computed τ is refused: the chain leaves its basin too slowly (or some nodes nearly keep their
@@ -268,6 +269,10 @@ def _rows(chain: Chain2D, points: np.ndarray, nodes_uv: np.ndarray,
     cov = np.einsum("ij,njk,lk->nil", rot, chain.cov(points), rot)
     cov = cov + 1e-12 * np.trace(cov, axis1=1, axis2=2)[:, None, None] * np.eye(2)
     det = cov[:, 0, 0] * cov[:, 1, 1] - cov[:, 0, 1] ** 2
+    if not np.all(det > 0):  # NaN too
+        raise ResolutionError("the step noise is zero at some nodes (with batch_size equal to the number of "
+                              "samples every update is the full gradient): the chain never escapes by noise, "
+                              "so it has no escape time")
     inv = np.stack([np.stack([cov[:, 1, 1], -cov[:, 0, 1]], -1),
                     np.stack([-cov[:, 0, 1], cov[:, 0, 0]], -1)], 1) / det[:, None, None]
     stay = scipy.special.ndtr(-mean[:, 0] / np.sqrt(cov[:, 0, 0]))

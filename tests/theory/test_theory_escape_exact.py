@@ -249,6 +249,18 @@ def test_an_escape_time_that_rounding_could_spoil_is_refused():
         escape_exact._check_precision(2.0, np.array([-1e17, 5.0]), 3.0, "test")
 
 
+def test_a_chain_without_noise_has_no_escape_time():
+    """With batch_size equal to the number of samples (600 on the thesis landscape) every update is
+    the full gradient: the step noise is zero, and the chain never escapes. Its kernel rows were
+    NaN and then empty, so K = 0 gave every node τ = 1, which was accepted."""
+    problem = _thesis()
+    assert problem.n_samples == 600
+    for noise in ("gaussian", "minibatch", "gaussian_matched"):
+        _, res, note = problem.exact_escape({"lr": 0.003, "batch_size": 600, "momentum": 0.0,
+                                            "method": "sgd", "dt_over_lr": 1.0, "noise": noise})
+        assert res is None and "step noise is zero" in note, (noise, res, note)
+
+
 def test_the_mass_a_kernel_row_drops_stays_in_the_basin():
     """Each 2-D kernel row sums to the exact probability of not escaping (what the row without a
     cutoff sums to), also after its entries below the cutoff are dropped: that mass does not
