@@ -19,8 +19,10 @@ from typing import Any
 #: drawn from its 2 × 2 covariance. 5: the summary gains fdr_residual_se; the thesis landscape's
 #: minima are polished to a zero gradient. 6: escape theory columns only where their law holds
 #: (reasons per point), the thesis landscape's Kramers column is Eyring–Kramers, the 2-D exact
-#: chain no longer overflows, the 1-D exact chain is Richardson-extrapolated.
-SIMULATION_VERSION = 6
+#: chain no longer overflows, the 1-D exact chain is Richardson-extrapolated. 7: the exact escape
+#: columns refuse a τ that rounding could spoil or that a chain without step noise cannot have, a
+#: 2-D kernel row's dropped mass stays in the basin, and the 2-D box grows until τ holds still.
+SIMULATION_VERSION = 7
 #: The version the random numbers are keyed by (:func:`stream_hash`: replicas' streams and data
 #: sets). Fixed apart from SIMULATION_VERSION, so that rerunning points does not reseed them —
 #: and does not hand the statistical tests new seeds. Bump only to reseed everything.
