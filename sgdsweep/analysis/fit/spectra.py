@@ -15,8 +15,8 @@ layers: ψ = 2 for W2 at leading order (σᵢ² ∝ D1ᵢ/(D1ᵢ + D2), cᵢ ∝
 relation (no theory value). The theory value is the same fit of the per-point within-layer
 theory eigenvalues, when the ensemble has them. Modes below the numerical floor
 (:data:`NUMERICAL_FLOOR`: variance or curvature below 1e-10 times the largest mode's) are
-round-off, not physics — e.g. a direction projected out of the covariance, at variance 1e-18 —
-and are left out of both fits and counted (``excluded_modes``).
+round-off, not physics — e.g. a direction projected out of the covariance, at variance ±1e-18,
+its sign the machine's — and are left out of both fits and counted (``excluded_modes``).
 """
 
 from __future__ import annotations
@@ -39,14 +39,16 @@ NUMERICAL_FLOOR = 1e-10
 
 
 def _above_floor(variance: np.ndarray, curvature: np.ndarray) -> tuple[np.ndarray, int]:
-    """(modes with finite positive variance and curvature at or above :data:`NUMERICAL_FLOOR`
-    times the largest of each, how many finite positive ones fell below it)."""
-    ok = np.isfinite(variance) & np.isfinite(curvature) & (variance > 0) & (curvature > 0)
-    if not ok.any():
-        return ok, 0
-    above = (ok & (variance >= NUMERICAL_FLOOR * variance[ok].max())
-             & (curvature >= NUMERICAL_FLOOR * curvature[ok].max()))
-    return above, int(ok.sum() - above.sum())
+    """(modes with positive variance and curvature at or above :data:`NUMERICAL_FLOOR` times the
+    largest magnitude of each, how many finite modes are round-off: variance or curvature below
+    the floor in magnitude, of either sign — the sign of round-off is the machine's, not the
+    physics')."""
+    finite = np.isfinite(variance) & np.isfinite(curvature)
+    if not finite.any():
+        return finite, 0
+    roundoff = finite & ((np.abs(variance) < NUMERICAL_FLOOR * np.abs(variance[finite]).max())
+                         | (np.abs(curvature) < NUMERICAL_FLOOR * np.abs(curvature[finite]).max()))
+    return finite & ~roundoff & (variance > 0) & (curvature > 0), int(roundoff.sum())
 
 
 def _point_groups(ds: xr.Dataset) -> list[dict[str, Any]]:
@@ -189,7 +191,8 @@ def flatness_exponent(variance: np.ndarray, curvature: np.ndarray, confidence: f
     measured curvature, mode by mode; the same floor applies to the theory spectrum).
     ``curvature_spread`` = max/min curvature over the modes used: a single layer has ψ ≈ 0
     because the curvature barely varies (Gross et al. Fig. 6). ``n_modes``: the modes fitted;
-    ``excluded_modes``: those with positive variance and curvature below the floor.
+    ``excluded_modes``: those whose variance or curvature is below the floor in magnitude (of
+    either sign).
     """
     v, c = np.asarray(variance, float), np.asarray(curvature, float)
     ok, excluded = _above_floor(v, c)
