@@ -219,3 +219,53 @@ def test_a_summary_verdict_counts_the_family_s_rejections():
     control(fits, 0.95)
     (v,) = assess(fits)
     assert v.status == "bad" and "exact theory inside in 4 of 5; the report's family rejects 1: DISAGREES" in v.text()
+
+
+def _broken_collapse() -> xr.Dataset:
+    """The six points of :func:`_ensemble` with points at S = 4 30 % above their exact theory
+    (1 % SE): at equal λ/S the collapse is broken far beyond every null draw."""
+    ds = _ensemble()
+    factor = np.where(ds["batch_size"].values == 4.0, 1.3, 1.0)
+    theory = ds["weight_var_theory"].values
+    reps = theory[:, None] * factor[:, None] * (1 + 0.04 * np.random.default_rng(1).standard_normal((6, 16)))
+    return ds.assign(weight_var=("point", reps.mean(1)), weight_var_se=("point", reps.std(1, ddof=1) / 4),
+                     weight_var_replica=(("point", "replica"), reps))
+
+
+def test_a_collapse_far_outside_its_null_is_drawn_only_as_far_as_the_family_needs(monkeypatch):
+    """Holm rejects any p-value at or below α/m. A collapse far outside its null is settled by
+    the first batch of draws when the batch's 99.9 % bound of its p-value is below α/m (a
+    report of a few comparisons); in a report of 600 comparisons it is drawn on until the
+    bound is below 0.05/600, and is still rejected."""
+    from sgdsweep.analysis.fit import collapse, family
+
+    calls = []
+    draws = collapse._null_draws
+    monkeypatch.setattr(collapse, "_null_draws", lambda *a, **k: calls.append(1) or draws(*a, **k))
+    fits = fit_ensemble(_broken_collapse(), FIT)
+    q = fits["linear_scaling"][0]["params"]["spread2"]
+    m = fits["family"]["comparisons"]
+    assert len(calls) == 1 and q["pvalue"] == 2 / collapse.NULL_DRAWS
+    assert q["pvalue_bound"] <= 0.05 / m and q["disagrees"]
+
+    calls.clear()
+    monkeypatch.setattr(family, "count", lambda fits: 600)
+    q = fit_ensemble(_broken_collapse(), FIT)["linear_scaling"][0]["params"]["spread2"]
+    assert q["pvalue_bound"] <= 0.05 / 600 < collapse.tail_bound(0, (len(calls) - 2) * collapse.NULL_DRAWS)
+    assert q["pvalue"] <= 0.05 / 600 and q["disagrees"]
+
+
+def test_the_tail_bound_holds_the_p_value_at_its_confidence():
+    """``tail_bound(k, n)`` is below the true two-sided p-value 2q only when the count k of n
+    draws in the tail is improbably low: at most 0.1 % of the time, for any q (exact Poisson
+    probabilities of k)."""
+    from scipy import stats
+
+    from sgdsweep.analysis.fit.collapse import NULL_BOUND_CONFIDENCE, tail_bound
+
+    n = 20000
+    for q in (1e-5, 5e-5, 1e-4, 2.7e-4, 4e-4):
+        low = [k for k in range(40) if tail_bound(k, n) < 2 * q]
+        miss = stats.poisson.cdf(max(low), n * q) if low else 0.0
+        assert miss <= 1 - NULL_BOUND_CONFIDENCE + 1e-12, (q, low, miss)
+        assert tail_bound(int(stats.poisson.ppf(0.5, n * q)), n) > 2 * q  # not trivially loose

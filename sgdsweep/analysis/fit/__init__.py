@@ -62,6 +62,20 @@ def _has(ds: xr.Dataset, *names: str) -> bool:
     return all(n in ds and np.isfinite(np.asarray(ds[n].values, float)).any() for n in names)
 
 
+def _resolve_collapses(out: dict[str, Any], collapses: dict[str, Any], indices: dict[str, list[np.ndarray]],
+                       level: float) -> None:
+    """Refit, drawing the null down to ``level`` (α/m, Holm's smallest threshold), each collapse
+    whose p-value one batch of draws left above it unresolved (``pvalue_bound`` > level;
+    :mod:`sgdsweep.analysis.fit.collapse`). The group's fit is then that of a fresh process with
+    this family; the cache keeps the one-batch fit, which does not depend on the family."""
+    for name, fit in collapses.items():
+        for j, res in enumerate(out.get(name) or []):
+            bound = ((res.get("params") or {}).get("spread2") or {}).get("pvalue_bound")
+            if bound is not None and bound > level:
+                out[name][j] = {**fit(indices[name][j], level),
+                                **{k: res[k] for k in ("group", "excluded_diverged", "short_burn_in") if k in res}}
+
+
 def fit_ensemble(ds: xr.Dataset, fit_config: dict[str, Any], cache: FitCache | None = None) -> dict[str, Any]:
     """Run the fits that ``fit_config`` (the config's ``fit`` section, defaults filled) enables.
     With ``cache``, a group whose points and settings are those of a group fitted before with
@@ -87,10 +101,14 @@ def fit_ensemble(ds: xr.Dataset, fit_config: dict[str, Any], cache: FitCache | N
     def rng() -> np.random.Generator:
         return np.random.default_rng(BOOTSTRAP_SEED)
 
+    indices: dict[str, list[np.ndarray]] = {}  # each fit's groups' points, in the order of its results
+
     def run_groups(name: str, fitted: tuple[str, ...], one) -> None:
         results = []
+        indices[name] = []
         for group, mask in groups(ds, fitted):
             index = np.flatnonzero(mask & ~diverged)
+            indices[name].append(index)
             key = keys.key(name, index) if keys is not None else None
             res = cache.get(key) if key is not None else None
             if res is None:
@@ -118,6 +136,7 @@ def fit_ensemble(ds: xr.Dataset, fit_config: dict[str, Any], cache: FitCache | N
                 replicas=wv_rep[i] if wv_rep is not None else None, rng=rng(), **common))
     counts = np.isfinite(wv_rep).sum(axis=1) if wv_rep is not None else None
     mom = axis_values(ds, "momentum", 0.0)
+    collapses = {}  # fit name → its fit of one group, drawing the null to a given p-value level
     for name, fitted, variable in (("linear_scaling", ("lr", "batch_size"), "lr/batch_size"),
                                    ("momentum_scaling", ("lr", "batch_size", "momentum"),
                                     "lr/((1-momentum)*batch_size)")):
@@ -130,10 +149,11 @@ def fit_ensemble(ds: xr.Dataset, fit_config: dict[str, Any], cache: FitCache | N
             skipped[name] = "momentum is not swept"
             continue
         x = ds["lr"].values / ds["batch_size"].values / (1 - mom if name == "momentum_scaling" else 1.0)
-        run_groups(name, fitted, lambda i, x=x, variable=variable: fit_collapse(
+        collapses[name] = lambda i, target=1.0, x=x, variable=variable: fit_collapse(
             x[i], ds["weight_var"].values[i], ds["weight_var_se"].values[i],
             ds["weight_var_theory"].values[i] if "weight_var_theory" in ds else None,
-            conf, variable=variable, replicas=counts[i] if counts is not None else None))
+            conf, variable=variable, replicas=counts[i] if counts is not None else None, target=target)
+        run_groups(name, fitted, collapses[name])
     if enabled["escape"]:
         if not _has(ds, "escape_time"):
             skipped["escape"] = "no escape times in the ensemble (no landscape model, or no replica escaped)"
@@ -192,6 +212,7 @@ def fit_ensemble(ds: xr.Dataset, fit_config: dict[str, Any], cache: FitCache | N
     checks = point_checks(ds, diverged)
     if checks:
         out["points"] = checks
+    _resolve_collapses(out, collapses, indices, (1.0 - conf) / max(family.count(out), 1))
     family.control(out, conf)
     out["settings"] = {"confidence": conf, "bootstrap": n_boot, "bootstrap_seed": BOOTSTRAP_SEED,
                        "points_digest": ds.attrs.get("points_digest")}

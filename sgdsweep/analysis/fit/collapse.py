@@ -32,6 +32,13 @@ SE; normal without replica counts), from a fixed seed. Over more than a hundred 
 of draws is taken, and beyond its reach the normal law with its mean and variance
 (:data:`NULL_EXACT_POINTS`): Δ̂² is then a sum of many independent class terms, and drawing its far
 tail would cost draws × points.
+
+How far into the tail to draw depends on the report: Holm rejects every p-value at or below α/m
+(m comparisons) whatever the others are, so a p-value need not be resolved once a 99.9 % upper
+bound of it (:func:`tail_bound`) is at most α/m. :func:`null_test` takes that level as
+``target``; :func:`sgdsweep.analysis.fit.fit_ensemble` first draws one batch per collapse, counts
+the report's comparisons, and draws on only for the collapses whose bound is still above α/m (a
+collapse far outside its null otherwise cost ten batches for nothing).
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ import math
 from typing import Any
 
 import numpy as np
+import scipy.special
 
 from sgdsweep.analysis.fit.common import parameter, t_quantile, z_quantile
 
@@ -126,15 +134,28 @@ def _null_draws(log_theory: np.ndarray, rel_var: np.ndarray, classes: list[np.nd
     return (np.add.reduceat(y * y, starts, axis=1).sum(axis=1) - correction) / int((sizes - 1).sum())
 
 
+#: Confidence of :func:`tail_bound`, the bound at which :func:`null_test` stops short of
+#: :data:`NULL_TAIL` draws in the tail.
+NULL_BOUND_CONFIDENCE = 0.999
+
+
+def tail_bound(tail_draws: int, total: int) -> float:
+    """An upper bound, at :data:`NULL_BOUND_CONFIDENCE`, of the two-sided p-value ``2q`` when
+    ``tail_draws`` of ``total`` independent draws lie in its smaller tail (q that tail's
+    probability): twice the exact Poisson upper limit of the count over ``total``."""
+    return min(1.0, 2.0 * float(scipy.special.gammaincinv(tail_draws + 1, NULL_BOUND_CONFIDENCE)) / total)
+
+
 def null_test(estimate: float, log_theory: np.ndarray, rel_var: np.ndarray, classes: list[np.ndarray],
-              replicas: np.ndarray | None = None) -> tuple[float, str]:
-    """(two-sided p-value, its tail: ``"lower"`` or ``"upper"``) of ``estimate`` under the theory
-    (module docstring): twice the smaller tail of Δ̂² drawn with the points' noise, from
-    :data:`NULL_DRAWS` draws, more where that tail holds fewer than :data:`NULL_TAIL` of them (down
-    to 2/:data:`NULL_DRAWS_MAX`); over more than :data:`NULL_EXACT_POINTS` points, from one
-    batch, and beyond its reach from the normal law matched to it. ``replicas`` (n,): each
-    point's replica count (None: the SEs are taken as exact). A lower tail is a spread smaller
-    than the theory's and the noise allow."""
+              replicas: np.ndarray | None = None, target: float = 0.0) -> tuple[float, str, float | None]:
+    """(two-sided p-value, its tail: ``"lower"`` or ``"upper"``, bound) of ``estimate`` under the
+    theory (module docstring): twice the smaller tail of Δ̂² drawn with the points' noise, in
+    batches of :data:`NULL_DRAWS` until that tail holds :data:`NULL_TAIL` draws, the draws reach
+    :data:`NULL_DRAWS_MAX` (p-values down to 2/NULL_DRAWS_MAX), or :func:`tail_bound` is at
+    most ``target`` (then ``bound`` is that bound; else None). Over more than
+    :data:`NULL_EXACT_POINTS` points, from one batch, and beyond its reach from the normal law
+    matched to it. ``replicas`` (n,): each point's replica count (None: the SEs are taken as
+    exact). A lower tail is a spread smaller than the theory's and the noise allow."""
     rng = np.random.default_rng(NULL_SEED)
     points = int(sum(idx.size for idx in classes))
     if points > NULL_EXACT_POINTS:
@@ -142,18 +163,24 @@ def null_test(estimate: float, log_theory: np.ndarray, rel_var: np.ndarray, clas
         draws = _null_draws(log_theory, rel_var, classes, replicas, rng, n)
         below, above = int(np.count_nonzero(draws <= estimate)), int(np.count_nonzero(draws >= estimate))
         if min(below, above) >= NULL_TAIL:
-            return float(min(1.0, 2 * min(below, above) / n)), ("lower" if below < above else "upper")
+            return float(min(1.0, 2 * min(below, above) / n)), ("lower" if below < above else "upper"), None
         z = (estimate - float(draws.mean())) / max(float(draws.std(ddof=1)), np.finfo(float).tiny)
-        return float(min(1.0, math.erfc(abs(z) / math.sqrt(2)))), ("lower" if z < 0 else "upper")
+        return float(min(1.0, math.erfc(abs(z) / math.sqrt(2)))), ("lower" if z < 0 else "upper"), None
     below = above = total = 0
+    bound = None
     while True:
         draws = _null_draws(log_theory, rel_var, classes, replicas, rng)
         below += int(np.count_nonzero(draws <= estimate))
         above += int(np.count_nonzero(draws >= estimate))
         total += NULL_DRAWS
         if min(below, above) >= NULL_TAIL or total >= NULL_DRAWS_MAX:
+            bound = None
             break
-    return float(min(1.0, 2 * max(min(below, above), 1) / total)), ("lower" if below < above else "upper")
+        bound = tail_bound(min(below, above), total)
+        if bound <= target:
+            break
+    return (float(min(1.0, 2 * max(min(below, above), 1) / total)), ("lower" if below < above else "upper"),
+            bound)
 
 
 def null_pvalue(estimate: float, log_theory: np.ndarray, rel_var: np.ndarray, classes: list[np.ndarray],
@@ -164,7 +191,7 @@ def null_pvalue(estimate: float, log_theory: np.ndarray, rel_var: np.ndarray, cl
 
 def fit_collapse(x: np.ndarray, value: np.ndarray, se: np.ndarray, theory: np.ndarray | None = None,
                  confidence: float = 0.95, *, variable: str = "lr/batch_size",
-                 replicas: np.ndarray | None = None) -> dict[str, Any]:
+                 replicas: np.ndarray | None = None, target: float = 0.0) -> dict[str, Any]:
     """Spread Δ² of ``ln value`` among points with equal scaling variable ``x`` (module docstring).
 
     Args:
@@ -175,10 +202,13 @@ def fit_collapse(x: np.ndarray, value: np.ndarray, se: np.ndarray, theory: np.nd
         variable: how ``x`` is built, for the summary.
         replicas: each point's replica count, shape (n,), for the theory's p-value (None: the
             SEs are taken as exact).
+        target: the p-value level below which the theory's p-value need not be resolved
+            (:func:`null_test`); 0 resolves it as far as the draws reach.
 
     Returns:
         JSON-ready dict with ``params["spread2"]`` (estimate, score interval, theory, its p-value
-        and ``pvalue_tail``, leading order 0, inside), ``relative_spread`` (√Δ², or 0 when Δ² ≤ 0), ``n_classes``,
+        and ``pvalue_tail``, ``pvalue_bound`` where the draws stopped at ``target``, leading
+        order 0, inside), ``relative_spread`` (√Δ², or 0 when Δ² ≤ 0), ``n_classes``,
         ``n_points``, or ``error`` when no two usable points share ``x``.
     """
     x, value, se = (np.asarray(a, float) for a in (x, value, se))
@@ -215,8 +245,11 @@ def fit_collapse(x: np.ndarray, value: np.ndarray, se: np.ndarray, theory: np.nd
     q["interval"] = [lo, hi]
     if th is not None:
         q["theory_inside"] = bool(lo <= th <= hi)
-        q["pvalue"], q["pvalue_tail"] = null_test(est, np.log(theory[keep]), rel_var, classes,
-                                                  None if replicas is None else np.asarray(replicas, float)[keep])
+        q["pvalue"], q["pvalue_tail"], bound = null_test(
+            est, np.log(theory[keep]), rel_var, classes,
+            None if replicas is None else np.asarray(replicas, float)[keep], target)
+        if bound is not None:
+            q["pvalue_bound"] = bound
     result["params"] = {"spread2": q}
     result["relative_spread"] = math.sqrt(max(est, 0.0))
     result["relative_spread_theory"] = math.sqrt(max(th, 0.0)) if th is not None else None

@@ -66,6 +66,11 @@ def _comparisons(fits: dict[str, Any]) -> Iterator[tuple[dict[str, Any], str, st
                     yield q, "pvalue", "disagrees", float(q["pvalue"])
 
 
+def count(fits: dict[str, Any]) -> int:
+    """How many comparisons with theory ``fits`` holds: the family's size m."""
+    return sum(1 for _ in _comparisons(fits))
+
+
 def control(fits: dict[str, Any], confidence: float) -> dict[str, Any]:
     """Decide every comparison of ``fits`` with Holm's procedure at α = 1 − ``confidence``
     (module docstring); annotates ``fits`` in place and returns its ``family`` summary."""
