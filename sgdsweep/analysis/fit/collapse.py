@@ -47,7 +47,6 @@ import math
 from typing import Any
 
 import numpy as np
-import scipy.special
 
 from sgdsweep.analysis.fit.common import parameter, t_quantile, z_quantile
 
@@ -143,7 +142,9 @@ def tail_bound(tail_draws: int, total: int) -> float:
     """An upper bound, at :data:`NULL_BOUND_CONFIDENCE`, of the two-sided p-value ``2q`` when
     ``tail_draws`` of ``total`` independent draws lie in its smaller tail (q that tail's
     probability): twice the exact Poisson upper limit of the count over ``total``."""
-    return min(1.0, 2.0 * float(scipy.special.gammaincinv(tail_draws + 1, NULL_BOUND_CONFIDENCE)) / total)
+    from scipy import special  # on use: building a sweep's summary imports this module
+
+    return min(1.0, 2.0 * float(special.gammaincinv(tail_draws + 1, NULL_BOUND_CONFIDENCE)) / total)
 
 
 def null_test(estimate: float, log_theory: np.ndarray, rel_var: np.ndarray, classes: list[np.ndarray],

@@ -14,10 +14,12 @@ from __future__ import annotations
 import functools
 import json
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import xarray as xr
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 
 def groups(ds: xr.Dataset, fitted_axes: tuple[str, ...]) -> list[tuple[dict[str, Any], np.ndarray]]:
