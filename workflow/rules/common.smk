@@ -14,6 +14,7 @@ from sgdsweep.sweep.execution import scheduler_address, uses_local_cluster, work
 from sgdsweep.sweep.config import build_sweep, check_place
 from sgdsweep.core.paths import write_if_changed
 from sgdsweep.run.progress import VERBOSITY_ENV
+from sgdsweep.store.points import complete_points
 from sgdsweep.sweep.explain import explain, format_explanation
 from sgdsweep.sweep.plan import (
     PlanFiles,
@@ -31,9 +32,10 @@ try:
     locking.check_writable(SWEEP.directory)  # without writing: a blocked path or a read-only mount
     scheduler_address(SWEEP.config["execution"])  # a bad SGDSWEEP_SCHEDULER fails here, before any job
     PLAN = PlanFiles(SWEEP.directory)
+    STORED = complete_points(PLAN.points_dir, (p.hash for p in SWEEP.points))  # each store opened once
     if workflow.is_main_process and VERBOSITY_ENV not in os.environ:  # sgdsweep run has said it
-        print(format_explanation(SWEEP, explain(SWEEP), max_lines=20), file=sys.stderr)
-    PLAN_TEXTS = {str(path): text for path, text in plan_texts(SWEEP).items()}
+        print(format_explanation(SWEEP, explain(SWEEP, STORED), max_lines=20), file=sys.stderr)
+    PLAN_TEXTS = {str(path): text for path, text in plan_texts(SWEEP, STORED).items()}
     # what the jobs read: each spec under its name by content (sgdsweep.sweep.plan); a changed
     # spec is a missing file, which the plan rule writes and which then reruns what reads it
     PLAN_INPUT = {path: str(PLAN.by_content(path, text)) for path, text in PLAN_TEXTS.items()}
