@@ -120,9 +120,7 @@ def run_sweep(args: argparse.Namespace, verbosity: int) -> int:
     if code == 0 and not args.dry_run:
         from sgdsweep.run.summary import run_summary
 
-        # without targets, every store was checked above (stored_before) or read into the ensemble
-        print(run_summary(sweep, stored_before, time.monotonic() - t0, read_all=not args.snakemake_args),
-              file=sys.stderr)
+        print(run_summary(sweep, stored_before, time.monotonic() - t0), file=sys.stderr)
     return code
 
 

@@ -18,20 +18,19 @@ from sgdsweep.store.points import complete_points
 from sgdsweep.sweep.plan import PlanFiles
 
 
-def run_summary(sweep: Any, stored_before: Iterable[str], seconds: float, read_all: bool = False) -> str:
+def run_summary(sweep: Any, stored_before: Iterable[str], seconds: float) -> str:
     """The text ``sgdsweep run`` prints when Snakemake succeeded.
 
     Args:
         sweep: the :class:`sgdsweep.sweep.config.Sweep` that ran.
-        stored_before: hashes of the points that had a complete store before the run.
+        stored_before: hashes of the points that had a complete store before the run (checked
+            then; only the others are opened now).
         seconds: wall-clock duration of the run.
-        read_all: whether every point store present was checked (``stored_before``, at the
-            run's start) or written and read by the run's workflow (it built the ensemble): they
-            are then counted without opening each again.
     """
     plan = PlanFiles(Path(sweep.directory))
     hashes = [p.hash for p in sweep.points]
-    stored = complete_points(plan.points_dir, hashes, verify=not read_all)
+    before = set(stored_before)
+    stored = before & set(hashes) | complete_points(plan.points_dir, [h for h in hashes if h not in before])
     new = len(stored - set(stored_before))
     out = [f"sgdsweep: sweep '{sweep.name}' finished in {seconds:.0f} s",
            f"  points: {len(stored)} of {len(hashes)} stored, {new} simulated in this run"]

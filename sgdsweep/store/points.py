@@ -537,13 +537,12 @@ def is_complete(path: str | Path, point_hash: str | None = None) -> bool:
     return True
 
 
-def complete_points(points_dir: str | Path, hashes: Iterable[str], verify: bool = True) -> set[str]:
+def complete_points(points_dir: str | Path, hashes: Iterable[str]) -> set[str]:
     """The hashes among ``hashes`` whose point store in ``points_dir`` (single or packed) is
     complete and is that point's own (:func:`is_complete` with the hash; one listing of the
     directory and one of its packs, then only the stores that exist are opened: planning 10⁴
-    points stays fast). With ``verify`` False, the stores present, unopened: for a caller that
-    knows they were just checked (the summary of a run whose workflow read them all). Stores of
-    earlier layouts are not found: :mod:`sgdsweep.store.migrate` rewrites them first."""
+    points stays fast). Stores of earlier layouts are not found: :mod:`sgdsweep.store.migrate`
+    rewrites them first."""
     try:
         present = set(os.listdir(points_dir))
     except FileNotFoundError:
@@ -555,7 +554,7 @@ def complete_points(points_dir: str | Path, hashes: Iterable[str], verify: bool 
             found: Path | None = Path(points_dir) / f"{h}{POINT_SUFFIX}"
         else:
             found = packs.member_path(packed[h], h) if h in packed else None
-        if found is not None and (not verify or is_complete(found, point_hash=h)):
+        if found is not None and is_complete(found, point_hash=h):
             done.add(h)
     return done
 

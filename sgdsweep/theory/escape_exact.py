@@ -380,6 +380,8 @@ def _settle_box(chain: Chain2D, box: tuple[float, float, float], n_u: int, n_v: 
     changes τ, not the discretisation) whose τ one more growth changes by less than ``tol``,
     and that relative change. The separatrix side (u = 0) stays."""
     hu, hv = -box[0] / n_u, (box[2] - box[1]) / n_v
+    if n_u * n_v > MAX_NODES_2D:
+        raise ResolutionError(f"the 2-D chain's first grid needs more than {MAX_NODES_2D} nodes")
     tau = solve_2d(chain, box, n_u, n_v)
     while True:
         add_u, add_v = max(1, round((BOX_GROWTH - 1) * n_u)), max(1, round((BOX_GROWTH - 1) * n_v / 2))
@@ -404,7 +406,7 @@ def chain_escape(chain: Chain2D, box: tuple[float, float, float], rtol: float = 
     grown :data:`BOX_GROWTH` times per axis (:func:`_settle_box`) until growing it once more changes τ by less
     than :data:`BOX_SHARE` times ``rtol`` (the quadratic approximation that sets ``box`` misses a
     state-dependent noise's reach: on the thesis landscape with Gaussian-matched noise the box
-    from it was 2.7 % short). Then the grid is refined by √2 per axis until two successive τ
+    from it put τ 2.9 % high). Then the grid is refined by √2 per axis until two successive τ
     differ by less than ``rtol``."""
     u_lo, v_lo, v_hi = box
     aspect = (v_hi - v_lo) / -u_lo

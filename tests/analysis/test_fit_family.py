@@ -247,6 +247,9 @@ def test_a_collapse_far_outside_its_null_is_drawn_only_as_far_as_the_family_need
     m = fits["family"]["comparisons"]
     assert len(calls) == 1 and q["pvalue"] == 2 / collapse.NULL_DRAWS
     assert q["pvalue_bound"] <= 0.05 / m and q["disagrees"]
+    # the verdict states what is known: the bound, not the one batch's floor as if it were exact
+    text = judge("linear_scaling", fits["linear_scaling"][0]).text()
+    assert f"DISAGREES: p < {q['pvalue_bound']:.2g}" in text, text
 
     calls.clear()
     monkeypatch.setattr(family, "count", lambda fits: 600)

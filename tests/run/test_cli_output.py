@@ -288,3 +288,25 @@ def test_progress_comes_from_inside_a_running_task(tmp_path, monkeypatch, caplog
                if (m := re.search(r": 0/1 points done .* replica-steps \((\d+)%\)", r.getMessage()))]
     assert any(0 < pct < 100 for pct in partial), [r.getMessage() for r in caplog.records]
     assert partial == sorted(partial)
+
+
+def test_the_summary_counts_only_stores_it_or_the_run_s_start_checked(tmp_path):
+    """A store under a point's name that holds another point's results is not stored, also when
+    nothing ran to replace it (a profile's dry run exits 0): the summary opens every store the
+    run's start did not find complete, and counts neither it nor a simulation of it."""
+    import shutil
+
+    from conftest import make_finished_sweep
+
+    from sgdsweep.run.summary import run_summary
+    from sgdsweep.store.points import complete_points, point_path
+
+    root = make_finished_sweep(tmp_path)
+    sweep = build_sweep(tiny_config(results_dir=str(tmp_path / "results"), dynamics={"steps": 1500, "replicas": 4}))
+    points = root / "points"
+    first, second = (p.hash for p in sweep.points[:2])
+    shutil.copyfile(point_path(points, first), point_path(points, second))
+    before = complete_points(points, [p.hash for p in sweep.points])
+    assert second not in before and first in before
+    n = len(sweep.points)
+    assert f"points: {n - 1} of {n} stored, 0 simulated in this run" in run_summary(sweep, before, 1.0)

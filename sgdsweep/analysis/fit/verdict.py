@@ -83,6 +83,13 @@ def pvalue(p: float) -> str:
     return "p < 1e-30" if p < 1e-30 else f"p = {p:.2g}"
 
 
+def _own_pvalue(q: dict[str, Any]) -> str:
+    """A compared quantity's p-value as printed; where its null was drawn only until a 99.9 %
+    bound of it fell below the report's Holm level (``pvalue_bound``), that bound:
+    ``p < 0.00069``."""
+    return f"p < {q['pvalue_bound']:.2g}" if q.get("pvalue_bound") is not None else pvalue(q["pvalue"])
+
+
 def where(group: dict[str, Any]) -> str:
     """A group's values of the axes that were not fitted, as ``hidden_width = 2, lr = 0.01``."""
     return ", ".join(f"{k} = {v:g}" if isinstance(v, float) else f"{k} = {v}" for k, v in group.items())
@@ -128,13 +135,13 @@ def _theory_word(q: dict[str, Any]) -> str:
     if q.get("theory_inside") and not rejected:
         return "inside"
     if not rejected:
-        return (f"outside the interval, {pvalue(q['pvalue'])}; not a disagreement over the report's comparisons "
+        return (f"outside the interval, {_own_pvalue(q)}; not a disagreement over the report's comparisons "
                 f"(Holm-adjusted {pvalue(q['pvalue_holm'])})" if q.get("pvalue_holm") is not None else "outside")
     if q.get("pvalue") is None:
         return "OUTSIDE"
     adjusted = f", Holm-adjusted {pvalue(q['pvalue_holm'])}" if q.get("pvalue_holm") is not None else ""
     inside = "inside the interval, but " if q.get("theory_inside") else ""
-    return f"{inside}DISAGREES: {pvalue(q['pvalue'])}{adjusted}"
+    return f"{inside}DISAGREES: {_own_pvalue(q)}{adjusted}"
 
 
 def _numbers(q: dict[str, Any]) -> list[str]:
