@@ -1,7 +1,6 @@
 """All of a sweep's fits in one call: :func:`fit_ensemble` (the fits are listed in
 :mod:`sgdsweep.analysis.fit`)."""
 
-
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -50,8 +49,7 @@ def _resolve_collapses(out: dict[str, Any], collapses: dict[str, Any], indices: 
         for j, res in enumerate(out.get(name) or []):
             bound = ((res.get("params") or {}).get("spread2") or {}).get("pvalue_bound")
             if bound is not None and bound > level:
-                out[name][j] = {**fit(indices[name][j], level),
-                                **{k: res[k] for k in ("group", "excluded_diverged", "short_burn_in") if k in res}}
+                out[name][j] = {**res, **fit(indices[name][j], level)}  # the group's annotations stay
 
 
 def fit_ensemble(ds: xr.Dataset, fit_config: dict[str, Any], cache: FitCache | None = None) -> dict[str, Any]:
