@@ -168,7 +168,6 @@ def null_test(estimate: float, log_theory: np.ndarray, rel_var: np.ndarray, clas
         z = (estimate - float(draws.mean())) / max(float(draws.std(ddof=1)), np.finfo(float).tiny)
         return float(min(1.0, math.erfc(abs(z) / math.sqrt(2)))), ("lower" if z < 0 else "upper"), None
     below = above = total = 0
-    bound = None
     while True:
         draws = _null_draws(log_theory, rel_var, classes, replicas, rng)
         below += int(np.count_nonzero(draws <= estimate))
