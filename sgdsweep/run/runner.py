@@ -17,6 +17,7 @@ import logging
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,7 @@ def run_sweep(args: argparse.Namespace, verbosity: int) -> int:
     from sgdsweep.sweep.execution import scheduler_address
     from sgdsweep.sweep.explain import explain, format_explanation
     from sgdsweep.sweep.plan import PlanFiles, plan_texts, write_plan_file
+    from sgdsweep.sweep.stored import write_stored
 
     t0 = time.monotonic()
     device = device_override(args.config, args.device, args.snakemake_args)  # --device: execution.device
@@ -93,7 +95,8 @@ def run_sweep(args: argparse.Namespace, verbosity: int) -> int:
     # the next round is decided from), and one Snakemake more then builds the report and edge
     # summary of the last round, once.
     rounds_target = [ROUNDS_TARGET] if sweep.rounds and not args.dry_run and not args.snakemake_args else []
-    with lock, _run_cluster(sweep, env, start=bool(todo) and plain):
+    with lock, _stored_file(env) as stored_file, _run_cluster(sweep, env, start=bool(todo) and plain):
+        write_stored(stored_file, sweep.directory, hashes, stored_before)  # under the lock: Snakemake's to read
         for _ in range(_max_rounds(sweep) + 2):
             if verbosity >= 0:
                 print(format_explanation(sweep, reasons, max_lines=20), file=sys.stderr)
@@ -106,10 +109,12 @@ def run_sweep(args: argparse.Namespace, verbosity: int) -> int:
             if code != 0 or args.dry_run or not sweep.rounds:
                 break
             sweep = load_sweep(args.config, device)  # the next round, decided from what this one stored
-            reasons = explain(sweep)
-            plan = plan_texts(sweep)
-            env[PROGRESS_ENV] = progress_style(sweep, complete_points(PlanFiles(sweep.directory).points_dir,
-                                                                      [p.hash for p in sweep.points]), args.cores)
+            hashes = [p.hash for p in sweep.points]
+            stored = complete_points(PlanFiles(sweep.directory).points_dir, hashes)
+            write_stored(stored_file, sweep.directory, hashes, stored)
+            reasons = explain(sweep, stored)
+            plan = plan_texts(sweep, stored)
+            env[PROGRESS_ENV] = progress_style(sweep, stored, args.cores)
             if not any(_differs(path, text) for path, text in plan.items()):
                 break
         if rounds_target and code == 0:
@@ -231,6 +236,22 @@ def _job_environment() -> dict[str, str]:
     package_root, plugins = str(here.parents[2]), str(here.parent / "snakemake_plugins")
     return {"PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
             "PYTHONPATH": os.pathsep.join(p for p in (package_root, plugins, os.environ.get("PYTHONPATH")) if p)}
+
+
+@contextlib.contextmanager
+def _stored_file(env: dict[str, str]) -> Iterator[Path]:
+    """A temporary file for the run's stored points (:mod:`sgdsweep.sweep.stored`), named to
+    Snakemake in ``env``; removed after the block."""
+    from sgdsweep.sweep.stored import STORED_ENV
+
+    fd, name = tempfile.mkstemp(prefix="sgdsweep-stored-", suffix=".json")
+    os.close(fd)
+    env[STORED_ENV] = name
+    try:
+        yield Path(name)
+    finally:
+        env.pop(STORED_ENV, None)
+        Path(name).unlink(missing_ok=True)
 
 
 @contextlib.contextmanager

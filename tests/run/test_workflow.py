@@ -216,6 +216,27 @@ def test_parsing_the_workflow_writes_nothing(first_run, tmp_path, flags):
         assert "Congratulations, your workflow is in a good condition!" in text and "Lints for" not in text, text
 
 
+def test_the_workflow_takes_the_stored_points_sgdsweep_run_hands_it(first_run, tmp_path, monkeypatch):
+    """`sgdsweep run` checks the point stores under the sweep's lock and hands the set to its
+    Snakemake (sgdsweep.sweep.stored), whose Snakefile then opens none of them again: told that a
+    point has no store, a dry run plans its shard. A file for another sweep directory is ignored,
+    and the stores, all complete, are opened: nothing to do."""
+    from sgdsweep.sweep.config import load_sweep
+    from sgdsweep.sweep.stored import STORED_ENV, write_stored
+
+    work, cfg, _, _ = first_run
+    monkeypatch.chdir(work)
+    sweep = load_sweep(cfg)
+    hashes = [p.hash for p in sweep.points]
+    handed = tmp_path / "stored.json"
+    write_stored(handed, sweep.directory, hashes, hashes[1:])
+    proc = run_snakemake(work, cfg, "-n", env={STORED_ENV: str(handed)})
+    assert proc.returncode == 0 and re.search(r"^simulate\s+1$", proc.stdout, re.MULTILINE), proc.stdout[-2000:]
+    write_stored(handed, tmp_path, hashes, hashes[1:])
+    proc = run_snakemake(work, cfg, "-n", env={STORED_ENV: str(handed)})
+    assert proc.returncode == 0 and "Nothing to be done" in proc.stdout + proc.stderr, proc.stdout[-2000:]
+
+
 def test_every_entry_point_sees_every_change_the_other_made(tmp_path):
     """`sgdsweep run` and plain `snakemake`, in one working directory or two, each see what the
     other changed: an added value, a deleted store and a config taken back to an earlier version

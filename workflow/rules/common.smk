@@ -23,6 +23,7 @@ from sgdsweep.sweep.plan import (
     stage_plan_files,
 )
 from sgdsweep.sweep.schema import read_yaml
+from sgdsweep.sweep.stored import read_stored
 
 try:
     for _configfile in workflow.configfiles:  # read as `sgdsweep run` reads them: a repeated key or
@@ -32,7 +33,11 @@ try:
     locking.check_writable(SWEEP.directory)  # without writing: a blocked path or a read-only mount
     scheduler_address(SWEEP.config["execution"])  # a bad SGDSWEEP_SCHEDULER fails here, before any job
     PLAN = PlanFiles(SWEEP.directory)
-    STORED = complete_points(PLAN.points_dir, (p.hash for p in SWEEP.points))  # each store opened once
+    # which points are stored: as `sgdsweep run` found them under the lock it holds, else each store opened once
+    _hashes = [p.hash for p in SWEEP.points]
+    STORED = read_stored(SWEEP.directory, _hashes) if workflow.is_main_process else None
+    if STORED is None:
+        STORED = complete_points(PLAN.points_dir, _hashes)
     if workflow.is_main_process and VERBOSITY_ENV not in os.environ:  # sgdsweep run has said it
         print(format_explanation(SWEEP, explain(SWEEP, STORED), max_lines=20), file=sys.stderr)
     PLAN_TEXTS = {str(path): text for path, text in plan_texts(SWEEP, STORED).items()}
