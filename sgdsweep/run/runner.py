@@ -50,7 +50,7 @@ def run_sweep(args: argparse.Namespace, verbosity: int) -> int:
     from sgdsweep.sweep.execution import scheduler_address
     from sgdsweep.sweep.explain import explain, format_explanation
     from sgdsweep.sweep.plan import PlanFiles, plan_texts, write_plan_file
-    from sgdsweep.sweep.stored import write_stored
+    from sgdsweep.sweep.stored import hand_over
 
     t0 = time.monotonic()
     device = device_override(args.config, args.device, args.snakemake_args)  # --device: execution.device
@@ -96,7 +96,7 @@ def run_sweep(args: argparse.Namespace, verbosity: int) -> int:
     # summary of the last round, once.
     rounds_target = [ROUNDS_TARGET] if sweep.rounds and not args.dry_run and not args.snakemake_args else []
     with lock, _stored_file(env) as stored_file, _run_cluster(sweep, env, start=bool(todo) and plain):
-        write_stored(stored_file, sweep.directory, hashes, stored_before)  # under the lock: Snakemake's to read
+        hand_over(env, stored_file, sweep.directory, hashes, stored_before)  # under the lock: Snakemake's to read
         for _ in range(_max_rounds(sweep) + 2):
             if verbosity >= 0:
                 print(format_explanation(sweep, reasons, max_lines=20), file=sys.stderr)
@@ -111,7 +111,7 @@ def run_sweep(args: argparse.Namespace, verbosity: int) -> int:
             sweep = load_sweep(args.config, device)  # the next round, decided from what this one stored
             hashes = [p.hash for p in sweep.points]
             stored = complete_points(PlanFiles(sweep.directory).points_dir, hashes)
-            write_stored(stored_file, sweep.directory, hashes, stored)
+            hand_over(env, stored_file, sweep.directory, hashes, stored)
             reasons = explain(sweep, stored)
             plan = plan_texts(sweep, stored)
             env[PROGRESS_ENV] = progress_style(sweep, stored, args.cores)
@@ -239,14 +239,18 @@ def _job_environment() -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def _stored_file(env: dict[str, str]) -> Iterator[Path]:
-    """A temporary file for the run's stored points (:mod:`sgdsweep.sweep.stored`), named to
-    Snakemake in ``env``; removed after the block."""
+def _stored_file(env: dict[str, str]) -> Iterator[Path | None]:
+    """A temporary file for the run's stored points (:mod:`sgdsweep.sweep.stored`; None where none
+    can be made: the stores are then opened by Snakemake too); removed, and unnamed in ``env``,
+    after the block."""
     from sgdsweep.sweep.stored import STORED_ENV
 
-    fd, name = tempfile.mkstemp(prefix="sgdsweep-stored-", suffix=".json")
-    os.close(fd)
-    env[STORED_ENV] = name
+    try:
+        fd, name = tempfile.mkstemp(prefix="sgdsweep-stored-", suffix=".json")
+        os.close(fd)
+    except OSError:
+        yield None
+        return
     try:
         yield Path(name)
     finally:

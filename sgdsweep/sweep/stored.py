@@ -6,8 +6,11 @@ Snakefile, which plans the sweep again as it is parsed, would do it a second tim
 the lock from before its check until Snakemake ends (Snakemake inherits it:
 :mod:`sgdsweep.run.locking`), so no other run changes the stores in between; it writes what it
 found to a file named in :data:`STORED_ENV`, and the Snakefile's main process takes the set
-from there when the file is for the same sweep directory and the same points. Anywhere else
-(plain ``snakemake``, a file of another sweep or none, a job's process) the stores are opened.
+from there when the file is for the same sweep directory and the same points, less any store
+that is no longer there (one listing: a store deleted meanwhile is simulated again in this run;
+one damaged meanwhile is caught when it is next read). Anywhere else (plain ``snakemake``, a file
+of another sweep or none, a job's process) the stores are opened. The hand-over only saves
+time: where its file cannot be written, :func:`hand_over` withdraws it.
 """
 
 from __future__ import annotations
@@ -15,8 +18,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, MutableMapping
 from pathlib import Path
+
+from sgdsweep.store import packs
+from sgdsweep.store.points import POINT_SUFFIX
 
 #: Environment variable naming the file of :func:`write_stored`.
 STORED_ENV = "SGDSWEEP_STORED_POINTS"
@@ -33,10 +39,25 @@ def write_stored(path: str | Path, directory: str | Path, hashes: Iterable[str],
                                       "points": _points_digest(hashes), "stored": sorted(stored)}))
 
 
-def read_stored(directory: str | Path, hashes: Iterable[str]) -> set[str] | None:
+def hand_over(env: MutableMapping[str, str], path: Path | None, directory: str | Path, hashes: Iterable[str],
+              stored: Iterable[str]) -> None:
+    """Name ``path``, holding :func:`write_stored`'s set, to Snakemake in ``env``; where it cannot
+    be written (no ``path``, a full or unwritable temporary directory), name none, so that the
+    Snakefile opens the stores itself."""
+    try:
+        if path is None:
+            raise OSError("no temporary file")
+        write_stored(path, directory, hashes, stored)
+        env[STORED_ENV] = str(path)
+    except OSError:
+        env.pop(STORED_ENV, None)
+
+
+def read_stored(directory: str | Path, points_dir: str | Path, hashes: Iterable[str]) -> set[str] | None:
     """The stored points that ``sgdsweep run`` handed over (:data:`STORED_ENV`) for the sweep in
-    ``directory`` with point ``hashes`` (in the sweep's order); None when there is no such file,
-    it cannot be read, or it is for another sweep or other points."""
+    ``directory`` with point ``hashes`` (in the sweep's order), less those with no store in
+    ``points_dir`` now; None when there is no such file, it cannot be read, or it is for another
+    sweep or other points."""
     path = os.environ.get(STORED_ENV)
     if not path:
         return None
@@ -45,6 +66,8 @@ def read_stored(directory: str | Path, hashes: Iterable[str]) -> set[str] | None
         data = json.loads(Path(path).read_text())
         if data["directory"] != str(Path(directory).resolve()) or data["points"] != _points_digest(hashes):
             return None
-        return set(data["stored"]) & set(hashes)
+        stored = set(data["stored"]) & set(hashes)
+        present = {name[: -len(POINT_SUFFIX)] for name in os.listdir(points_dir) if name.endswith(POINT_SUFFIX)}
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    return stored & (present | set(packs.index(points_dir)))

@@ -35,7 +35,7 @@ try:
     PLAN = PlanFiles(SWEEP.directory)
     # which points are stored: as `sgdsweep run` found them under the lock it holds, else each store opened once
     _hashes = [p.hash for p in SWEEP.points]
-    STORED = read_stored(SWEEP.directory, _hashes) if workflow.is_main_process else None
+    STORED = read_stored(SWEEP.directory, PLAN.points_dir, _hashes) if workflow.is_main_process else None
     if STORED is None:
         STORED = complete_points(PLAN.points_dir, _hashes)
     if workflow.is_main_process and VERBOSITY_ENV not in os.environ:  # sgdsweep run has said it
