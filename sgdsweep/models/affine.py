@@ -92,7 +92,8 @@ class AffineProblem(Problem):
             )
 
             eps = np.zeros((0, 0, 0)) if label_eps is None else np.ascontiguousarray(label_eps)
-            g = batch_grad(self.x, self.y, np.ascontiguousarray(wm), idx, eps)
+            # contiguous arguments: one compiled version (the layout is part of numba's type)
+            g = batch_grad(self.x, self.y, np.ascontiguousarray(wm), np.ascontiguousarray(idx), eps)
         else:
             xb = self.x[idx]  # (L, S, n_in)
             yb = self.y[idx]  # (L, S, n_out)

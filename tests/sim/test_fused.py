@@ -408,6 +408,29 @@ def test_vectorisable_exp_is_within_two_ulp():
 
 
 
+def test_a_family_s_kernel_gets_one_argument_type_whatever_the_problem_s_arrays():
+    """Numba compiles a kernel once per argument type, and an array's writability and layout are
+    part of it: inputs padded for the gradient (a fresh array) or not (the problem's own,
+    read-only), a strided separatrix normal or a contiguous one, reach the kernel as one type,
+    so a sweep over them compiles each kernel once."""
+    def data_type(problem, noise="minibatch"):
+        k = kernels.prepare(problem, noise, 2, 1.0, 1.0, np.zeros((0, 0)), True, False, False)
+        return numba.typeof(k.data)
+
+    padded, plain = (_problem({"kind": "linear", "n_inputs": n}) for n in (10, 12))
+    assert affine.padded_inputs(padded.x).size and not affine.padded_inputs(plain.x).size
+    assert data_type(padded) == data_type(plain)
+    m = get_model("landscape")
+    thesis = m.make_problem(m.data_params(build_sweep({
+        "sweep": "t", "model": {"kind": "landscape", "landscape": "thesis"}, "grid": {"lr": 3e-3, "batch_size": 3},
+        "dynamics": {"burn_in": 0}}).points[0].params))
+    strided = np.repeat(np.asarray(thesis.normal, float), 2)[::2]  # the same values, a strided array
+    assert not strided.flags.c_contiguous
+    before = data_type(thesis)
+    thesis.normal = strided
+    assert data_type(thesis) == before
+
+
 def test_every_kernel_family_a_problem_can_name_has_its_plug_in():
     """The families a problem class can name (models.base.KERNELS) are the dispatch table's, and
     each plug-in has what kernels.supports and kernels.prepare call."""

@@ -75,4 +75,23 @@ def prepare(problem, noise: str, batch_size: int, noise_scale: float, dt_over_lr
     n_batches = max(1, n_samples // batch_size) if noise in MODE else 1
     common = Common(ADDED_CODE.get(noise, 0), plug.amplitude(problem, noise, batch_size, noise_scale),
                     MODE.get(noise, 0), n_batches, n_samples, omega, want_loss, float(dt_over_lr))
-    return Kernel(plug.KERNELS, common, plug.data(problem, noise, batch_size, want_test, escape, list(noise_lags)))
+    return Kernel(plug.KERNELS, common, frozen(plug.data(problem, noise, batch_size, want_test, escape,
+                                                        list(noise_lags))))
+
+
+def frozen(data: tuple) -> tuple:
+    """``data`` (a family's named tuple of problem arrays) with every array read-only and
+    C-contiguous (a read-only view, or a contiguous copy of a strided one). Numba compiles a
+    kernel once per argument type, and an array's writability and layout are part of its type:
+    without this, a problem's own (read-only) array in one field, a fresh (writable) one or a
+    strided slice in another sweep, would each compile the whole kernel again (tens of seconds)."""
+    def one(value: Any) -> Any:
+        if not isinstance(value, np.ndarray) or value.ndim == 0:
+            return value
+        out = value if value.flags.c_contiguous else np.ascontiguousarray(value)
+        if out.flags.writeable:
+            out = out.view()
+            out.flags.writeable = False
+        return out
+
+    return type(data)(*(one(value) for value in data))
