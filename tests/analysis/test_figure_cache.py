@@ -136,18 +136,18 @@ def test_a_damaged_entry_new_code_or_an_unusable_cache_draw_again(warm, cache, t
     drawn.clear()
     assert _cached(ds, fits, SPEC, tmp_path, "c") == expected and drawn[0] == []
 
-    # other matplotlib settings (a matplotlibrc): every figure drawn, as it would look now
-    with plt.rc_context({"lines.linewidth": 6}):
-        drawn.clear()
-        assert _cached(ds, fits, SPEC, tmp_path, "rc")[0] == _fresh(ds, fits, SPEC, tmp_path, "rc-fresh")[0]
-        assert drawn[0] and len(drawn[0]) == len(_entries(tmp_path))
-    _cached(ds, fits, SPEC, tmp_path, "back")
     # new code (another version of sgdsweep or of the libraries that draw): every figure drawn
     real = figure_cache.code_digest
     monkeypatch.setattr(figure_cache, "code_digest", lambda: "another version of the code")
     drawn.clear()
     assert _cached(ds, fits, SPEC, tmp_path, "new") == expected and drawn[0] and len(drawn[0]) == len(
         _entries(tmp_path))
+    # then other matplotlib settings (a matplotlibrc), the code as it now is: every figure drawn,
+    # as it would look now
+    with plt.rc_context({"lines.linewidth": 6}):
+        drawn.clear()
+        assert _cached(ds, fits, SPEC, tmp_path, "rc")[0] == _fresh(ds, fits, SPEC, tmp_path, "rc-fresh")[0]
+        assert drawn[0] and len(drawn[0]) == len(_entries(tmp_path))
     monkeypatch.setattr(figure_cache, "code_digest", real)
 
     victim = tmp_path / "victim"

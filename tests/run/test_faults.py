@@ -155,7 +155,7 @@ def test_lost_dask_worker_mid_task(tmp_path, reference):
 def test_two_runs_at_once_second_refuses(tmp_path):
     cfg = write_yaml(tmp_path / "slow.yaml", tiny_config(sweep="slow", **SLOW))
     sweep = tmp_path / "results" / "slow"
-    first = _start(tmp_path, cfg)
+    first = _start(tmp_path, cfg, "ensemble")  # the point stores and the ensemble: what the runs contend for
     lock = sweep / ".sgdsweep.lock"
     _wait_for(lambda: lock.exists() and '"snakemake_pid"' in lock.read_text(), what="the first run to start")
     os.kill(first.pid, signal.SIGSTOP)  # the first run held still: it cannot finish before the others ask
@@ -165,16 +165,16 @@ def test_two_runs_at_once_second_refuses(tmp_path):
         second = run_snakemake(tmp_path, cfg)
         said = second.stdout + second.stderr
         assert second.returncode != 0 and ("Directory cannot be locked" in said or "Incomplete files" in said), said
-        cli = run_cli("run", str(cfg), "--cores", "1", cwd=tmp_path)  # refused by the sweep's lock
-        assert cli.returncode == 3
-        assert "another sgdsweep workflow is running" in cli.stderr and f"pid {first.pid} on " in cli.stderr
+        refused = cli("run", str(cfg), "--cores", "1", cwd=tmp_path)  # refused by the sweep's lock
+        assert refused.returncode == 3
+        assert "another sgdsweep workflow is running" in refused.stderr and f"pid {first.pid} on " in refused.stderr
     finally:
         os.kill(first.pid, signal.SIGCONT)
     out, _ = first.communicate(timeout=300)
     assert first.returncode == 0, out[-3000:]  # the first run was not disturbed
     assert len(_stores(sweep)) == 8
-    cli = run_cli("run", str(cfg), "--cores", "1", "-v", cwd=tmp_path)  # and afterwards a run works
-    assert cli.returncode == 0 and "Nothing to be done" in cli.stdout + cli.stderr  # -v: Snakemake's output
+    after = run_cli("run", str(cfg), "--cores", "1", "-v", "--", "ensemble", cwd=tmp_path)  # and afterwards a run works
+    assert after.returncode == 0 and "Nothing to be done" in after.stdout + after.stderr  # -v: Snakemake's output
 
 
 def test_corrupted_point_store_is_recomputed(tmp_path):
@@ -230,10 +230,13 @@ def test_deleted_results_are_rebuilt_without_simulating(tmp_path):
     sweep = tmp_path / "results" / "tiny"
     stores, before = _stores(sweep), _ensemble(sweep)
     fits = (sweep / "fits.json").read_text()
-    for lost in ("ensemble.zarr", "fits.json", "report.html"):
+    # the last step first, each rebuilt by the workflow's target that holds it (`all`, `fits`,
+    # `ensemble`): every run starts from results that are up to date but for the one deleted,
+    # and the report is built once more, not after each deletion
+    for lost, targets in (("report.html", ()), ("fits.json", ("fits",)), ("ensemble.zarr", ("ensemble",))):
         target = sweep / lost
         shutil.rmtree(target) if target.is_dir() else target.unlink()
-        proc = run_snakemake(tmp_path, cfg)
+        proc = run_snakemake(tmp_path, cfg, targets=targets)
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert "Nothing to be done" not in proc.stdout + proc.stderr and "rule simulate" not in proc.stderr
         assert target.exists(), lost
@@ -322,8 +325,8 @@ def test_unwritable_results_directory(tmp_path):
         proc = run_snakemake(tmp_path, cfg_path)
         assert proc.returncode != 0
         assert "is not writable" in proc.stdout + proc.stderr and "Read-only" in proc.stdout + proc.stderr
-        cli = run_cli("run", str(cfg_path), "--cores", "1", cwd=tmp_path)
-        assert cli.returncode != 0 and "is not writable" in cli.stdout + cli.stderr
+        refused = cli("run", str(cfg_path), "--cores", "1", cwd=tmp_path)
+        assert refused.returncode != 0 and "is not writable" in refused.stdout + refused.stderr
         assert {p: p.read_bytes() for p in (mnt / "results").rglob("*") if p.is_file()} == snapshot
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
