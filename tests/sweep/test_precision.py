@@ -157,6 +157,8 @@ def test_sgdsweep_run_extends_over_rounds_and_resumes_after_kill_9(tmp_path):
     cfg = config(tmp_path)
     cfg["results_dir"] = "results"
     cfg["grid"]["batch_size"] = [2, 4]
+    # three rounds: one point extended twice, so the killed run's resume still extends it
+    cfg["precision"]["observables"]["weight_var"]["rel_se"] = 0.03
     cfg["precision"]["fits"] = {"power_law.a": 0.5}  # met at once, but only once the workflow has fitted
     path = write_yaml(tmp_path / "precise.yaml", cfg)
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
