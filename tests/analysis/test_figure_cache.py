@@ -142,8 +142,8 @@ def test_a_damaged_entry_new_code_or_an_unusable_cache_draw_again(warm, cache, t
     drawn.clear()
     assert _cached(ds, fits, SPEC, tmp_path, "new") == expected and drawn[0] and len(drawn[0]) == len(
         _entries(tmp_path))
-    # then other matplotlib settings (a matplotlibrc), the code as it now is: every figure drawn,
-    # as it would look now
+    # then other matplotlib settings (a matplotlibrc), the code unchanged since: every figure
+    # drawn, as it would look now
     with plt.rc_context({"lines.linewidth": 6}):
         drawn.clear()
         assert _cached(ds, fits, SPEC, tmp_path, "rc")[0] == _fresh(ds, fits, SPEC, tmp_path, "rc-fresh")[0]

@@ -230,12 +230,17 @@ def test_deleted_results_are_rebuilt_without_simulating(tmp_path):
     sweep = tmp_path / "results" / "tiny"
     stores, before = _stores(sweep), _ensemble(sweep)
     fits = (sweep / "fits.json").read_text()
-    # the last step first, each rebuilt by the workflow's target that holds it (`all`, `fits`,
-    # `ensemble`): every run starts from results that are up to date but for the one deleted,
-    # and the report is built once more, not after each deletion
-    for lost, targets in (("report.html", ()), ("fits.json", ("fits",)), ("ensemble.zarr", ("ensemble",))):
+    # the last step first: every run starts from results that are up to date but for the one
+    # deleted. The default target (`snakemake`, `sgdsweep run`) plans the job that rebuilds it
+    # (a dry run); the workflow's target that holds it (`all`, `fits`, `ensemble`) rebuilds it,
+    # so the report is built once more, not after each deletion
+    for lost, job, targets in (("report.html", "report", ()), ("fits.json", "fit", ("fits",)),
+                               ("ensemble.zarr", "aggregate", ("ensemble",))):
         target = sweep / lost
         shutil.rmtree(target) if target.is_dir() else target.unlink()
+        planned = run_snakemake(tmp_path, cfg, "-n")
+        said = planned.stdout + planned.stderr
+        assert planned.returncode == 0 and f"rule {job}:" in said and "rule simulate:" not in said, said[-3000:]
         proc = run_snakemake(tmp_path, cfg, targets=targets)
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert "Nothing to be done" not in proc.stdout + proc.stderr and "rule simulate" not in proc.stderr

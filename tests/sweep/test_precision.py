@@ -182,6 +182,7 @@ def test_sgdsweep_run_extends_over_rounds_and_resumes_after_kill_9(tmp_path):
     assert "extended (round 1: weight_var rel SE" in first + done.stderr  # `sgdsweep run` says why
     for name, data in before.items():  # stored replicas are never recomputed
         assert (lanes / name).read_bytes() == data
+    assert any(n.endswith(".npz") and n not in before for n in os.listdir(lanes))  # the resumed run extended
     report = json.loads((tmp_path / "results" / "precise" / "plan" / "report.json").read_text())
     statuses = {p["status"] for p in report["rounds"]["points"].values()}
     assert statuses == {"met"}
