@@ -33,7 +33,7 @@ from sgdsweep.sim.kernels.loop import CHUNK_LANES, THREADS_ENV, Common, Lanes, a
 from sgdsweep.sim.noise import MODE
 
 __all__ = ["ADDED_CODE", "CHUNK_LANES", "DELTA_BUFFER", "EIGHT_ROWS_MIN", "FAMILIES", "PAD_INPUTS", "THREADS_ENV",
-           "Common", "Kernel", "Lanes", "advance", "family", "prepare", "supports", "threads"]
+           "Common", "Kernel", "Lanes", "advance", "family", "frozen", "prepare", "supports", "threads"]
 
 #: Kernel family (a problem class's ``kernel``, :data:`sgdsweep.models.base.KERNELS`) → its
 #: plug-in: ``supports(problem, noise, dynamics_kind, noise_lags, escape)``,

@@ -100,8 +100,8 @@ def data(problem, noise: str, batch_size: int, want_test: bool, escape: bool, no
     return AffineData(
         x=problem.x, y=problem.y, rows=x_pad if x_pad.size else problem.x, metric=metric, offsets=offsets,
         label_noise=float(problem.label_noise), has_label=added == 0 and has_label,
-        syx=np.ascontiguousarray(problem.syx), a_mean=np.ascontiguousarray(problem.a_mean),
-        sxx=np.ascontiguousarray(problem.sxx), ref=np.array(problem.w_min), loss_min=float(problem.loss_min),
+        syx=problem.syx, a_mean=problem.a_mean, sxx=problem.sxx, ref=np.asarray(problem.w_min),
+        loss_min=float(problem.loss_min),
         want_test=want_test and test_a.size > 0, test_a=test_a, test_b=test_b.ravel(), test_c=float(test_c),
         observe_noise=added == 0 and len(noise_lags) > 0, lags=np.asarray(noise_lags, dtype=np.int64))
 

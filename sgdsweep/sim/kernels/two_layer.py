@@ -66,8 +66,7 @@ def data(problem, noise: str, batch_size: int, want_test: bool, escape: bool,
     ``noise`` at batch size ``batch_size``."""
     has_label = ADDED_CODE.get(noise, 0) == 0 and normals_per_step(noise, problem, batch_size) > 0
     return TwoLayerData(problem.x, problem.y, int(problem.hidden), float(problem.label_noise), has_label,
-                        np.ascontiguousarray(problem.map_min), np.ascontiguousarray(problem.sxx),
-                        float(problem.loss_min), np.ascontiguousarray(problem.teacher),
+                        problem.map_min, problem.sxx, float(problem.loss_min), problem.teacher,
                         problem.n_outputs * problem.label_noise**2 / 2, want_test)
 
 
