@@ -7,6 +7,9 @@ exit code (2 for bad input, 1 for a failed run).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 
 class SgdsweepError(Exception):
     """Base class of the errors sgdsweep reports to its users."""
@@ -37,6 +40,21 @@ class ConfigError(SgdsweepError, ValueError):
         if hint:
             msg += f". {hint}"
         super().__init__(msg)
+
+
+class PointName:
+    """A sweep point's name in a message, ``point lr=0.1, batch_size=4`` (its grid axes and their
+    values, in order), written only when a message is (``str()`` or an f-string): every point of
+    a sweep is checked with its name at hand, and a sweep of 10⁶ points raises no error for
+    nearly all of them. ``axes`` is read when the name is written, so it must not change before."""
+
+    __slots__ = ("axes",)
+
+    def __init__(self, axes: Mapping[str, Any]) -> None:
+        self.axes = axes
+
+    def __str__(self) -> str:
+        return "point " + ", ".join(f"{k}={v}" for k, v in self.axes.items())
 
 
 class UsageError(SgdsweepError):

@@ -10,7 +10,7 @@ Required:
 - ``NOISE_TYPES``: the ``noise`` values it supports, a subset of
   :data:`sgdsweep.core.noise_types.ALL` chosen by their properties; the first is the default;
 - ``check_point(params, where)``: raise :class:`~sgdsweep.errors.ConfigError` if a point cannot
-  be simulated (``where`` names the point in the message);
+  be simulated (``where``, a :class:`~sgdsweep.errors.PointName`, names the point in the message);
 - ``data_params(params)``: the parameters that determine the problem (points sharing them share
   data);
 - ``make_problem(data_params)``: the problem (deterministic, cached per process); its class

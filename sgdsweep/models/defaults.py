@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from sgdsweep.errors import PointName
     from sgdsweep.models.base import Problem
     from sgdsweep.models.predict import Prediction
 
@@ -14,7 +15,7 @@ if TYPE_CHECKING:
 OBSERVES: frozenset[str] = frozenset()
 
 
-def check_dynamics(params: Mapping[str, Any], where: str) -> None:
+def check_dynamics(params: Mapping[str, Any], where: PointName) -> None:
     """No restriction on ``dynamics`` beyond the common ones."""
 
 

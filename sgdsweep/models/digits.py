@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from sgdsweep.core.noise_types import UNLABELLED_NOISE
-from sgdsweep.errors import ConfigError
+from sgdsweep.errors import ConfigError, PointName
 from sgdsweep.models.affine import AffineProblem
 from sgdsweep.models.base import data_rng
 
@@ -81,7 +81,7 @@ def _make(test_fraction: float, pixel_scale: float, seed: int) -> AffineProblem:
     return problem
 
 
-def check_point(params: Mapping[str, Any], where: str) -> None:
+def check_point(params: Mapping[str, Any], where: PointName) -> None:
     p = _make(float(params["test_fraction"]), float(params["pixel_scale"]), int(params["seed"])).n_samples
     if params["batch_size"] > p:
         raise ConfigError("grid.batch_size", params["batch_size"], f"at most the {p} training images",

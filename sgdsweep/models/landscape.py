@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sgdsweep.core.noise_types import DATA_FREE_NOISE, GAUSSIAN_NOISE, MINIBATCH_NOISE, NOISE, UNLABELLED_NOISE, select
-from sgdsweep.errors import ConfigError
+from sgdsweep.errors import ConfigError, PointName
 from sgdsweep.models.base import Layer, Problem, data_rng
 from sgdsweep.models.escape import laws_absent, record_exact
 
@@ -344,7 +344,7 @@ def noise_types(options: Mapping[str, Any]) -> tuple[str, ...]:
     return DoubleWell.noise_types if options["landscape"] == "double_well" else NOISE_TYPES
 
 
-def check_point(params: Mapping[str, Any], where: str) -> None:
+def check_point(params: Mapping[str, Any], where: PointName) -> None:
     if params["landscape"] == "double_well":
         if params["noise"] not in noise_types(params):
             raise ConfigError("grid.noise", params["noise"],

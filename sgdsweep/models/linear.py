@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sgdsweep.core.noise_types import MINIBATCH_NOISE
-from sgdsweep.errors import ConfigError
+from sgdsweep.errors import ConfigError, PointName
 from sgdsweep.models.affine import AFFINE_NOISE, AffineProblem
 from sgdsweep.models.base import data_rng
 
@@ -59,7 +59,7 @@ def data_params(params: Mapping[str, Any]) -> dict[str, Any]:
             "labels": params["labels"], "noiseless": params["noise"] == "label"}
 
 
-def check_data(params: Mapping[str, Any], p: int, n: int, where: str) -> None:
+def check_data(params: Mapping[str, Any], p: int, n: int, where: PointName) -> None:
     """Raise :class:`ConfigError` unless P > N (a unique minimiser with stationary fluctuations),
     S <= P, and label noise has a teacher. Shared by the models trained on a finite data set."""
     if p <= n:
@@ -76,7 +76,7 @@ def check_data(params: Mapping[str, Any], p: int, n: int, where: str) -> None:
                           f"Fresh label noise needs a teacher to add it to. At {where}.")
 
 
-def check_point(params: Mapping[str, Any], where: str) -> None:
+def check_point(params: Mapping[str, Any], where: PointName) -> None:
     """Raise :class:`ConfigError` if the point cannot be simulated by this model."""
     check_data(params, n_samples(params), params["n_inputs"], where)
 

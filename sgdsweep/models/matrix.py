@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from sgdsweep.core.noise_types import UNLABELLED_NOISE
+from sgdsweep.errors import PointName
 from sgdsweep.models.affine import AffineProblem
 from sgdsweep.models.base import data_rng
 from sgdsweep.models.linear import check_data
@@ -56,7 +57,7 @@ def data_params(params: Mapping[str, Any]) -> dict[str, Any]:
             "n_samples": n_samples(params)}
 
 
-def check_point(params: Mapping[str, Any], where: str) -> None:
+def check_point(params: Mapping[str, Any], where: PointName) -> None:
     check_data(params, n_samples(params), len(params["targets"]), where)
 
 

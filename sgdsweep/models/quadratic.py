@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sgdsweep.core.noise_types import DATA_FREE_NOISE
-from sgdsweep.errors import ConfigError
+from sgdsweep.errors import ConfigError, PointName
 from sgdsweep.models.base import Layer, Problem
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ def data_params(params: Mapping[str, Any]) -> dict[str, Any]:
             "noise_cov": params["noise_cov"]}
 
 
-def check_point(params: Mapping[str, Any], where: str) -> None:
+def check_point(params: Mapping[str, Any], where: PointName) -> None:
     k = np.asarray(params["curvatures"], dtype=float)
     if k.ndim != 1 or k.size == 0 or np.any(k <= 0):
         raise ConfigError("model.curvatures", params["curvatures"], "a non-empty list of positive numbers",

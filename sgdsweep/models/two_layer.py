@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sgdsweep.core.noise_types import ALL
-from sgdsweep.errors import ConfigError
+from sgdsweep.errors import ConfigError, PointName
 from sgdsweep.models.base import Layer, Problem, data_rng
 from sgdsweep.models.linear import check_data, n_samples
 
@@ -146,11 +146,11 @@ def data_params(params: Mapping[str, Any]) -> dict[str, Any]:
             "noiseless": params["noise"] == "label"}
 
 
-def check_point(params: Mapping[str, Any], where: str) -> None:
+def check_point(params: Mapping[str, Any], where: PointName) -> None:
     check_data(params, n_samples(params), params["n_inputs"], where)
 
 
-def check_dynamics(params: Mapping[str, Any], where: str) -> None:
+def check_dynamics(params: Mapping[str, Any], where: PointName) -> None:
     """No start at the minimum: there is no unique one."""
     if params["init"] == "minimum":
         raise ConfigError("dynamics.init", "minimum", "auto or zero for two_layer",

@@ -23,7 +23,7 @@ import numpy as np
 from sgdsweep.core.identity import LYAPUNOV, HashTemplate, canonical_json, content_hash
 from sgdsweep.core.noise_types import SAMPLING_NOISE, SDE_NOISE, describe
 from sgdsweep.core.paths import nested_sweep, sweep_dir
-from sgdsweep.errors import ConfigError
+from sgdsweep.errors import ConfigError, PointName
 from sgdsweep.models import allowed_noise, get_model, hook, observing
 from sgdsweep.sweep import grid as gridmod
 from sgdsweep.sweep import lead as report_lead
@@ -128,12 +128,7 @@ class Sweep:
         return content_hash(self.simulation_config())
 
 
-def describe_point(gp: Mapping[str, Any]) -> str:
-    """``point lr=0.1, batch_size=4``: where an error happened, for messages."""
-    return "point " + ", ".join(f"{k}={v}" for k, v in gp.items())
-
-
-def make_point(model, raw_params: Mapping[str, Any], where: str, footprints: dict[str, Footprint],
+def make_point(model, raw_params: Mapping[str, Any], where: PointName, footprints: dict[str, Footprint],
                problems: dict[str, Any] | None = None, curvatures: dict[str, np.ndarray] | None = None,
                coerced: bool = False, data_sets: dict[Hashable, tuple[Any, str, HashTemplate]] | None = None,
                data_key: Hashable = None) -> Point:
@@ -181,7 +176,7 @@ def make_point(model, raw_params: Mapping[str, Any], where: str, footprints: dic
     return Point(hash=point_hash, params=params, burn_in=burn, shard=data_set, data_set=data_set)
 
 
-def _resolve_burn_in(params: Mapping[str, Any], problem, where: str) -> int:
+def _resolve_burn_in(params: Mapping[str, Any], problem, where: PointName) -> int:
     steps = params["steps"]
     if params["burn_in"] != "auto":
         burn = int(params["burn_in"])
@@ -202,7 +197,7 @@ def _resolve_burn_in(params: Mapping[str, Any], problem, where: str) -> int:
     return burn
 
 
-def _checked_problem(model, params: Mapping[str, Any], where: str, problems: dict[str, Any] | None = None):
+def _checked_problem(model, params: Mapping[str, Any], where: PointName, problems: dict[str, Any] | None = None):
     """The point's problem, after the model's own checks (``check_point``); a data set too
     large for memory, or one numpy cannot factorise (a degenerate covariance), is a
     :class:`ConfigError` naming the model's options."""
@@ -277,7 +272,7 @@ def build_sweep(raw: Mapping[str, Any], rounds: bool = True) -> Sweep:
     data_sets: dict[Hashable, tuple[Any, str, HashTemplate]] = {}
     with _cyclic_gc_paused():  # the points and their dicts: millions of objects at 10⁶ points
         for i, gp in enumerate(expanded):
-            where = describe_point(gp)
+            where = PointName(gp)
             _check_axes(gp, model, kind, required)
             params = route({**base, **gp}, where)
             point = make_point(model, params, where, footprints, problems, curvatures, coerced=True,
@@ -371,7 +366,7 @@ def _observe(section: Mapping[str, Any], model) -> dict[str, Any]:
     return out
 
 
-def _check_dynamics(params: Mapping[str, Any], model, where: str) -> None:
+def _check_dynamics(params: Mapping[str, Any], model, where: PointName) -> None:
     """Noise type, SDE and observable choices that the model and dynamics support; then the
     model's own ``check_dynamics``."""
     noise = params["noise"]

@@ -28,7 +28,7 @@ from typing import Any
 
 from sgdsweep.core.hardware import cuda_devices
 from sgdsweep.core.noise_types import describe, select
-from sgdsweep.errors import ConfigError
+from sgdsweep.errors import ConfigError, PointName
 from sgdsweep.models import MODELS
 from sgdsweep.sweep.execution import scheduler_address
 
@@ -197,7 +197,7 @@ def router(execution: Mapping[str, Any], support: Support | None = None) -> Call
     gpus = 0 if device == "cpu" else expected_gpus(execution)
     support = GPU_SUPPORT if support is None else support
 
-    def route(params: Mapping[str, Any], where: str) -> dict[str, Any]:
+    def route(params: Mapping[str, Any], where: PointName) -> dict[str, Any]:
         if device == "cpu" or gpus == 0:  # auto without GPUs: the CPU engine
             return dict(params)
         reason = unsupported(params, support)

@@ -26,11 +26,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from sgdsweep.core.identity import EXTENSIBLE, content_hash, points_digest
-from sgdsweep.errors import ConfigError, StoreError
+from sgdsweep.errors import ConfigError, PointName, StoreError
 from sgdsweep.models import get_model
 from sgdsweep.store import lanes as lanes_store
 from sgdsweep.store import points as point_store
-from sgdsweep.sweep.config import Point, Sweep, describe_point, make_point
+from sgdsweep.sweep.config import Point, Sweep, make_point
 
 #: Smallest growth of a point's replicas (or steps) in a round that extends it, and the factor
 #: on the steps that censoring or the autocorrelation time ask for: falling just short of a
@@ -164,7 +164,7 @@ def _spend(state: _State) -> int:
 
 def _at(sweep: Sweep, model, state: _State, replicas: int, steps: int) -> Point:
     params = {**state.base.params, "replicas": replicas, "steps": steps, EXTENSIBLE: True}
-    point = make_point(model, params, describe_point({a: params[a] for a in sweep.coords if a in params}),
+    point = make_point(model, params, PointName({a: params[a] for a in sweep.coords if a in params}),
                        sweep.footprints)  # type: ignore[arg-type]
     return dataclasses.replace(point, lanes=lanes_store.lanes_key(point.params))
 

@@ -46,9 +46,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sgdsweep.errors import ConfigError
+from sgdsweep.errors import ConfigError, PointName
 from sgdsweep.models import get_model
-from sgdsweep.sweep.config import Point, Sweep, describe_point, make_point
+from sgdsweep.sweep.config import Point, Sweep, make_point
 from sgdsweep.sweep.precision import stored_summary
 
 #: Two-sided level of the t-interval of the mean exponent that decides a value.
@@ -96,7 +96,7 @@ def _point(model, sweep: Sweep, base: Point, axis: str, value: float, replicas: 
     params = {**base.params, axis: value}
     if replicas is not None:
         params["replicas"] = replicas
-    where = describe_point({axis: value})
+    where = PointName({axis: value})
     try:
         return make_point(model, params, where, sweep.footprints)  # type: ignore[arg-type]
     except ConfigError:
@@ -111,7 +111,7 @@ def _check(sweep: Sweep, model, axis: str, groups: Mapping[str, list[Point]]) ->
         if len({p.params[axis] for p in members}) < 2:
             raise ConfigError(f"grid.{axis}", members[0].params[axis], f"at least two values of {axis}",
                               f"search.edge {axis} bisects between the smallest and largest value the grid gives "
-                              f"it for each combination of the other axes; {describe_point(members[0].params)} "
+                              f"it for each combination of the other axes; {PointName(members[0].params)} "
                               "has one.")
     first = sweep.points[0].params
     if model.make_problem(model.data_params(first)).w_min is None:
