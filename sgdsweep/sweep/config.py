@@ -95,6 +95,9 @@ class Sweep:
     #: with ``precision:`` or ``search:``, the current round and why each point is in it
     #: (:func:`sgdsweep.sweep.precision.resolve_rounds`); else empty
     rounds: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    #: values derived from the whole sweep, kept by their owners the first time they are asked
+    #: for (``"tasks"``: :func:`sgdsweep.sweep.cost.tasks`); ``dataclasses.replace`` starts a new one
+    derived: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def name(self) -> str:

@@ -137,12 +137,22 @@ class Task:
 
 
 def tasks(sweep: Sweep, hashes: Iterable[str] | None = None) -> list[Task]:
-    """The tasks that simulate ``hashes`` (default: every point), grouped as the shard jobs group
-    them (:func:`sgdsweep.run.execute.make_batches`: the points of one data set and batch size, in
-    sweep order, in chunks of ``execution.points_per_task``). A data set's points differ only in
-    ``lr``, ``batch_size``, ``momentum`` and ``replicas``, so grouping them by batch size is that
-    grouping, without encoding every point's parameters (linear in the points)."""
+    """The tasks that simulate ``hashes`` (hashes of the sweep's points; default: every point),
+    grouped as the shard jobs group them (:func:`sgdsweep.run.execute.make_batches`: the points
+    of one data set and batch size, in sweep order, in chunks of ``execution.points_per_task``).
+    A data set's points differ only in ``lr``, ``batch_size``, ``momentum`` and ``replicas``, so
+    grouping them by batch size is that grouping, without encoding every point's parameters
+    (linear in the points). Every point's tasks are made once per sweep (:attr:`Sweep.derived`):
+    planning asks for them to check the memory and again to describe the cost."""
     wanted = None if hashes is None else set(hashes)
+    if wanted is None or len(wanted) == len(sweep.points):
+        if "tasks" not in sweep.derived:
+            sweep.derived["tasks"] = _tasks(sweep, None)
+        return list(sweep.derived["tasks"])
+    return _tasks(sweep, wanted)
+
+
+def _tasks(sweep: Sweep, wanted: set[str] | None) -> list[Task]:
     per_task = int(sweep.config["execution"]["points_per_task"])
     out: list[Task] = []
     for points in sweep.shards.values():

@@ -147,6 +147,20 @@ def show_values(old: Any, new: Any) -> tuple[str, str]:
     return shown
 
 
+def _shown_coordinate(shown: dict[tuple[str, type, Any], str], name: str, value: Any) -> str:
+    """``name=value`` as :func:`show_value` prints it, kept in ``shown`` (by name, type and value:
+    ``True``, ``1`` and ``1.0`` are equal keys otherwise; -0.0 never reaches a point's axes,
+    which :func:`sgdsweep.sweep.grid.coerce` makes 0.0)."""
+    try:
+        key = (name, type(value), value)
+        text = shown.get(key)
+    except TypeError:  # a value that is not hashable (a mapping or list)
+        return f"{name}={show_value(value)}"
+    if text is None:
+        text = shown[key] = f"{name}={show_value(value)}"
+    return text
+
+
 def format_explanation(sweep: Sweep, reasons: dict[str, str], verbose: bool = True,
                        max_lines: int | None = None, cost: bool = False) -> str:
     """Human-readable plan: counts by reason, then (verbose) one line per point to simulate
@@ -166,12 +180,13 @@ def format_explanation(sweep: Sweep, reasons: dict[str, str], verbose: bool = Tr
     lines = [head]
     if verbose:
         by_hash = {p.hash: p for p in sweep.points}
+        shown: dict[tuple[str, type, Any], str] = {}  # a sweep's points repeat each axis' few values
         for i, (h, reason) in enumerate(reasons.items()):
             if max_lines is not None and i >= max_lines:
                 lines.append(f"  … and {len(reasons) - max_lines} more (sgdsweep plan CONFIG lists all)")
                 break
-            p = by_hash[h]
-            coords = ", ".join(f"{c}={show_value(p.params[c])}" for c in sweep.coords if c in p.params)
+            params = by_hash[h].params
+            coords = ", ".join(_shown_coordinate(shown, c, params[c]) for c in sweep.coords if c in params)
             lines.append(f"  {h}  {coords}: {reason}")
     if cost:
         lines += describe(sweep, reasons)
