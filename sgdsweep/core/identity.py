@@ -106,32 +106,34 @@ class HashTemplate:
         text = canonical_json({"params": {**params, **{k: json.loads(m) for k, m in markers.items()}},
                                "simulation_version": SIMULATION_VERSION})
         self.keys: tuple[str, ...] = ()
-        self.parts: list[str] | None = None
-        if any(text.count(m) != 1 for m in markers.values()):  # a value of the template holds a marker
+        #: the canonical text with ``%s`` in place of each of :attr:`keys`' values (``%`` escaped);
+        #: None where a value of the template holds a marker
+        self.text: str | None = None
+        if any(text.count(m) != 1 for m in markers.values()):
             return
         self.keys = tuple(sorted(keys, key=lambda k: text.index(markers[k])))  # in the text's order
-        self.parts = []
+        parts = []
         for key in self.keys:
             before, _, text = text.partition(markers[key])
-            self.parts.append(before)
-        self.parts.append(text)
+            parts.append(before)
+        parts.append(text)
+        self.text = "%s".join(part.replace("%", "%%") for part in parts)
 
     def hash(self, params: Mapping[str, Any], length: int = HASH_LENGTH) -> str:
         """:func:`content_hash` of ``params``."""
-        if self.parts is None or params.keys() != self.names:
+        if self.text is None or params.keys() != self.names:
             return content_hash(params, length)
-        out = [self.parts[0]]
-        for key, part in zip(self.keys, self.parts[1:]):
-            value = params.get(key)
+        values = []
+        for key in self.keys:
+            value = params[key]
             kind = type(value)
-            if kind is int:
-                out.append(int.__repr__(value))
-            elif kind is float and math.isfinite(value):
-                out.append(float.__repr__(value))
-            else:
+            if kind is float:  # "%s" writes a float as float.__repr__, an int as int.__repr__ (as json does)
+                if not math.isfinite(value):
+                    return content_hash(params, length)
+            elif kind is not int:
                 return content_hash(params, length)
-            out.append(part)
-        return hashlib.sha256("".join(out).encode()).hexdigest()[:length]
+            values.append(value)
+        return hashlib.sha256((self.text % tuple(values)).encode()).hexdigest()[:length]
 
 
 def stream_hash(params: Mapping[str, Any], length: int = HASH_LENGTH) -> str:

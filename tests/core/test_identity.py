@@ -35,10 +35,11 @@ def test_a_hash_template_gives_content_hash_for_every_value():
     itself; a non-finite float is refused alike (fails if a number is written otherwise than
     json writes it, or into the wrong place)."""
     varying = ("lr", "batch_size", "momentum", "replicas", "not_there")
-    base = {"model": "linear", "seed": 0, "observe": {"noise_lags": [1, 2], "escape": False, "note": "a\x00b"},
+    base = {"model": "linear", "seed": 0,
+            "observe": {"noise_lags": [1, 2], "escape": False, "note": "a\x00b", "as text": "100% of %s %d"},
             "init": "zero", "z": None, "lr": 0.05, "batch_size": 4, "momentum": 0.0, "replicas": 16}
     template = HashTemplate(base, varying)
-    assert template.parts is not None and template.keys == ("batch_size", "lr", "momentum", "replicas")
+    assert template.text is not None and template.keys == ("batch_size", "lr", "momentum", "replicas")
     values = [0.0, -0.0, 1e-05, 1e16, 1e-300, 5e-324, 1.7976931348623157e308, 0.1, 1 / 3, 12345.678, 1, 0, -1,
               10**30, True, np.float64(0.5), np.int64(3), "x", None]
     rng = random.Random(7)
@@ -55,7 +56,7 @@ def test_a_hash_template_gives_content_hash_for_every_value():
     with pytest.raises(ValueError, match="non-finite"):
         template.hash({**base, "lr": float("nan")})
     holds_marker = HashTemplate({**base, "init": "\x000\x00"}, varying)  # a value that is a marker itself
-    assert holds_marker.parts is None and holds_marker.hash(base) == content_hash(base)
+    assert holds_marker.text is None and holds_marker.hash(base) == content_hash(base)
 
 
 def test_non_finite_values_are_refused():
