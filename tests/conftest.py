@@ -234,12 +234,14 @@ def _cluster_env(cluster: str, env: dict[str, str] | None) -> dict[str, str]:
 
 def run_snakemake(workdir: Path, configfile: Path | None = None, *extra: str,
                   env: dict[str, str] | None = None, timeout: float = 600,
-                  cluster: str = "shared", targets: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+                  cluster: str = "shared", targets: tuple[str, ...] = (),
+                  pass_fds: tuple[int, ...] = ()) -> subprocess.CompletedProcess:
     """Run the real ``snakemake`` on the repository's Snakefile in ``workdir``. Its shard jobs
     use the test run's shared Dask cluster, or with ``cluster="own"`` each starts its own (as
     plain ``snakemake`` does for a user). ``targets``: Snakemake's targets (default: the workflow's
     ``all``), e.g. ``("ensemble",)`` for a test that inspects the point stores and the ensemble
-    only (the workflow's ``ensemble`` rule: no fit, no report)."""
+    only (the workflow's ``ensemble`` rule: no fit, no report). ``pass_fds``: descriptors it
+    inherits."""
     cmd = [sys.executable, "-m", "snakemake", *targets, "--snakefile", str(REPO / "Snakefile"),
            "--directory", str(workdir), "--cores", "2"]
     if configfile is not None:
@@ -250,7 +252,7 @@ def run_snakemake(workdir: Path, configfile: Path | None = None, *extra: str,
     full_env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + full_env.get("PATH", "")
     full_env.update(_cluster_env(cluster, env))
     return subprocess.run(cmd, cwd=workdir, env=full_env, capture_output=True, text=True, timeout=timeout,
-                          check=False)
+                          check=False, pass_fds=pass_fds)
 
 
 #: The commands that run shard jobs, and so a cluster.

@@ -20,7 +20,7 @@ import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from sgdsweep.errors import SgdsweepError
 from sgdsweep.run.progress import PROGRESS_ENV, VERBOSITY_ENV
@@ -105,7 +105,7 @@ def run_sweep(args: argparse.Namespace, verbosity: int) -> int:
             files = PlanFiles(sweep.directory)
             for path, text in plan.items():
                 write_plan_file(files, path, text)
-            code = _snakemake(cmd + rounds_target, lock, env, sweep)
+            code = _snakemake(cmd + rounds_target, lock, env, sweep, stored_file)
             if code != 0 or args.dry_run or not sweep.rounds:
                 break
             sweep = load_sweep(args.config, device)  # the next round, decided from what this one stored
@@ -118,7 +118,7 @@ def run_sweep(args: argparse.Namespace, verbosity: int) -> int:
             if not any(_differs(path, text) for path, text in plan.items()):
                 break
         if rounds_target and code == 0:
-            code = _snakemake(cmd, lock, env, sweep)
+            code = _snakemake(cmd, lock, env, sweep, stored_file)
     if code < 0:  # Snakemake was killed: a run of the same command resumes where it stopped
         raise SgdsweepError(f"Snakemake was killed by signal {-code}; run the same command again to resume "
                             f"(stored points are kept, and only what is missing is computed)")
@@ -198,11 +198,13 @@ def progress_style(sweep: Any, stored: set[str] | frozenset[str], cores: int) ->
     return "bar" if busy <= 1 or cores <= 1 else "lines"
 
 
-def _snakemake(cmd: list[str], lock: Any, env: dict[str, str], sweep: Any) -> int:
-    """Run Snakemake (``cmd``) under the sweep's ``lock`` and return its exit status."""
+def _snakemake(cmd: list[str], lock: Any, env: dict[str, str], sweep: Any, stored: IO[bytes] | None) -> int:
+    """Run Snakemake (``cmd``) under the sweep's ``lock`` and return its exit status; it inherits
+    the lock and the file of ``stored`` points (:mod:`sgdsweep.sweep.stored`) where there is one."""
     from sgdsweep.run import locking
 
-    with subprocess.Popen(cmd, pass_fds=(lock.fileno(),), env=env) as proc:
+    fds = (lock.fileno(),) if stored is None else (lock.fileno(), stored.fileno())
+    with subprocess.Popen(cmd, pass_fds=fds, env=env) as proc:
         locking.record_holder(Path(sweep.directory) / locking.LOCK_NAME, proc.pid)
         try:
             return proc.wait()
@@ -239,23 +241,23 @@ def _job_environment() -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def _stored_file(env: dict[str, str]) -> Iterator[Path | None]:
-    """A temporary file for the run's stored points (:mod:`sgdsweep.sweep.stored`; None where none
-    can be made: the stores are then opened by Snakemake too); removed, and unnamed in ``env``,
-    after the block."""
-    from sgdsweep.sweep.stored import STORED_ENV
+def _stored_file(env: dict[str, str]) -> Iterator[IO[bytes] | None]:
+    """A temporary file without a name for the run's stored points (:mod:`sgdsweep.sweep.stored`;
+    None where none can be made: the stores are then opened by Snakemake too), closed, and
+    unnamed in ``env``, after the block. It has no name, so nothing is left behind however the
+    run ends."""
+    from sgdsweep.sweep.stored import STORED_FD_ENV
 
     try:
-        fd, name = tempfile.mkstemp(prefix="sgdsweep-stored-", suffix=".json")
-        os.close(fd)
+        file = tempfile.TemporaryFile(prefix="sgdsweep-stored-")  # noqa: SIM115 - closed after the block
     except OSError:
         yield None
         return
     try:
-        yield Path(name)
+        yield file
     finally:
-        env.pop(STORED_ENV, None)
-        Path(name).unlink(missing_ok=True)
+        env.pop(STORED_FD_ENV, None)
+        file.close()
 
 
 @contextlib.contextmanager

@@ -5,12 +5,14 @@ about a millisecond each). ``sgdsweep run`` does it once, under the sweep's lock
 Snakefile, which plans the sweep again as it is parsed, would do it a second time. The run holds
 the lock from before its check until Snakemake ends (Snakemake inherits it:
 :mod:`sgdsweep.run.locking`), so no other run changes the stores in between; it writes what it
-found to a file named in :data:`STORED_ENV`, and the Snakefile's main process takes the set
-from there when the file is for the same sweep directory and the same points, less any store
-that is no longer there (one listing: a store deleted meanwhile is simulated again in this run;
-one damaged meanwhile is caught when it is next read). Anywhere else (plain ``snakemake``, a file
-of another sweep or none, a job's process) the stores are opened. The hand-over only saves
-time: where its file cannot be written, :func:`hand_over` withdraws it.
+found to a file without a name (nothing is left behind, however the run ends) whose descriptor
+Snakemake inherits, named in :data:`STORED_FD_ENV`. The Snakefile's main process takes the set
+from there when it is for the same sweep directory and the same points, less any store that is
+no longer there (one listing: a store deleted meanwhile is simulated again in this run; one
+damaged meanwhile is caught when it is next read). Anywhere else (plain ``snakemake``, a hand-over
+of another sweep or none, a descriptor that is not a file, a job's process) the stores are
+opened. The hand-over only saves time: where its file cannot be made or written,
+:func:`hand_over` withdraws it.
 """
 
 from __future__ import annotations
@@ -18,56 +20,65 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 from collections.abc import Iterable, MutableMapping
 from pathlib import Path
+from typing import IO
 
 from sgdsweep.store import packs
 from sgdsweep.store.points import POINT_SUFFIX
 
-#: Environment variable naming the file of :func:`write_stored`.
-STORED_ENV = "SGDSWEEP_STORED_POINTS"
+#: Environment variable holding the descriptor of :func:`hand_over`'s file (inherited by Snakemake).
+STORED_FD_ENV = "SGDSWEEP_STORED_POINTS_FD"
 
 
 def _points_digest(hashes: Iterable[str]) -> str:
     return hashlib.sha256("\n".join(hashes).encode()).hexdigest()
 
 
-def write_stored(path: str | Path, directory: str | Path, hashes: Iterable[str], stored: Iterable[str]) -> None:
-    """Write to ``path`` the set ``stored`` of complete stores among the sweep's point ``hashes``
-    (in the sweep's order), for the sweep in ``directory``."""
-    Path(path).write_text(json.dumps({"directory": str(Path(directory).resolve()),
-                                      "points": _points_digest(hashes), "stored": sorted(stored)}))
+def stored_text(directory: str | Path, hashes: Iterable[str], stored: Iterable[str]) -> bytes:
+    """What the hand-over holds: the set ``stored`` of complete stores among the sweep's point
+    ``hashes`` (in the sweep's order), for the sweep in ``directory`` (JSON, UTF-8)."""
+    return json.dumps({"directory": str(Path(directory).resolve()), "points": _points_digest(hashes),
+                       "stored": sorted(stored)}).encode()
 
 
-def hand_over(env: MutableMapping[str, str], path: Path | None, directory: str | Path, hashes: Iterable[str],
+def hand_over(env: MutableMapping[str, str], file: IO[bytes] | None, directory: str | Path, hashes: Iterable[str],
               stored: Iterable[str]) -> None:
-    """Name ``path``, holding :func:`write_stored`'s set, to Snakemake in ``env``; where it cannot
-    be written (no ``path``, a full or unwritable temporary directory), name none, so that the
-    Snakefile opens the stores itself."""
+    """Write :func:`stored_text` into ``file`` (replacing what it held: a round's set replaces the
+    previous one) and name its descriptor in ``env``; the caller passes the descriptor on to
+    Snakemake. Where it cannot be written (no ``file``, a full temporary directory), name none,
+    so that the Snakefile opens the stores itself."""
     try:
-        if path is None:
+        if file is None:
             raise OSError("no temporary file")
-        write_stored(path, directory, hashes, stored)
-        env[STORED_ENV] = str(path)
+        file.seek(0)
+        file.truncate()
+        file.write(stored_text(directory, hashes, stored))
+        file.flush()
+        env[STORED_FD_ENV] = str(file.fileno())
     except OSError:
-        env.pop(STORED_ENV, None)
+        env.pop(STORED_FD_ENV, None)
 
 
 def read_stored(directory: str | Path, points_dir: str | Path, hashes: Iterable[str]) -> set[str] | None:
-    """The stored points that ``sgdsweep run`` handed over (:data:`STORED_ENV`) for the sweep in
+    """The stored points that ``sgdsweep run`` handed over (:data:`STORED_FD_ENV`) for the sweep in
     ``directory`` with point ``hashes`` (in the sweep's order), less those with no store in
-    ``points_dir`` now; None when there is no such file, it cannot be read, or it is for another
-    sweep or other points."""
-    path = os.environ.get(STORED_ENV)
-    if not path:
+    ``points_dir`` now; None when there is no hand-over, its descriptor is not an open regular
+    file, it cannot be read, or it is for another sweep or other points."""
+    fd = os.environ.get(STORED_FD_ENV, "")
+    if not fd.isdigit():
         return None
     hashes = list(hashes)
     try:
-        data = json.loads(Path(path).read_text())
+        info = os.fstat(int(fd))
+        if not stat.S_ISREG(info.st_mode):  # a pipe or terminal that happens to have the number
+            return None
+        data = json.loads(os.pread(int(fd), info.st_size, 0))
         if data["directory"] != str(Path(directory).resolve()) or data["points"] != _points_digest(hashes):
             return None
         stored = set(data["stored"]) & set(hashes)
         present = {name[: -len(POINT_SUFFIX)] for name in os.listdir(points_dir) if name.endswith(POINT_SUFFIX)}
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, OverflowError):
         return None
     return stored & (present | set(packs.index(points_dir)))

@@ -193,14 +193,17 @@ def test_an_unwritable_working_directory_is_named(tmp_path):
 
 @pytest.mark.workflow
 def test_a_killed_front_end_is_named_and_a_killed_snakemake_is_reported(tmp_path):
-    """kill -9 of ``sgdsweep run`` leaves its Snakemake going (it holds the sweep): the next run's
+    """kill -9 of ``sgdsweep run`` leaves its Snakemake going (it holds the sweep) and no file
+    behind (the stored points it hands to Snakemake are in a file without a name): the next run's
     refusal names that process and how to stop it. kill -9 of Snakemake makes ``sgdsweep run``
     say so and exit 1, and the next run resumes."""
     import shutil
     cfg = write_yaml(tmp_path / "slow.yaml", tiny_config(sweep="slow", **SLOW))
     state = tmp_path / "results" / "slow" / ".cluster" / "scheduler.json"
     lock = tmp_path / "results" / "slow" / ".sgdsweep.lock"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(temp)}
     env.pop("SGDSWEEP_SCHEDULER_FILE", None)
 
     def start() -> subprocess.Popen:
@@ -222,6 +225,7 @@ def test_a_killed_front_end_is_named_and_a_killed_snakemake_is_reported(tmp_path
     os.kill(snakemake, signal.SIGSTOP)
     front.kill()
     front.wait()
+    assert not list(temp.glob("sgdsweep-stored-*")), sorted(p.name for p in temp.iterdir())
     refused = run_cli("run", str(cfg), "--cores", "2", cwd=tmp_path)
     assert refused.returncode == 3, refused.stderr[-2000:]
     assert f"its Snakemake process (pid {snakemake}" in refused.stderr and f"kill {snakemake}" in refused.stderr

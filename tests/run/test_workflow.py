@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import tempfile
 import time
 from html.parser import HTMLParser
 from pathlib import Path
@@ -222,19 +223,20 @@ def test_the_workflow_takes_the_stored_points_sgdsweep_run_hands_it(first_run, t
     point has no store, a dry run plans its shard. A file for another sweep directory is ignored,
     and the stores, all complete, are opened: nothing to do."""
     from sgdsweep.sweep.config import load_sweep
-    from sgdsweep.sweep.stored import STORED_ENV, write_stored
+    from sgdsweep.sweep.stored import hand_over
 
     work, cfg, _, _ = first_run
     monkeypatch.chdir(work)
     sweep = load_sweep(cfg)
     hashes = [p.hash for p in sweep.points]
-    handed = tmp_path / "stored.json"
-    write_stored(handed, sweep.directory, hashes, hashes[1:])
-    proc = run_snakemake(work, cfg, "-n", env={STORED_ENV: str(handed)})
-    assert proc.returncode == 0 and re.search(r"^simulate\s+1$", proc.stdout, re.MULTILINE), proc.stdout[-2000:]
-    write_stored(handed, tmp_path, hashes, hashes[1:])
-    proc = run_snakemake(work, cfg, "-n", env={STORED_ENV: str(handed)})
-    assert proc.returncode == 0 and "Nothing to be done" in proc.stdout + proc.stderr, proc.stdout[-2000:]
+    env: dict[str, str] = {}
+    with tempfile.TemporaryFile() as handed:
+        hand_over(env, handed, sweep.directory, hashes, hashes[1:])
+        proc = run_snakemake(work, cfg, "-n", env=env, pass_fds=(handed.fileno(),))
+        assert proc.returncode == 0 and re.search(r"^simulate\s+1$", proc.stdout, re.MULTILINE), proc.stdout[-2000:]
+        hand_over(env, handed, tmp_path, hashes, hashes[1:])
+        proc = run_snakemake(work, cfg, "-n", env=env, pass_fds=(handed.fileno(),))
+        assert proc.returncode == 0 and "Nothing to be done" in proc.stdout + proc.stderr, proc.stdout[-2000:]
 
 
 def test_every_entry_point_sees_every_change_the_other_made(tmp_path):
