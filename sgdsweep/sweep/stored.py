@@ -25,6 +25,7 @@ from collections.abc import Iterable, MutableMapping
 from pathlib import Path
 from typing import IO
 
+from sgdsweep.core.identity import HASH_LENGTH
 from sgdsweep.store import packs
 from sgdsweep.store.points import POINT_SUFFIX
 
@@ -34,6 +35,12 @@ STORED_FD_ENV = "SGDSWEEP_STORED_POINTS_FD"
 
 def _points_digest(hashes: Iterable[str]) -> str:
     return hashlib.sha256("\n".join(hashes).encode()).hexdigest()
+
+
+def _largest_hand_over(points: int) -> int:
+    """Bytes of :func:`stored_text` at most for a sweep of ``points`` points (whose resolved
+    directory is a path of at most a few KiB): each stored hash is written as ``"…", ``."""
+    return 8192 + (HASH_LENGTH + 4) * points
 
 
 def stored_text(directory: str | Path, hashes: Iterable[str], stored: Iterable[str]) -> bytes:
@@ -72,13 +79,15 @@ def read_stored(directory: str | Path, points_dir: str | Path, hashes: Iterable[
     hashes = list(hashes)
     try:
         info = os.fstat(int(fd))
-        if not stat.S_ISREG(info.st_mode):  # a pipe or terminal that happens to have the number
+        # a pipe, a terminal or another program's file that happens to have the number (the
+        # variable reaches every job's environment): not read, nor a file larger than the set
+        if not stat.S_ISREG(info.st_mode) or info.st_size > _largest_hand_over(len(hashes)):
             return None
         data = json.loads(os.pread(int(fd), info.st_size, 0))
         if data["directory"] != str(Path(directory).resolve()) or data["points"] != _points_digest(hashes):
             return None
         stored = set(data["stored"]) & set(hashes)
         present = {name[: -len(POINT_SUFFIX)] for name in os.listdir(points_dir) if name.endswith(POINT_SUFFIX)}
-    except (OSError, ValueError, KeyError, TypeError, OverflowError):
+    except (OSError, ValueError, KeyError, TypeError, OverflowError, MemoryError):
         return None
     return stored & (present | set(packs.index(points_dir)))

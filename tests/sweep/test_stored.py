@@ -34,6 +34,10 @@ def test_the_hand_over_is_for_one_sweep_its_points_and_the_stores_there(tmp_path
         handed.truncate(len(text) - 5)
         assert read_stored(sweep, points, hashes[:2]) is None  # cut short
     assert read_stored(sweep, points, hashes[:2]) is None  # closed
+    with open(tmp_path / "large", "wb") as large:  # another program's file: its size is enough to refuse it
+        large.truncate(10**11)
+        monkeypatch.setenv(STORED_FD_ENV, str(large.fileno()))
+        assert read_stored(sweep, points, hashes[:2]) is None
     read, write = os.pipe()
     try:
         monkeypatch.setenv(STORED_FD_ENV, str(read))  # a descriptor that is not a file
