@@ -8,6 +8,7 @@ import json
 from html.parser import HTMLParser
 
 import numpy as np
+import pytest
 import xarray as xr
 
 from sgdsweep.analysis import plotting
@@ -57,23 +58,35 @@ def _ensemble(theory_exponent: float, seed: int = 0) -> xr.Dataset:
 SPEC = {"report": {"title": "synthetic"}, "config": {"sweep": "synthetic"}, "config_hash": "abc"}
 
 
-def _report(ds, tmp_path):
+def _report(ds, tmp_path, files=True, legends=None):
+    """(fits, page, parser); the figures also written under ``tmp_path / "figures"`` (PNG and SVG)
+    with ``files``, else not (no SVG is drawn)."""
     fits = fit_ensemble(ds, {"confidence": 0.95, "bootstrap": 200})
-    page = build_report(ds, fits, SPEC, figures_dir=tmp_path / "figures")
+    page = build_report(ds, fits, SPEC, figures_dir=tmp_path / "figures" if files else None, legends=legends)
     parser = _Parse()
     parser.feed(page)
     assert parser.open == []  # every element closed: well-formed
     return fits, page, parser
 
 
-def test_report_says_when_theory_is_inside(tmp_path):
-    fits, page, parser = _report(_ensemble(1.0), tmp_path)
+@pytest.fixture(scope="module")
+def inside(tmp_path_factory):
+    """The report of ``_ensemble(1.0)`` with its figure files, built once for the tests that only
+    read it: (ds, fits, page, parser, figures directory)."""
+    root = tmp_path_factory.mktemp("inside")
+    ds = _ensemble(1.0)
+    fits, page, parser = _report(ds, root)
+    return ds, fits, page, parser, root / "figures"
+
+
+def test_report_says_when_theory_is_inside(inside):
+    _, fits, page, parser, figures_dir = inside
     a = fits["power_law"][0]["params"]["a"]
     assert a["theory_inside"] and a["interval_method"] == "bootstrap"
     assert "OUTSIDE" not in page and "DISAGREES" not in page and "agrees with the exact theory" in page
     # every referenced figure is embedded (data URI), also written as a file, and named
     assert parser.imgs and all(src.startswith("data:image/png;base64,") for src in parser.imgs)
-    files = sorted(p.stem for p in (tmp_path / "figures").glob("*.png"))
+    files = sorted(p.stem for p in figures_dir.glob("*.png"))
     assert sorted(i[len("fig-"):] for i in parser.figure_ids) == files
     assert {"power_law_0", "linear_scaling_0", "weight_var", "shard_times"} <= set(files)
     assert "coverage" not in files  # a full grid, every point done: nothing for a coverage map to say
@@ -83,7 +96,7 @@ def test_report_says_when_theory_is_inside(tmp_path):
 def test_report_says_when_theory_is_outside(tmp_path):
     """A theory with exponent a = 1.3 on data with a = 1: the report flags it in red, in the
     summary and in the fit's section."""
-    fits, page, _ = _report(_ensemble(1.3), tmp_path)
+    fits, page, _ = _report(_ensemble(1.3), tmp_path, files=False)
     a = fits["power_law"][0]["params"]["a"]
     assert a["theory_inside"] is False and abs(a["theory"] - 1.3) < 1e-9
     start = page.index("<section id='answer'>")
@@ -112,9 +125,10 @@ def test_many_groups_get_an_overview_and_a_few_figures(tmp_path):
     figure, one overview figure shows them all, and the report says so."""
     from sgdsweep.analysis.report import MAX_GROUP_FIGURES
 
-    fits, page, parser = _report(_with_momentum(_ensemble(1.0)), tmp_path)
+    legends: dict = {}
+    fits, page, parser = _report(_with_momentum(_ensemble(1.0)), tmp_path, files=False, legends=legends)
     assert len(fits["power_law"]) == 6 > MAX_GROUP_FIGURES
-    files = {p.stem for p in (tmp_path / "figures").glob("*.png")}
+    files = set(legends)  # every drawn figure, by name
     assert sorted(i[len("fig-"):] for i in parser.figure_ids) == sorted(files)
     for kind in ("power_law", "linear_scaling"):
         assert f"{kind}_overview" in files and f"{kind}_0" in files
@@ -123,13 +137,11 @@ def test_many_groups_get_an_overview_and_a_few_figures(tmp_path):
     assert "6 groups: each has its table below" in page
 
 
-def test_figures_drawn_in_parallel_give_the_same_report(tmp_path):
-    ds = _ensemble(1.0)
-    fits = fit_ensemble(ds, {"confidence": 0.95, "bootstrap": 200})
-    serial = build_report(ds, fits, SPEC, figures_dir=tmp_path / "one")
+def test_figures_drawn_in_parallel_give_the_same_report(inside, tmp_path):
+    ds, fits, serial, _, one = inside  # drawn in this process
     parallel = build_report(ds, fits, SPEC, figures_dir=tmp_path / "two", jobs=2)
     assert serial == parallel
-    for png in (tmp_path / "one").glob("*.png"):
+    for png in one.glob("*.png"):
         assert png.read_bytes() == (tmp_path / "two" / png.name).read_bytes()
 
 
@@ -182,16 +194,14 @@ def _savefig_tight(fig) -> bytes:
     return out.getvalue()
 
 
-def test_report_figures_are_matplotlibs_own_tight_pngs(tmp_path):
+def test_report_figures_are_matplotlibs_own_tight_pngs(inside):
     """The report's PNG of a figure is pixel for pixel what ``savefig(bbox_inches="tight")``
     makes of it, log axes labelled by matplotlib's own formatter: no hand-cut canvas, no
     rewritten labels."""
     from matplotlib import ticker
 
     from sgdsweep.analysis import figures
-    ds = _ensemble(1.0)
-    fits = fit_ensemble(ds, {"confidence": 0.95, "bootstrap": 0})
-    build_report(ds, fits, SPEC, figures_dir=tmp_path)
+    ds, fits, _, _, tmp_path = inside
     # (not a figure with constrained layout: two savefig calls of one such figure differ by a pixel)
     for name, make, args in (("weight_var", figures.weight_var_against_ratio, (ds,)),
                              ("power_law_0", figures.power_law, (ds, fits["power_law"][0])),
@@ -240,7 +250,7 @@ def test_report_leads_with_the_headline_numbers_and_an_honest_verdict(tmp_path):
     curved = 1 + 3 * ds["lr"]  # the data: not a power law
     ds["weight_var_replica"] = ds["weight_var_replica"] * curved
     ds["weight_var"], ds["weight_var_se"] = ds["weight_var"] * curved, ds["weight_var_se"] * curved
-    fits, page, _ = _report(ds, tmp_path)
+    fits, page, _ = _report(ds, tmp_path, files=False)
     pl = fits["power_law"][0]
     assert pl["chi2_pvalue"] < 1e-3  # the case of the verdict below
     first = _text(page[:page.index("<figure")])
