@@ -65,13 +65,35 @@ def run_rounds(cfg: dict[str, Any], limit: int = 40) -> Sweep:
     raise AssertionError("the rounds did not end")
 
 
-def report_of(sweep: Sweep, figures_dir: Path | None = None) -> str:
-    """The HTML report of ``sweep`` at its current round, built from its plan files' content."""
+def report_of(sweep: Sweep, figures_dir: Path | None = None, legends: dict | None = None) -> str:
+    """The HTML report of ``sweep`` at its current round, built from its plan files' content
+    (``legends``: filled with each drawn figure's legend entries, by name)."""
     files = PlanFiles(sweep.directory)
     texts = plan_texts(sweep)
     ds = build_ensemble(json.loads(texts[files.sweep_spec]))
     fits = fit_ensemble(ds, json.loads(texts[files.fit_spec]))
-    return build_report(ds, fits, json.loads(texts[files.report_spec]), figures_dir)
+    return build_report(ds, fits, json.loads(texts[files.report_spec]), figures_dir, legends=legends)
+
+
+@pytest.fixture
+def no_figures(monkeypatch):
+    """Reports built without drawing their figures (each placeholder left empty), for the tests
+    that read only the report's text and tables: the figures of precision and edge-search
+    ensembles are drawn by test_an_edge_search_over_momentum_draws_the_edge_against_it and the
+    workflow's precision run (tests/sweep/test_precision.py)."""
+    from sgdsweep.analysis import report
+
+    monkeypatch.setattr(report, "_render", lambda todo, pool, svg=False: [None] * len(todo))
+
+
+@pytest.fixture
+def edge_figure_only(monkeypatch):
+    """Reports that draw the stability-edge figure (:func:`edge_figure`) and leave the others'
+    placeholders empty."""
+    from sgdsweep.analysis import report
+
+    monkeypatch.setattr(report, "_render", lambda todo, pool, svg=False: [
+        report._png(make, args, svg) if make is edge_figure else None for make, args in todo])
 
 
 def text_of(page: str) -> str:
@@ -79,7 +101,7 @@ def text_of(page: str) -> str:
     return html.unescape(re.sub(r"<[^>]+>", " ", re.sub(r"</?(b|span)\b[^>]*>", "", page)))
 
 
-def test_a_precision_report_shows_each_points_spend_status_and_targets(tmp_path):
+def test_a_precision_report_shows_each_points_spend_status_and_targets(tmp_path, no_figures):
     sweep = run_rounds(config(PRECISE, tmp_path))
     info = sweep.rounds
     assert all(p["status"] == "met" for p in info["points"].values())
@@ -103,7 +125,7 @@ def test_a_precision_report_shows_each_points_spend_status_and_targets(tmp_path)
     assert "Stability edge" not in page
 
 
-def test_a_precision_report_names_the_budget_that_stopped_each_point(tmp_path):
+def test_a_precision_report_names_the_budget_that_stopped_each_point(tmp_path, no_figures):
     cfg = config(PRECISE, tmp_path, precision={"observables": {"weight_var": {"rel_se": 0.001}},
                                                "budget": {"max_replicas": 40}})
     sweep = run_rounds(cfg)
@@ -122,7 +144,7 @@ def edge_search(tmp_path_factory) -> Sweep:
     return run_rounds(config(EDGE, tmp_path_factory.mktemp("edge")))
 
 
-def test_an_edge_search_report_shows_the_bracket_beside_the_exact_theory(edge_search):
+def test_an_edge_search_report_shows_the_bracket_beside_the_exact_theory(edge_search, edge_figure_only):
     (group,) = edge_search.rounds["groups"]
     assert group["status"] == "found"
     theory = theory_edge(group["params"], "lr")["value"]
@@ -144,7 +166,7 @@ def test_an_edge_search_report_shows_the_bracket_beside_the_exact_theory(edge_se
     assert "<h2 id='rounds'>" not in page
 
 
-def test_a_report_without_rounds_has_no_rounds_sections(tmp_path):
+def test_a_report_without_rounds_has_no_rounds_sections(tmp_path, no_figures):
     cfg = config(PRECISE, tmp_path)
     del cfg["precision"]
     sweep = run_rounds(cfg)
@@ -175,8 +197,9 @@ def test_an_edge_search_over_momentum_draws_the_edge_against_it(tmp_path):
     sweep = run_rounds(config(EDGE, tmp_path, grid=grid))
     groups = sweep.rounds["groups"]
     assert [g["status"] for g in groups] == ["found", "found"]
-    page = report_of(sweep, tmp_path / "figures")
-    assert 'id="fig-stability_edge"' in page and (tmp_path / "figures" / "stability_edge.png").is_file()
+    legends: dict = {}
+    page = report_of(sweep, legends=legends)  # no figure files: no SVG drawn
+    assert 'id="fig-stability_edge"' in page and "stability_edge" in legends
     assert "edge found for 2 of 2 combinations" in " ".join(text_of(page).split())
     for g in groups:  # one row per momentum, with the theory's edge at that momentum
         theory = theory_edge(g["params"], "lr")["value"]
@@ -184,7 +207,7 @@ def test_an_edge_search_over_momentum_draws_the_edge_against_it(tmp_path):
                f"<td>{theory:.4g}</td>" in page
 
 
-def test_a_precision_report_gives_each_fit_target_its_measured_half_width(tmp_path):
+def test_a_precision_report_gives_each_fit_target_its_measured_half_width(tmp_path, no_figures):
     grid = {"lr": [0.2, 0.4], "batch_size": [2, 4], "samples_per_param": 10}
     cfg = config(PRECISE, tmp_path, grid=grid, precision={"observables": {"weight_var": {"rel_se": 0.02}},
                                                            "fits": {"power_law.a": 100, "power_law.b": 1e-6}})
@@ -202,7 +225,7 @@ def test_a_precision_report_gives_each_fit_target_its_measured_half_width(tmp_pa
                 f"(widest {(high - low) / 2:.3g})") in text
 
 
-def test_a_precision_report_shows_a_swept_noise_type(tmp_path):
+def test_a_precision_report_shows_a_swept_noise_type(tmp_path, no_figures):
     """Axis values that are strings (the noise type) appear in the table like numbers."""
     grid = {"lr": 0.2, "batch_size": 2, "samples_per_param": 10, "noise": ["minibatch", "gaussian"]}
     sweep = run_rounds(config(PRECISE, tmp_path, grid=grid))
