@@ -286,22 +286,21 @@ def _rows(chain: Chain2D, points: np.ndarray, nodes_uv: np.ndarray,
         raise ResolutionError("the step noise is zero at some nodes (with batch_size equal to the number of "
                               "samples every update is the full gradient): the chain never escapes by noise, "
                               "so it has no escape time")
-    inv = np.stack([np.stack([cov[:, 1, 1], -cov[:, 0, 1]], -1),
-                    np.stack([-cov[:, 0, 1], cov[:, 0, 0]], -1)], 1) / det[:, None, None]
+    i00, i01, i11 = cov[:, 1, 1] / det, -cov[:, 0, 1] / det, cov[:, 0, 0] / det  # the inverse covariance
     stay = scipy.special.ndtr(-mean[:, 0] / np.sqrt(cov[:, 0, 0]))
     rows, cols, vals = [], [], []
     for start in range(0, len(points), 256):
         sl = slice(start, start + 256)
-        d = nodes_uv[None, :, :] - mean[sl, None, :]
-        q = np.einsum("nmi,nij,nmj->nm", d, inv[sl], d)
+        d0 = nodes_uv[None, :, 0] - mean[sl, 0:1]
+        d1 = nodes_uv[None, :, 1] - mean[sl, 1:2]
+        q = i00[sl, None] * d0 * d0 + 2.0 * i01[sl, None] * d0 * d1 + i11[sl, None] * d1 * d1
         dens = np.exp(-0.5 * (q - q.min(axis=1, keepdims=True)))  # largest entry of each row: 1
-        total = dens.sum(axis=1)
-        for r in range(dens.shape[0]):
-            keep = np.flatnonzero(dens[r] > cutoff * total[r])
-            kept = dens[r, keep]
-            rows.append(np.full(keep.size, start + r))
-            cols.append(keep)
-            vals.append(kept * (stay[start + r] / kept.sum()))
+        r, c = np.nonzero(dens > cutoff * dens.sum(axis=1)[:, None])  # row by row, as csr_matrix wants
+        kept = dens[r, c]
+        kept_sum = np.bincount(r, weights=kept, minlength=dens.shape[0])
+        rows.append(start + r)
+        cols.append(c)
+        vals.append(kept * (stay[start + r] / kept_sum[r]))
     return scipy.sparse.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
                                    shape=(len(points), len(nodes_uv)))
 
