@@ -275,7 +275,7 @@ def test_sgdsweep_run_migrates_before_it_plans(tmp_path, monkeypatch):
     config = write_yaml(tmp_path / "tiny.yaml", _legacy_config(tmp_path))
     seen = {}
 
-    def snakemake(cmd, lock, env, sweep):  # what the workflow would find when it starts
+    def snakemake(cmd, lock, env, sweep, stored):  # what the workflow would find when it starts
         seen["stored"] = point_store.complete_points(files.points_dir, hashes)
         seen["shards"] = [json.loads(files.shard_spec(s).read_text())["repair"] for s in sweep.shards]
         return 0
