@@ -38,9 +38,10 @@ def _points_digest(hashes: Iterable[str]) -> str:
 
 
 def _largest_hand_over(points: int) -> int:
-    """Bytes of :func:`stored_text` at most for a sweep of ``points`` points (whose resolved
-    directory is a path of at most a few KiB): each stored hash is written as ``"…", ``."""
-    return 8192 + (HASH_LENGTH + 4) * points
+    """Bytes of :func:`stored_text` at most for a sweep of ``points`` points: each stored hash is
+    written as ``"…", ``, and the rest is under 64 KiB (the resolved directory, at most 4 KiB of
+    UTF-8, is at most 6 bytes of JSON per byte)."""
+    return 65536 + (HASH_LENGTH + 4) * points
 
 
 def stored_text(directory: str | Path, hashes: Iterable[str], stored: Iterable[str]) -> bytes:
