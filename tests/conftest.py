@@ -410,37 +410,31 @@ MAX_TEST_PROCESSES = 4
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """``-n auto``: one test process per core and one more, at most :data:`MAX_TEST_PROCESSES`.
-    The one more takes the file of :data:`FIRST_FILES` first, which mostly waits (for SLURM's
-    nodes and its queue), while the others keep the cores busy; then it takes files like them."""
-    return min((os.cpu_count() or 1) + 1, MAX_TEST_PROCESSES)
+    """``-n auto``: one test process per core, at most :data:`MAX_TEST_PROCESSES`."""
+    return max(1, min(os.cpu_count() or 1, MAX_TEST_PROCESSES))
 
 
-#: The files that run first: the real two-node SLURM (about two and a half minutes, mostly
-#: waiting for SLURM to start a job and for Snakemake's next status check), beside the rest
-#: rather than at the end with cores idle.
-FIRST_FILES = ("test_slurm.py",)
-#: The files that run last, in this order: the default sweep compiled cold with every core busy
-#: (it starts its own busy loops: run beside other tests it would slow them and be slowed) and the
-#: browser. pytest-xdist hands a process its next file while it still has two tests to run, so the
-#: cold start (one test) takes the browser's file with it.
-LAST_FILES = ("test_cold_start.py", "test_report_browser.py")
+#: The files of ``slow`` tests in the order they run, last of all. pytest-xdist hands a process its
+#: next file while it still has two tests to run, so a file of one or two tests brings the next file
+#: to the same process: the cold start (one test, about a minute) takes the browser's file with it,
+#: and the SLURM file (about a minute and a half, mostly waiting for SLURM) comes last, alone on the
+#: other process. In the collected order the SLURM file followed the cold start on one process,
+#: and the run ended on it with the other process idle.
+SLOW_FILES = ("test_cold_start.py", "test_report_browser.py", "test_slurm.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The order of the run: :data:`FIRST_FILES`; then files with ``workflow`` tests (real
-    Snakemake and Dask processes, the longest), so that a parallel run (pytest-xdist, one file per
-    process at a time) does not end on one of them; then the others in the collected order;
-    :data:`LAST_FILES` last. Every test marked ``slow`` is in one of those files."""
-    def place(item: pytest.Item) -> tuple[int, int]:
-        name = item.path.name
-        if name in FIRST_FILES:
-            return 0, FIRST_FILES.index(name)
-        if name in LAST_FILES:
-            return 2, LAST_FILES.index(name)
-        return 1, 0
+    """The order of the run. Files with ``workflow`` tests (real Snakemake and Dask processes, the
+    longest) first, so that a parallel run (pytest-xdist, one file per process at a time) does not
+    end on one of them; the tests marked ``slow`` (a cold compile on a saturated machine, the real
+    SLURM cluster, the browser; each in a file of its own) after all the others, so that a failure
+    elsewhere shows first, in the order of :data:`SLOW_FILES`. Otherwise in the collected order."""
+    def marked(marker: str) -> set[Path]:
+        return {item.path for item in items if item.get_closest_marker(marker) is not None}
 
-    workflow = {item.path for item in items if item.get_closest_marker("workflow") is not None}
-    unplaced = {item.nodeid for item in items if item.get_closest_marker("slow") is not None and place(item)[0] == 1}
-    assert not unplaced, f"slow tests outside FIRST_FILES and LAST_FILES: {sorted(unplaced)}"
-    items.sort(key=lambda item: (place(item), item.path not in workflow))
+    def slow_rank(item: pytest.Item) -> int:
+        return SLOW_FILES.index(item.path.name) if item.path.name in SLOW_FILES else len(SLOW_FILES)
+
+    slow, workflow = marked("slow"), marked("workflow")
+    items.sort(key=lambda item: (item.get_closest_marker("slow") is not None, slow_rank(item),
+                                 item.path in slow, item.path not in workflow))

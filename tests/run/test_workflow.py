@@ -298,7 +298,7 @@ def test_receipts_of_another_copy_of_the_sweep_do_not_break_a_run(first_run, tmp
         shutil.copyfile(receipt, results / "tiny" / "shards" / receipt.name)
     cfg = write_yaml(tmp_path / "t.yaml", tiny_config(results_dir=str(results)))
     with Client(SHARED_CLUSTER.start(), timeout="30s") as client, get_task_stream(client) as stream:
-        proc = run_cli("run", str(cfg), "--cores", "2", cwd=tmp_path)
+        proc = run_cli("run", str(cfg), "--cores", "2", "--", "ensemble", cwd=tmp_path)  # stores, ensemble
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert len(_stores(results / "tiny")) == 4 and len(_simulated(results / "tiny")) == 4
     assert xr.open_zarr(results / "tiny" / "ensemble.zarr").sizes["point"] == 4
