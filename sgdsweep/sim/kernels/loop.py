@@ -23,10 +23,7 @@ edit anywhere in that code compiles the kernels again.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from types import ModuleType
 from typing import Any, NamedTuple
@@ -35,6 +32,7 @@ import numba
 import numpy as np
 
 from sgdsweep.sim.kernels.common import FAST
+from sgdsweep.sim.kernels.compiling import ensure_compiled
 from sgdsweep.sim.kernels.digest import source_digest
 from sgdsweep.sim.noise import draw_normals
 
@@ -43,14 +41,10 @@ from sgdsweep.sim.noise import draw_normals
 THREADS_ENV = "SGDSWEEP_THREADS"
 #: Lanes whose normals are drawn and used together (a chunk's block stays in cache).
 CHUNK_LANES = 32
-#: Seconds a process waits for another process of this machine that compiles the same kernel
-#: (:func:`one_compiler`) before it compiles the kernel itself.
-COMPILE_WAIT = 900.0
-
-#: Each compiled kernel → its family's source file (:func:`make_kernels`), the file
-#: :func:`one_compiler` locks.
+#: Each compiled kernel → its family's source file (:func:`make_kernels`), the key of its lock
+#: (:mod:`.compiling`).
 _SOURCES: dict[Any, str] = {}
-#: The kernels this process has called (compiled or loaded from Numba's cache).
+#: The kernels this process has compiled or loaded from Numba's cache (:func:`advance`).
 _CALLED: set[Any] = set()
 
 
@@ -128,43 +122,6 @@ def make_kernels(family: ModuleType, error_model: str = "python", cache: bool = 
     return pair
 
 
-@contextlib.contextmanager
-def one_compiler(kernel: Any, wait: float = COMPILE_WAIT) -> Iterator[bool]:
-    """Around a kernel's first call in a process: an exclusive lock (``flock``) on its family's
-    source file, opened read-only, so that of the processes of one machine that start the same
-    kernel at once with nothing compiled (a sweep's Dask workers, parallel test processes) one
-    compiles it (tens of seconds of CPU) and writes Numba's cache while the others wait, then
-    load it from that cache instead of compiling it again. Yields whether the lock is held: not
-    where the file cannot be locked (no ``fcntl``, a file system without locks) or after ``wait``
-    seconds (a holder stopped, not killed: the kernel is then compiled here). The kernel's
-    results do not depend on it; the lock goes when the file is closed, or the process dies."""
-    source = _SOURCES.get(kernel)
-    try:
-        import fcntl
-
-        handle = open(source, "rb") if source else None  # noqa: SIM115 - closed below
-    except (ImportError, OSError):
-        handle = None
-    if handle is None:
-        yield False
-        return
-    with handle:
-        deadline = time.monotonic() + wait
-        held = False
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                held = True
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    break
-                time.sleep(0.05)
-            except OSError:
-                break
-        yield held
-
-
 def threads() -> int:
     """Threads the kernels use: ``$SGDSWEEP_THREADS`` (default 1)."""
     raw = os.environ.get(THREADS_ENV, "1")
@@ -189,25 +146,30 @@ def advance(kernels: tuple[Any, Any], common: Common, data: tuple, t0: int, n_st
     lanes at a time (fewer where that gives each of ``n_threads`` threads a chunk), used while
     they are still in cache. With ``n_threads`` > 1 chunks run in parallel (NumPy's generators
     and the kernels release the GIL). ``lanes.stopped`` marks the lanes that diverged or escaped.
-    A process's first call of a kernel runs its first chunk alone, inside :func:`one_compiler`.
+    A process's first call of a kernel compiles it or loads it from Numba's cache under its lock
+    (:func:`.compiling.ensure_compiled`), then runs the first chunk alone.
     """
     n_lanes = lanes.w.shape[0]
     kernel = kernels[0] if lanes.sum_dd.shape[0] > 0 else kernels[1]
     chunk = max(1, min(CHUNK_LANES, -(-n_lanes // max(1, n_threads))))
 
-    def run(lo: int) -> None:
+    def args(lo: int) -> tuple:
         hi = min(lo + chunk, n_lanes)
         z = np.empty((hi - lo, n_steps, n_z))
         if n_z:
             for i in range(lo, hi):
                 draw_normals(normals[i], z[i - lo])
-        part = Lanes._make(a[lo:hi] if a.shape[0] else a for a in lanes)
-        kernel(t0, n_steps, n_u, z, part, common, data)
+        return t0, n_steps, n_u, z, Lanes._make(a[lo:hi] if a.shape[0] else a for a in lanes), common, data
+
+    def run(lo: int) -> None:
+        kernel(*args(lo))
 
     starts = range(0, n_lanes, chunk)
-    if starts and kernel not in _CALLED:  # compiled here, or loaded from the cache another process wrote
-        with one_compiler(kernel):
-            run(starts[0])
+    if n_lanes and kernel not in _CALLED:
+        first = args(0)
+        if kernel in _SOURCES:  # compiled or loaded once per machine at a time (.compiling)
+            ensure_compiled(kernel, _SOURCES[kernel], first)
+        kernel(*first)
         _CALLED.add(kernel)
         starts = starts[1:]
     if n_threads <= 1 or len(starts) <= 1:
