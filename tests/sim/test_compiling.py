@@ -81,3 +81,43 @@ def test_a_process_already_holding_the_kernel_takes_no_lock(tmp_path, monkeypatc
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
     compiling.ensure_compiled(Dispatcher(), SOURCE, (1.0,))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_advance_locks_each_kernel_by_its_own_name_while_it_compiles_not_while_it_runs(monkeypatch):
+    """A process's first call of a kernel: the kernel's own lock around its compile or load, then
+    the call, outside the lock; the next call takes no lock."""
+    import contextlib
+
+    import numpy as np
+
+    from sgdsweep.sim.kernels import loop
+
+    events: list[str] = []
+
+    @contextlib.contextmanager
+    def recorded(name, source, wait=None):
+        events.append(f"lock {name} {source}")
+        yield True
+        events.append("unlock")
+
+    class Kernel:  # a dispatcher with nothing compiled
+        __name__ = "affine_full"
+
+        def __init__(self) -> None:
+            self.overloads: dict = {}
+
+        def compile(self, signature) -> None:
+            events.append("compile")
+            self.overloads[signature] = "compiled"
+
+        def __call__(self, *args) -> None:
+            events.append("run")
+
+    kernel = Kernel()
+    monkeypatch.setattr(compiling, "locked", recorded)
+    monkeypatch.setitem(loop._SOURCES, kernel, SOURCE)
+    lanes = loop.Lanes(*[np.zeros((2, 1)) for _ in loop.Lanes._fields])
+    for _ in range(2):
+        loop.advance((kernel, kernel), None, None, 0, 1, lanes, [], 0, 0, 1)
+    loop._CALLED.discard(kernel)
+    assert events == [f"lock affine_full {SOURCE}", "compile", "unlock", "run", "run"]

@@ -486,7 +486,7 @@ print(json.dumps({"w": out["w_final"].tolist(), "hits": sum(stats.cache_hits.val
 
 def test_cached_kernels_are_compiled_again_when_a_helper_module_changes(tmp_path):
     """A kernel is cached by Numba: of two processes that start it at once with nothing compiled,
-    one compiles it and the other waits and loads it (``loop.one_compiler``); and an edit to a
+    one compiles it and the other waits and loads it (``compiling.ensure_compiled``); and an edit to a
     compiled helper in another module than the kernel's own (the heavy-ball update in
     kernels/common.py) makes the next process compile it again rather than load stale machine
     code: real processes on a copy of the package."""

@@ -3,8 +3,9 @@
 the others wait, then load it from Numba's cache instead of compiling it again.
 
 A kernel's lock is a file in its Numba cache directory (``$NUMBA_CACHE_DIR`` where set, else the
-``__pycache__`` beside its family's source, Numba's default), one per kernel and source file, held
-with ``flock`` while the kernel is compiled or loaded, not while it runs. Processes with another
+``__pycache__`` beside its family's source, Numba's default, or the temporary directory where that
+cannot be written; :func:`lock_path`), one per kernel and source file, held with ``flock`` while
+the kernel is compiled or loaded, not while it runs. Processes with another
 cache directory take another lock. Where no lock can be had (no ``fcntl``, a directory that cannot
 be written, a file system without locks) the kernel is compiled without one. Nothing here changes
 what a kernel computes.
@@ -16,6 +17,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,11 +35,19 @@ SAY_AFTER = 10.0
 
 
 def lock_path(name: str, source: str) -> Path:
-    """The lock file of kernel ``name`` compiled from the family module ``source`` (a path)."""
+    """The lock file of kernel ``name`` compiled from the family module ``source`` (a path): in
+    ``$NUMBA_CACHE_DIR`` where set, else in the ``__pycache__`` beside ``source`` where that can
+    be written (where Numba caches it), else in this machine's temporary directory (Numba then
+    caches it in the user's cache directory)."""
     cache = os.environ.get("NUMBA_CACHE_DIR")
-    directory = Path(cache) if cache else Path(source).parent / "__pycache__"
     tag = hashlib.sha1(str(Path(source).resolve()).encode()).hexdigest()[:12]
-    return directory / f"sgdsweep-compile-{name}-{tag}.lock"
+    filename = f"sgdsweep-compile-{name}-{tag}.lock"
+    if cache:
+        return Path(cache) / filename
+    beside = Path(source).parent / "__pycache__"
+    if os.access(beside if beside.is_dir() else beside.parent, os.W_OK):
+        return beside / filename
+    return Path(tempfile.gettempdir()) / filename
 
 
 def _open(path: Path) -> int | None:
@@ -87,7 +97,7 @@ def locked(name: str, source: str, wait: float | None = None) -> Iterator[bool]:
                     break
                 if not said and waited >= SAY_AFTER:
                     said = True
-                    log.warning("waiting for another process of this machine that compiles the simulation "
+                    log.warning("waiting for another process that is compiling or loading the simulation "
                                 "kernel %s (it holds %s); at most %.0f s, then compiling it here", name, path, wait)
                 time.sleep(0.05)
             except OSError:
