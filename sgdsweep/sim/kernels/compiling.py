@@ -5,10 +5,10 @@ the others wait, then load it from Numba's cache instead of compiling it again.
 A kernel's lock is a file in its Numba cache directory (``$NUMBA_CACHE_DIR`` where set, else the
 ``__pycache__`` beside its family's source, Numba's default, or the temporary directory where that
 cannot be written; :func:`lock_path`), one per kernel and source file, held with ``flock`` while
-the kernel is compiled or loaded, not while it runs. Processes with another
-cache directory take another lock. Where no lock can be had (no ``fcntl``, a directory that cannot
-be written, a file system without locks) the kernel is compiled without one. Nothing here changes
-what a kernel computes.
+the kernel is compiled or loaded, not while it runs. Processes with another cache directory take
+another lock. Where no lock can be had (no ``fcntl``, a directory that cannot be written, a file
+system without locks) the kernel is compiled without one. Nothing here changes what a kernel
+computes.
 """
 
 from __future__ import annotations
