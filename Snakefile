@@ -8,7 +8,10 @@ min_version("9.0")
 report: "workflow/report/workflow.rst"
 
 
-if not workflow.overwrite_configfiles:  # `--configfile X` replaces the default sweep, not merges into it
+# The default sweep is read only when the command line gives no config: `--configfile X` runs the
+# sweep X alone, rather than X merged into the default one (Snakemake puts a config given on the
+# command line into `config` before it reads this file).
+if not config:
 
     configfile: "config/config.yaml"
 

@@ -1,5 +1,6 @@
 """The workflow's rules follow Snakemake's idioms: a shard job declares the cores it takes
-(``threads``) and its own Dask cluster takes no more; every rule path comes from PlanFiles."""
+(``threads``) and its own Dask cluster takes no more; every rule path comes from PlanFiles; the
+default sweep is read only when the command line names none."""
 
 from __future__ import annotations
 
@@ -56,6 +57,25 @@ def test_the_shard_jobs_cluster_has_at_most_its_threads(tmp_path, monkeypatch):
     with pytest.raises(SystemExit) as exc:
         cli.main(["simulate-shard", "s.json", "--receipt", "r.json", "--execution", str(execution), "--threads", "0"])
     assert exc.value.code == 2
+
+
+def test_the_default_sweep_is_read_only_without_a_config_on_the_command_line(tmp_path):
+    """Plain `snakemake` runs config/config.yaml (of its working directory); `--configfile X`
+    runs X alone: a key X leaves out takes the schema's default, not the default sweep's value,
+    so a sweep without grid.batch_size is refused although config/config.yaml sets it."""
+    (tmp_path / "config").mkdir()
+    write_yaml(tmp_path / "config" / "config.yaml", tiny_config(sweep="from_default"))
+    proc = run_snakemake(tmp_path, None, "-n", cluster="own")
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 0, text[-3000:]
+    assert "results/from_default/" in text
+    partial = tiny_config(sweep="given")
+    del partial["grid"]["batch_size"]
+    proc = run_snakemake(tmp_path, write_yaml(tmp_path / "given.yaml", partial), "-n", cluster="own")
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "config key 'grid.batch_size': got None" in text, text[-3000:]
+    assert not (tmp_path / "results").exists()
 
 
 def test_rule_paths_come_from_planfiles():
