@@ -1,5 +1,14 @@
-"""``python -m sgdsweep`` = the ``sgdsweep`` command."""
+"""``python -m sgdsweep`` = the ``sgdsweep`` command. A job of ``sgdsweep run`` is first offered
+to the run's job server (:mod:`sgdsweep.run.jobclient`), which runs it without importing anything
+here; otherwise, or where the server declines, it runs in this process."""
 
-from sgdsweep.run.cli import main
+import sys
 
-raise SystemExit(main())
+from sgdsweep.run.jobclient import run_served
+
+code = run_served(sys.argv[1:])
+if code is None:
+    from sgdsweep.run.cli import main
+
+    code = main()
+raise SystemExit(code)

@@ -44,7 +44,7 @@ EXIT_CODES = {
 EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 
 #: The verbs the workflow's rules run (not listed in the top-level help).
-WORKFLOW_VERBS = ("simulate-shard", "aggregate", "fit", "report", "cluster-daemon")
+WORKFLOW_VERBS = ("simulate-shard", "aggregate", "fit", "report", "cluster-daemon", "job-server")
 
 
 def _verbosity(args: argparse.Namespace) -> int:
@@ -292,6 +292,17 @@ def cmd_cluster_daemon(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_job_server(args: argparse.Namespace) -> int:
+    from sgdsweep.run.jobserver import become, serve
+
+    job = serve(Path(args.socket), args.owner)
+    if job is None:  # the server, once it has stopped: nothing of it to flush but its log
+        logging.shutdown()
+        os._exit(0)  # without tearing down the modules it imported (~1 s)
+    become(job)  # a forked child: the job's streams, directory and environment; then the job itself
+    return main(job.argv)
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -452,6 +463,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--owner", type=int, help="the pid of the parent process whose end stops the cluster "
                                              "(default: the parent process at the start)")
     p.set_defaults(func=cmd_cluster_daemon)
+
+    p = verb("job-server", None)
+    p.add_argument("--socket", required=True, help="where to listen for the run's jobs (a Unix socket)")
+    p.add_argument("--owner", type=int, required=True, help="the pid of the process whose end stops the server")
+    p.set_defaults(func=cmd_job_server)
     return parser
 
 

@@ -95,7 +95,8 @@ def run_sweep(args: argparse.Namespace, verbosity: int) -> int:
     # the next round is decided from), and one Snakemake more then builds the report and edge
     # summary of the last round, once.
     rounds_target = [ROUNDS_TARGET] if sweep.rounds and not args.dry_run and not args.snakemake_args else []
-    with lock, _stored_file(env) as stored_file, _run_cluster(sweep, env, start=bool(todo) and plain):
+    with (lock, _stored_file(env) as stored_file, _run_cluster(sweep, env, start=bool(todo) and plain),
+          _job_server(sweep, env, start=plain)):
         hand_over(env, stored_file, sweep.directory, hashes, stored_before)  # under the lock: Snakemake's to read
         for _ in range(_max_rounds(sweep) + 2):
             if verbosity >= 0:
@@ -258,6 +259,29 @@ def _stored_file(env: dict[str, str]) -> Iterator[IO[bytes] | None]:
     finally:
         env.pop(STORED_FD_ENV, None)
         file.close()
+
+
+@contextlib.contextmanager
+def _job_server(sweep: Any, env: dict[str, str], start: bool) -> Iterator[None]:
+    """The run's job server (:mod:`sgdsweep.run.jobserver`) for the block, when ``start`` (the jobs
+    run on this machine): it starts while Snakemake builds the DAG, is named to the jobs in
+    ``env``, and is stopped when the block ends in any way. A job that comes before it is ready
+    runs by itself."""
+    from sgdsweep.run.jobclient import JOB_SERVER_ENV
+    from sgdsweep.run.jobserver import start_job_server, stop_job_server
+    from sgdsweep.sweep.plan import PlanFiles
+
+    env.pop(JOB_SERVER_ENV, None)  # an enclosing run's server is not this run's
+    if not start:
+        yield
+        return
+    proc, path = start_job_server(env, PlanFiles(sweep.directory).log("job-server"))
+    env[JOB_SERVER_ENV] = str(path)
+    try:
+        yield
+    finally:
+        env.pop(JOB_SERVER_ENV, None)
+        stop_job_server(proc, path)
 
 
 @contextlib.contextmanager
