@@ -10,10 +10,14 @@ SWEEP_SPEC --out ensemble.zarr``, a fresh process, imports included), ``--rounds
 
 - ``full``: the ensemble of N points built from nothing (no ensemble yet);
 - ``+1 point``: the same sweep spec with one point more, on the N-point ensemble (an append);
+- ``+1 point, served``: the same job handed to a job server (:mod:`sgdsweep.run.jobserver`), as
+  ``sgdsweep run``'s jobs are: a process that starts in milliseconds, run by a fork of a process
+  that has the job's code imported;
 - ``+1 point, in-process``: the same, timed around :func:`sgdsweep.store.aggregate_incremental.update_ensemble`.
 
-Printed: seconds per round, the medians, and the ratio (+1 point)/(full). The old hand-written
-reader aggregated 10⁴ of these points in 5.4 s on the reference machine (benchmarks/README.md).
+Printed: seconds per round, the medians, and the ratios (+1 point)/(full), for the job by itself
+and served. The old hand-written reader aggregated 10⁴ of these points in 5.4 s on the reference
+machine (benchmarks/README.md).
 
     python benchmarks/aggregate_scale.py [--points 10000] [--rounds 3] [--dir DIR [--keep]]
 """
@@ -79,9 +83,15 @@ def write_stores(root: Path, n: int) -> dict:
             "sweep": "bench", "sweep_hash": "-", "repair": 0, "simulation_config": {"model": {}}}
 
 
-def job(spec_path: Path, out: Path) -> float:
-    """Seconds of ``python -m sgdsweep aggregate spec_path --out out`` (a fresh process)."""
-    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+ENV = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+def job(spec_path: Path, out: Path, served: Path | None = None) -> float:
+    """Seconds of ``python -m sgdsweep aggregate spec_path --out out`` (a fresh process; handed
+    to the job server listening at ``served`` when given)."""
+    from sgdsweep.run.jobclient import JOB_SERVER_ENV
+
+    env = dict(ENV, **({JOB_SERVER_ENV: str(served)} if served else {}))
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "sgdsweep", "aggregate", str(spec_path), "--out", str(out)],
                           env=env, capture_output=True, text=True, check=False)
@@ -99,11 +109,13 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true",
                     help="keep the stores in DIR/aggregate_scale-<points> and reuse them in later runs")
     args = ap.parse_args()
+    from sgdsweep.run.jobserver import start_job_server, stop_job_server
     from sgdsweep.store import provenance
     from sgdsweep.store.aggregate_incremental import update_ensemble
 
-    results: dict[str, list[float]] = {"full": [], "+1 point": [], "+1 point, in-process": []}
+    results: dict[str, list[float]] = {"full": [], "+1 point": [], "+1 point, served": [], "+1 point, in-process": []}
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+        server, served = start_job_server(ENV, Path(tmp) / "job-server.log")
         root = Path(args.dir or tmp) / f"aggregate_scale-{args.points}" if args.keep else Path(tmp)
         if not (root / "n1.json").exists():
             root.mkdir(parents=True, exist_ok=True)
@@ -122,6 +134,13 @@ def main() -> None:
             results["+1 point"].append(job(root / "n1.json", ensemble))
             shutil.rmtree(ensemble)
             shutil.copytree(kept, ensemble)
+            while not served.exists():
+                if server.poll() is not None:
+                    sys.exit("the job server stopped:\n" + (Path(tmp) / "job-server.log").read_text())
+                time.sleep(0.1)
+            results["+1 point, served"].append(job(root / "n1.json", ensemble, served))
+            shutil.rmtree(ensemble)
+            shutil.copytree(kept, ensemble)
             provenance.code_version.cache_clear()  # as the job sees it now
             t1 = time.perf_counter()
             _, how = update_ensemble(spec, ensemble)
@@ -129,12 +148,16 @@ def main() -> None:
             print("  round: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in results.items()) + f" ({how})", flush=True)
         shutil.rmtree(ensemble, ignore_errors=True)
         shutil.rmtree(kept, ignore_errors=True)
+        stop_job_server(server, served)
+        if (Path(tmp) / "job-server.log").read_text().count(": aggregate") != args.rounds:
+            sys.exit("the job server did not run every served job:\n" + (Path(tmp) / "job-server.log").read_text())
     print(f"aggregation of {args.points} points of the small-model shard under {args.dir or tempfile.gettempdir()}, "
           f"{args.rounds} rounds, seconds")
     for name, values in results.items():
         print(f"  {name:24s} " + " ".join(f"{v:6.2f}" for v in values) + f"   median {statistics.median(values):6.2f}")
     full, plus = statistics.median(results["full"]), statistics.median(results["+1 point"])
-    print(f"  ratio (+1 point job) / (full job): {plus / full:.3f}")
+    print(f"  ratio (+1 point job) / (full job): {plus / full:.3f}; "
+          f"served: {statistics.median(results['+1 point, served']) / full:.3f}")
 
 
 if __name__ == "__main__":
