@@ -99,6 +99,12 @@ def differs(job_env: dict[str, str], server_env: dict[str, str]) -> list[str]:
 # --- started by `sgdsweep run` ---------------------------------------------------------------------
 
 
+def supported() -> bool:
+    """Whether this platform has what the server needs: ``fork``, Unix sockets that pass
+    descriptors, and the peer's credentials (Linux). Elsewhere every job runs by itself."""
+    return all(hasattr(os, "fork") and hasattr(socket, name) for name in ("AF_UNIX", "SCM_RIGHTS", "SO_PEERCRED"))
+
+
 def start_job_server(env: dict[str, str], log_path: Path) -> tuple[subprocess.Popen, Path]:
     """Start a job server for jobs with the environment ``env`` (that of Snakemake), logging to
     ``log_path``; return its process and the path of its socket, which exists once the server is

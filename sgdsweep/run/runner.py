@@ -268,11 +268,11 @@ def _job_server(sweep: Any, env: dict[str, str], start: bool) -> Iterator[None]:
     ``env``, and is stopped when the block ends in any way. A job that comes before it is ready
     runs by itself."""
     from sgdsweep.run.jobclient import JOB_SERVER_ENV
-    from sgdsweep.run.jobserver import start_job_server, stop_job_server
+    from sgdsweep.run.jobserver import start_job_server, stop_job_server, supported
     from sgdsweep.sweep.plan import PlanFiles
 
     env.pop(JOB_SERVER_ENV, None)  # an enclosing run's server is not this run's
-    if not start:
+    if not (start and supported()):
         yield
         return
     proc, path = start_job_server(env, PlanFiles(sweep.directory).log("job-server"))
