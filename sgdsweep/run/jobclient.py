@@ -4,9 +4,10 @@ Snakemake starts each job as ``python -m sgdsweep VERB …``. Where ``sgdsweep r
 its job server in :data:`JOB_SERVER_ENV` and the verb is one of :data:`SERVED`, that process
 does not import the job's code: it hands its standard streams (the descriptors themselves), its
 arguments, working directory, environment and umask to the server, which forks a process that
-has everything imported, and that process runs the job. This process then relays the signals it
-gets (SIGTERM, SIGINT, SIGHUP, SIGQUIT) to the job's process and ends as the job ends: with its
-exit status, or killed by the same signal. Snakemake sees one job process as before.
+has everything imported, and that process runs the job in a process group of its own. This
+process then relays the signals it gets (SIGTERM, SIGINT, SIGHUP, SIGQUIT; not those it ignores,
+which the job then ignores too) to that group and ends as the job ends: with its exit status, or
+killed by the same signal. Snakemake sees one job process as before.
 
 This module imports nothing but the standard library's light modules: its whole point is to
 start in milliseconds. Where there is no server to talk to, or the server declines (the job's
@@ -43,7 +44,9 @@ def encode_request(argv: list[str]) -> bytes:
     JSON of the arguments, working directory, environment and umask."""
     umask = os.umask(0)
     os.umask(umask)
-    body = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "umask": umask}).encode()
+    ignored = [int(s) for s in RELAYED if signal.getsignal(s) == signal.SIG_IGN]  # the job ignores them too
+    body = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "umask": umask,
+                       "ignored": ignored}).encode()
     return struct.pack("!I", len(body)) + body
 
 
@@ -92,12 +95,13 @@ def _wait(conn: socket.socket, pid: int) -> int:
 
     def relay(signum: int, frame: object) -> None:
         try:
-            os.kill(pid, signum)
+            os.killpg(pid, signum)  # the job and the processes it started (its own process group)
         except OSError:
             pass
 
     for signum in RELAYED:
-        signal.signal(signum, relay)
+        if signal.getsignal(signum) != signal.SIG_IGN:
+            signal.signal(signum, relay)
     reply = _read_exactly(conn, 5)
     if reply[:1] == EXITED:
         return struct.unpack("!i", reply[1:])[0]

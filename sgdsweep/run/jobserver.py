@@ -20,9 +20,13 @@ What keeps a job as it would be without the server:
   and the job runs by itself.
 - **Threads.** The server runs one thread, so a fork copies no lock held by another; it refuses
   to start when an import started one.
-- **Ends.** A client that is gone (killed) has its job's process stopped (SIGTERM); the server
-  stopped (SIGTERM, or ``sgdsweep run`` gone) stops the jobs it runs first. A client relays
-  the signals it gets to its job.
+- **Ends.** Each job runs in a process group of its own, and every signal goes to the group,
+  so that the processes a job starts (the report's drawing processes) end with it. A client that
+  is gone (killed) has its job stopped (SIGTERM); the server stopped (SIGTERM, ``sgdsweep run``
+  gone, or an error of its own) stops the jobs it runs first. A client relays the signals it gets
+  to its job, but those it ignores, which the job ignores too.
+- **Requests.** One that is not whole within :data:`REQUEST_TIMEOUT_S` seconds, longer than
+  :data:`MAX_REQUEST`, or whose fields are not of their types is declined; the server goes on.
 - **Who may connect.** The socket lies in a directory only its user can enter, and the server
   runs only a client of its own user (``SO_PEERCRED``).
 """
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import importlib
 import logging
 import os
@@ -47,7 +52,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sgdsweep.run.jobclient import DECLINE, EXITED, KILLED, PID, SERVED
+from sgdsweep.run.jobclient import DECLINE, EXITED, KILLED, PID, RELAYED, SERVED
 
 log = logging.getLogger("sgdsweep.jobserver")
 
@@ -69,11 +74,13 @@ MAY_DIFFER = frozenset(THREAD_VARS + TMP_VARS + SHELL_VARS)
 #: ... and every variable with this prefix (sgdsweep's own, read when used, never at import).
 OWN_PREFIX = "SGDSWEEP_"
 
-#: Seconds the server waits for a client's request, and for its jobs to end once it stops.
-REQUEST_TIMEOUT_S = 10.0
+#: Seconds the server waits for a client's whole request, and for its jobs to end once it stops.
+REQUEST_TIMEOUT_S = 2.0
 STOP_TIMEOUT_S = 10.0
 #: The name of the socket in the server's directory.
 SOCKET_NAME = "jobs.sock"
+#: The longest request the server reads (bytes).
+MAX_REQUEST = 1 << 20
 
 
 @dataclasses.dataclass
@@ -86,6 +93,23 @@ class Job:
     env: dict[str, str]
     umask: int
     fds: list[int]
+    #: the signals the client ignores (the job ignores them too)
+    ignored: list[int] = dataclasses.field(default_factory=list)
+
+    @classmethod
+    def parse(cls, request: Any, fds: list[int]) -> Job:
+        """The job of a decoded request; ValueError where a field is not of its type."""
+        def strings(x: Any) -> bool:
+            return isinstance(x, list) and all(isinstance(a, str) for a in x)
+
+        ok = (isinstance(request, dict) and strings(request.get("argv")) and isinstance(request.get("cwd"), str)
+              and isinstance(request.get("env"), dict) and strings(list(request["env"].values()))
+              and isinstance(request.get("umask"), int) and 0 <= request["umask"] <= 0o777
+              and isinstance(request.get("ignored", []), list)
+              and all(isinstance(n, int) and 0 < n < signal.NSIG for n in request.get("ignored", [])))
+        if not ok:
+            raise ValueError("a request whose fields are not of their types")
+        return cls(request["argv"], request["cwd"], request["env"], request["umask"], fds, request.get("ignored", []))
 
 
 def differs(job_env: dict[str, str], server_env: dict[str, str]) -> list[str]:
@@ -169,7 +193,8 @@ def serve(path: Path, owner: int) -> Job | None:
     log.info("job server ready in %.1f s at %s", time.monotonic() - t0, path)
     selector = selectors.DefaultSelector()
     selector.register(listener, selectors.EVENT_READ)
-    running: dict[int, socket.socket] = {}  # job pid -> its client's connection
+    running: dict[int, socket.socket] = {}  # job pid (= its process group) -> its client's connection
+    gc.freeze()  # what is imported stays out of the collections of the forked jobs (less memory copied)
     try:
         while not stop and os.getppid() == owner:
             for key, _ in selector.select(timeout=0.25):
@@ -179,15 +204,16 @@ def serve(path: Path, owner: int) -> Job | None:
                         return _child(job, listener, selector, running)
                 else:  # a client closed its end (killed): stop its job
                     selector.unregister(key.fileobj)
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(key.data, signal.SIGTERM)
+                    _signal_job(key.data, signal.SIGTERM)
             _reap(running, selector)
-        _stop_jobs(running, selector)
     finally:
         if os.getpid() == me:
+            _stop_jobs(running, selector)
             listener.close()
             with contextlib.suppress(OSError):
                 path.unlink()
+            with contextlib.suppress(OSError):
+                path.parent.rmdir()
     log.info("job server stopped")
     return None
 
@@ -201,23 +227,29 @@ def _accept(listener: socket.socket, selector: selectors.BaseSelector, running: 
     conn, _ = listener.accept()
     fds: list[int] = []
     try:
-        conn.settimeout(REQUEST_TIMEOUT_S)
+        deadline = time.monotonic() + REQUEST_TIMEOUT_S  # for the whole request: a slow client stalls no other
+
+        def wait() -> None:
+            conn.settimeout(max(0.001, deadline - time.monotonic()))
+
+        wait()
         uid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
         head, ancillary, _, _ = conn.recvmsg(4, socket.CMSG_SPACE(3 * 4))
         for level, kind, data in ancillary:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                 fds += list(struct.unpack(f"{len(data) // 4}i", data[: len(data) // 4 * 4]))
-        body = b""
         size = struct.unpack("!I", head)[0] if len(head) == 4 else 0
+        if not 0 < size <= MAX_REQUEST:
+            raise ValueError(f"a request of {size} bytes")
+        body = bytearray()
         while len(body) < size:
+            wait()
             chunk = conn.recv(size - len(body))
             if not chunk:
-                break
+                raise ValueError("a request that is not whole")
             body += chunk
-        request = json.loads(body) if size and len(body) == size else None
-        job = None if request is None else Job(list(request["argv"]), str(request["cwd"]),
-                                                dict(request["env"]), int(request["umask"]), fds)
-        why = ("a request that is not whole" if job is None or len(fds) != 3 else
+        job = Job.parse(json.loads(body), fds)
+        why = ("a request without its three standard streams" if len(fds) != 3 else
                f"a client of another user (uid {uid})" if uid != os.getuid() else
                f"a verb it does not run ({job.argv[:1]})" if job.argv[:1] not in [[v] for v in SERVED] else
                None)
@@ -225,12 +257,13 @@ def _accept(listener: socket.socket, selector: selectors.BaseSelector, running: 
             names = differs(job.env, server_env)
             why = f"an environment that differs in {', '.join(names)}" if names else None
         if why is not None:
-            log.info("declined %s", why)
             conn.sendall(DECLINE)
-            raise _Declined
-    except (OSError, ValueError, KeyError, TypeError, _Declined):
+            raise ValueError(why)
+    except Exception as exc:  # noqa: BLE001 - whatever a client sends, the server goes on
+        log.info("declined %s", exc if isinstance(exc, ValueError) else f"a request ({type(exc).__name__}: {exc})")
         for fd in fds:
-            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.close(fd)
         conn.close()
         return None
     conn.settimeout(None)
@@ -238,22 +271,29 @@ def _accept(listener: socket.socket, selector: selectors.BaseSelector, running: 
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:
+        os.setpgid(0, 0)  # its own process group: a signal reaches the processes it starts too
         return job, conn
+    with contextlib.suppress(OSError):  # also here, so that the group exists before any signal to it
+        os.setpgid(pid, pid)
     for fd in fds:
         os.close(fd)
     try:
         conn.sendall(PID + struct.pack("!i", pid))
     except OSError:  # the client is gone already
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
+        _signal_job(pid, signal.SIGTERM)
     running[pid] = conn
     selector.register(conn, selectors.EVENT_READ, pid)
     log.info("job %d: %s", pid, " ".join(job.argv[:1]))
     return None
 
 
-class _Declined(Exception):
-    """A request the server does not run (its reason is logged)."""
+def _signal_job(pid: int, signum: int) -> None:
+    """Send ``signum`` to the job ``pid`` and the processes it started (its process group)."""
+    try:
+        os.killpg(pid, signum)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signum)
 
 
 def _child(accepted: tuple[Job, socket.socket], listener: socket.socket, selector: selectors.BaseSelector,
@@ -265,8 +305,9 @@ def _child(accepted: tuple[Job, socket.socket], listener: socket.socket, selecto
     conn.close()
     for other in running.values():
         other.close()
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for signum in RELAYED:  # as in a process started by the client: ignored where it ignores them
+        default = signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL
+        signal.signal(signum, signal.SIG_IGN if int(signum) in job.ignored else default)
     return job
 
 
@@ -294,15 +335,13 @@ def _reap(running: dict[int, socket.socket], selector: selectors.BaseSelector) -
 def _stop_jobs(running: dict[int, socket.socket], selector: selectors.BaseSelector) -> None:
     """SIGTERM to every running job, then SIGKILL to those still running after :data:`STOP_TIMEOUT_S`."""
     for pid in list(running):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
+        _signal_job(pid, signal.SIGTERM)
     deadline = time.monotonic() + STOP_TIMEOUT_S
     while running and time.monotonic() < deadline:
         time.sleep(0.05)
         _reap(running, selector)
     for pid in list(running):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+        _signal_job(pid, signal.SIGKILL)
     while running:
         time.sleep(0.05)
         _reap(running, selector)
@@ -326,8 +365,9 @@ def become(job: Job) -> None:
     tempfile.tempdir = None  # the job's TMPDIR, not the one the server saw
     encoding, errors = sys.stdout.encoding, sys.stdout.errors
     sys.stdin = sys.__stdin__ = open(0, closefd=False, encoding=encoding)  # noqa: SIM115
-    sys.stdout = sys.__stdout__ = open(1, "w", buffering=1 if os.isatty(1) else -1, closefd=False,  # noqa: SIM115
-                                       encoding=encoding, errors=errors)
+    unbuffered = bool(job.env.get("PYTHONUNBUFFERED")) or sys.flags.unbuffered
+    sys.stdout = sys.__stdout__ = open(1, "w", buffering=1 if os.isatty(1) or unbuffered else -1,  # noqa: SIM115
+                                       closefd=False, encoding=encoding, errors=errors)
     sys.stderr = sys.__stderr__ = open(2, "w", buffering=1, closefd=False, encoding=encoding,  # noqa: SIM115
                                        errors="backslashreplace")
     sys.argv = [sys.argv[0], *job.argv]
