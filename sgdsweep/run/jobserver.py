@@ -37,6 +37,7 @@ import contextlib
 import dataclasses
 import gc
 import importlib
+import json
 import logging
 import os
 import selectors
@@ -199,10 +200,10 @@ def serve(path: Path, owner: int) -> Job | None:
         while not stop and os.getppid() == owner:
             for key, _ in selector.select(timeout=0.25):
                 if key.fileobj is listener:
-                    job = _accept(listener, selector, running, server_env)
-                    if job is not None:  # the forked child
-                        return _child(job, listener, selector, running)
-                else:  # a client closed its end (killed): stop its job
+                    accepted = _accept(listener, selector, running, server_env)
+                    if accepted is not None:  # the forked child
+                        return _child(accepted, listener, selector, running)
+                else:  # a client sends nothing after its request: readable = closed (killed): stop its job
                     selector.unregister(key.fileobj)
                     _signal_job(key.data, signal.SIGTERM)
             _reap(running, selector)
@@ -222,8 +223,6 @@ def _accept(listener: socket.socket, selector: selectors.BaseSelector, running: 
             server_env: dict[str, str]) -> tuple[Job, socket.socket] | None:
     """Take one client's request; decline it, or fork its job. Returns (job, connection) in the
     forked child, None in the server."""
-    import json
-
     conn, _ = listener.accept()
     fds: list[int] = []
     try:
